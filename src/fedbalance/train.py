@@ -1,0 +1,65 @@
+"""Local SGD: the one training loop that clients, the monitor and centralised runs share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class SGDConfig:
+    """Optimiser and schedule of one local training run (paper: batch 32, lr 0.001)."""
+
+    lr: float = 0.001
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    batch_size: int = 32
+    epochs: int = 1
+
+
+def to_float(x: torch.Tensor) -> torch.Tensor:
+    """uint8 images [N, C, H, W] -> float32 in [0, 1]."""
+    return x.float().div_(255.0) if x.dtype == torch.uint8 else x.float()
+
+
+def batch_schedule(n: int, cfg: SGDConfig, generator: torch.Generator) -> list[torch.Tensor]:
+    """Index batches of E epochs: a fresh permutation per epoch, last batch partial, drawn on the CPU."""
+    batches: list[torch.Tensor] = []
+    for _ in range(cfg.epochs):
+        perm = torch.randperm(n, generator=generator)
+        batches.extend(perm.split(cfg.batch_size))
+    return batches
+
+
+def make_optimizer(model: nn.Module, cfg: SGDConfig) -> torch.optim.SGD:
+    """SGD with the paper's learning rate and the authors' momentum and weight decay."""
+    return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+
+
+def local_sgd(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    loss_fn: nn.Module,
+    cfg: SGDConfig,
+    generator: torch.Generator,
+) -> float:
+    """Train ``model`` in place on (x, y) with a fresh SGD optimiser; return the mean batch loss.
+
+    ``x`` may be uint8 (converted per batch); the batch order is ``batch_schedule``'s, so any
+    other path that uses the same generator state sees exactly the same batches.
+    """
+    model.train()
+    opt = make_optimizer(model, cfg)
+    total = torch.zeros((), device=x.device)
+    batches = batch_schedule(len(y), cfg, generator)
+    for idx in batches:
+        idx = idx.to(x.device)
+        loss = loss_fn(model(to_float(x[idx])), y[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        total += loss.detach()
+    return float(total) / max(len(batches), 1)

@@ -63,3 +63,57 @@ def local_sgd(
         opt.step()
         total += loss.detach()
     return float(total) / max(len(batches), 1)
+
+
+def stack_states(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Stack K state dicts into one dict of [K, ...] tensors."""
+    return {k: torch.stack([s[k] for s in states]) for k in states[0]}
+
+
+def average_stacked(stacked: dict[str, torch.Tensor], weights: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """FedAvg (paper Eq. FedAvg): the unweighted mean over clients, or weighted by ``weights``.
+
+    Batch-norm buffers are averaged like parameters; integer buffers (``num_batches_tracked``)
+    are averaged in float and rounded back.
+    """
+    out: dict[str, torch.Tensor] = {}
+    for k, v in stacked.items():
+        vf = v.double() if not v.is_floating_point() else v
+        if weights is None:
+            m = vf.mean(0)
+        else:
+            w = (weights / weights.sum()).to(vf.dtype).reshape(-1, *([1] * (vf.dim() - 1)))
+            m = (vf * w).sum(0)
+        out[k] = m.round().to(v.dtype) if not v.is_floating_point() else m
+    return out
+
+
+def train_copies(
+    model: nn.Module,
+    datasets: list[tuple[torch.Tensor, torch.Tensor]],
+    loss_fn: nn.Module,
+    cfg: SGDConfig,
+    generators: list[torch.Generator],
+    *,
+    path: str = "sequential",
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Train one copy of ``model`` per dataset from the same start; return (stacked states, mean losses [K]).
+
+    This is both a FedAvg round's client training and the monitor's per-class auxiliary
+    training. ``model`` itself is left unchanged. ``path`` selects the sequential reference or the
+    batched implementation (``fedbalance.vectorised``); both give the same numbers.
+    """
+    if path == "vectorised":
+        from fedbalance.vectorised import train_copies_vectorised
+
+        return train_copies_vectorised(model, datasets, loss_fn, cfg, generators)
+    if path != "sequential":
+        raise ValueError(f"training.path must be 'sequential' or 'vectorised', got {path!r}")
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    states, losses = [], []
+    for (x, y), gen in zip(datasets, generators, strict=True):
+        model.load_state_dict(start)
+        losses.append(local_sgd(model, x, y, loss_fn, cfg, gen))
+        states.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+    model.load_state_dict(start)
+    return stack_states(states), torch.tensor(losses)

@@ -1,0 +1,251 @@
+"""Losses against numpy / hand-computed values, reductions, stability, get_loss and vmap."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fedbalance.losses import (
+    LOSSES,
+    GHMCLoss,
+    RatioLoss,
+    cross_entropy,
+    focal_loss,
+    get_loss,
+    ghmc_loss,
+    ghmc_weights,
+    mfe_loss,
+    mse_loss,
+    ratio_loss,
+)
+
+LOGITS = np.array(
+    [[2.0, -1.0, 0.5, 0.0], [0.1, 0.2, 3.0, -2.0], [-1.5, 4.0, 0.3, 1.0], [0.0, 0.0, 0.0, 0.0], [1.0, 2.0, -3.0, 0.5]]
+)
+TARGET = np.array([0, 2, 3, 1, 0])
+
+
+def _np_log_softmax(z: np.ndarray) -> np.ndarray:
+    m = z.max(axis=1, keepdims=True)
+    return z - (m + np.log(np.exp(z - m).sum(axis=1, keepdims=True)))
+
+
+def _np_ce(z: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return -_np_log_softmax(z)[np.arange(len(y)), y]
+
+
+def _np_sq_err(z: np.ndarray, y: np.ndarray) -> np.ndarray:
+    p = np.exp(_np_log_softmax(z))
+    onehot = np.eye(z.shape[1])[y]
+    return ((p - onehot) ** 2).sum(axis=1)
+
+
+def _t(z: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.tensor(z, dtype=torch.float64), torch.tensor(y)
+
+
+def _close(actual: torch.Tensor, expected: np.ndarray | float) -> None:
+    np.testing.assert_allclose(actual.detach().numpy(), expected, rtol=1e-10, atol=1e-12)
+
+
+def test_cross_entropy_matches_numpy() -> None:
+    z, y = _t(LOGITS, TARGET)
+    ce = _np_ce(LOGITS, TARGET)
+    _close(cross_entropy(z, y, "none"), ce)
+    _close(cross_entropy(z, y), ce.mean())
+    _close(cross_entropy(z, y), F.cross_entropy(z, y).numpy())
+
+
+def test_focal_matches_numpy_and_gamma0_is_ce() -> None:
+    z, y = _t(LOGITS, TARGET)
+    pt = np.exp(-_np_ce(LOGITS, TARGET))
+    expected = -0.25 * (1 - pt) ** 2 * np.log(pt)
+    _close(focal_loss(z, y, gamma=2.0, alpha=0.25, reduction="none"), expected)
+    _close(focal_loss(z, y), (-((1 - pt) ** 2) * np.log(pt)).mean())
+    _close(focal_loss(z, y, gamma=0.0), _np_ce(LOGITS, TARGET).mean())
+    _close(get_loss("focal", 4, gamma=0.0)(z, y), _np_ce(LOGITS, TARGET).mean())
+
+
+def test_ratio_loss_weighting() -> None:
+    z, y = _t(LOGITS, TARGET)
+    ce = _np_ce(LOGITS, TARGET)
+    _close(ratio_loss(z, y, torch.ones(4)), ce.mean())
+    pi = np.array([2.0, 1.0, 1.0, 1.0])
+    hand = (2 * ce[0] + ce[1] + ce[2] + ce[3] + 2 * ce[4]) / 5
+    _close(ratio_loss(z, y, torch.tensor(pi)), hand)
+    _close(ratio_loss(z, y, torch.tensor(pi), "sum"), hand * 5)
+    torch_weighted = F.cross_entropy(z, y, weight=torch.tensor(pi)).item()
+    assert abs(torch_weighted - hand) > 1e-3
+    np.testing.assert_allclose(torch_weighted, hand * 5 / 7)
+    pi2 = np.array([0.5, 3.0, 1.5, 1.2])
+    _close(ratio_loss(z, y, torch.tensor(pi2), "none"), pi2[TARGET] * ce)
+
+
+def test_ratio_module_weight_buffer() -> None:
+    z, y = _t(LOGITS, TARGET)
+    ce = _np_ce(LOGITS, TARGET)
+    _close(RatioLoss()(z, y), ce.mean())
+    loss = RatioLoss(num_classes=4).double()
+    assert torch.equal(loss.state_dict()["weight"], torch.ones(4, dtype=torch.float64))
+    _close(loss(z, y), ce.mean())
+    loss.set_weight(torch.tensor([2.0, 1.0, 1.0, 1.0]))
+    assert "weight" in loss.state_dict()
+    _close(loss(z, y), (2 * ce[0] + ce[1] + ce[2] + ce[3] + 2 * ce[4]) / 5)
+    with pytest.raises(ValueError):
+        loss.set_weight(torch.ones(3))
+
+
+def _ghmc_batch() -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    """Two-class batch with g = 1 - p_target placed in bins 0, 5 and 9 (g = 1 included)."""
+    g = np.array([0.05, 0.07, 0.55, 0.92, 0.95, 0.99])
+    pt = 1 - g
+    target_logit = np.log(pt / (1 - pt))
+    z = np.stack([target_logit, np.zeros_like(g)], axis=1)
+    z = np.concatenate([z, [[-1e4, 0.0]]])
+    return torch.tensor(z), torch.zeros(7, dtype=torch.long), z
+
+
+def test_ghmc_weights_hand_counted() -> None:
+    z, y, znp = _ghmc_batch()
+    bins = 1 - np.exp(-_np_ce(znp, np.zeros(7, dtype=int)))
+    np.testing.assert_allclose(bins[:6], [0.05, 0.07, 0.55, 0.92, 0.95, 0.99])
+    assert bins[6] == 1.0
+    # bin 0: 2 samples, bin 5: 1, bin 9: 4 (0.92, 0.95, 0.99, 1.0); N = 7, 3 non-empty bins
+    w = np.array([7 / 6, 7 / 6, 7 / 3, 7 / 12, 7 / 12, 7 / 12, 7 / 12])
+    _close(ghmc_weights(z, y, bins=10), w)
+    ce = _np_ce(znp, np.zeros(7, dtype=int))
+    _close(ghmc_loss(z, y, bins=10, reduction="none"), w * ce)
+    _close(ghmc_loss(z, y, bins=10), (w * ce).sum() / 7)
+    # with 2 bins: g < 0.5 -> 2 samples, g >= 0.5 -> 5
+    w2 = np.array([7 / 4, 7 / 4] + [7 / 10] * 5)
+    _close(ghmc_weights(z, y, bins=2), w2)
+
+
+def test_ghmc_weights_are_detached() -> None:
+    z, y, znp = _ghmc_batch()
+    z = z.clone().requires_grad_(True)
+    ghmc_loss(z, y, reduction="sum").backward()
+    w = np.array([7 / 6, 7 / 6, 7 / 3, 7 / 12, 7 / 12, 7 / 12, 7 / 12])
+    p = np.exp(_np_log_softmax(znp))
+    _close(z.grad, w[:, None] * (p - np.eye(2)[np.zeros(7, dtype=int)]))
+
+
+def test_ghmc_momentum_buffer() -> None:
+    z, y, znp = _ghmc_batch()
+    ce = _np_ce(znp, np.zeros(7, dtype=int))
+    counts = np.zeros(10)
+    counts[[0, 5, 9]] = [2, 1, 4]
+    loss = GHMCLoss(bins=10, momentum=0.5, reduction="none").double()
+    first = loss(z, y)
+    _close(loss.acc_sum, 0.5 * counts)
+    w1 = 7 / (0.5 * np.array([2, 2, 1, 4, 4, 4, 4]) * 3)
+    _close(first, w1 * ce)
+    # second batch: only bin 0 occupied -> the other bins keep their accumulated counts
+    loss(z[:2], y[:2])
+    expected = 0.5 * counts
+    expected[0] = 0.5 * expected[0] + 0.5 * 2
+    _close(loss.acc_sum, expected)
+    third = loss(z, y)
+    acc = 0.5 * expected + 0.5 * counts
+    acc[counts == 0] = expected[counts == 0]
+    _close(third, 7 / (acc[[0, 0, 5, 9, 9, 9, 9]] * 3) * ce)
+    stateless = GHMCLoss(bins=10).double()
+    _close(stateless(z, y), ghmc_loss(z, y).numpy())
+    assert torch.equal(stateless.acc_sum, torch.zeros(10, dtype=torch.float64))
+
+
+def test_mse_matches_numpy() -> None:
+    z, y = _t(LOGITS, TARGET)
+    e = _np_sq_err(LOGITS, TARGET)
+    _close(mse_loss(z, y, "none"), e)
+    _close(mse_loss(z, y), e.mean())
+    _close(mse_loss(z, y), ((F.softmax(z, -1) - F.one_hot(y, 4)) ** 2).sum(1).mean().numpy())
+
+
+def test_mfe_hand_value() -> None:
+    z = np.array([[1.0, 0.0, -1.0], [2.0, 1.0, 0.0], [0.0, 0.5, 0.2], [0.3, -0.4, 1.1]])
+    y = np.array([0, 0, 0, 1])
+    e = _np_sq_err(z, y)
+    mfe = (e[0] + e[1] + e[2]) / 3 + e[3]
+    zt, yt = _t(z, y)
+    _close(mfe_loss(zt, yt), mfe)
+    _close(mfe_loss(zt, yt, num_classes=3, reduction="sum"), mfe)
+    _close(mfe_loss(zt, yt, reduction="mean"), mfe / 2)
+    _close(mfe_loss(zt, yt, reduction="none"), np.array([e[0] / 3, e[1] / 3, e[2] / 3, e[3]]))
+    assert abs(mfe - e.sum()) > 1e-3 and abs(mfe - e.mean()) > 1e-3
+    with pytest.raises(ValueError, match="num_classes"):
+        mfe_loss(zt, yt, num_classes=5)
+
+
+ALL = {
+    "ce": {},
+    "focal": {},
+    "ghmc": {},
+    "ratio": {"weight": [1.3, 0.7, 2.0, 1.1]},
+    "mse": {},
+    "mfe": {},
+}
+
+
+@pytest.mark.parametrize("name", list(ALL))
+def test_finite_gradients_for_huge_logits(name: str) -> None:
+    torch.manual_seed(0)
+    z = (torch.randn(8, 4).sign() * 1e4).requires_grad_(True)
+    y = torch.tensor([0, 1, 2, 3, 0, 1, 2, 3])
+    with torch.no_grad():
+        z[0, 0], z[1] = 1e4, torch.tensor([-1e4, -1e4, 1e4, 1e4])
+    loss = get_loss(name, 4, **ALL[name])(z, y)
+    loss.backward()
+    assert torch.isfinite(loss) and bool(torch.isfinite(z.grad).all())
+    if name in ("ce", "ratio", "focal"):
+        assert loss.item() > 1e3
+
+
+@pytest.mark.parametrize("name", list(ALL))
+def test_reduction_semantics(name: str) -> None:
+    z, y = _t(LOGITS, TARGET)
+    none = get_loss(name, 4, **ALL[name], reduction="none")(z, y)
+    total = get_loss(name, 4, **ALL[name], reduction="sum")(z, y)
+    mean = get_loss(name, 4, **ALL[name], reduction="mean")(z, y)
+    assert none.shape == (5,)
+    _close(total, none.sum().numpy())
+    divisor = 4 if name == "mfe" else 5
+    _close(mean, none.sum().numpy() / divisor)
+    with pytest.raises(ValueError, match="avg"):
+        get_loss(name, 4, **ALL[name], reduction="avg")
+
+
+def test_get_loss_errors_and_defaults() -> None:
+    assert set(LOSSES) == {"ce", "focal", "ghmc", "ratio", "mse", "mfe"}
+    with pytest.raises(ValueError, match="hinge"):
+        get_loss("hinge", 10)
+    with pytest.raises(ValueError, match="gama"):
+        get_loss("focal", 10, gama=2.0)
+    with pytest.raises(ValueError, match="bins"):
+        get_loss("ce", 10, bins=3)
+    focal = get_loss("focal", 10)
+    assert (focal.gamma, focal.alpha, focal.reduction) == (2.0, 1.0, "mean")
+    assert get_loss("ghmc", 10).bins == 10
+    assert torch.equal(get_loss("ratio", 7).weight, torch.ones(7))
+    assert get_loss("mfe", 7).reduction == "sum"
+
+
+@pytest.mark.parametrize("name", list(ALL))
+def test_vmap_over_clients(name: str) -> None:
+    gen = torch.Generator().manual_seed(3)
+    z = torch.randn(2, 6, 4, generator=gen, dtype=torch.float64) * 3
+    y = torch.tensor([[0, 0, 1, 2, 0, 3], [1, 1, 1, 2, 2, 0]])
+    loss = get_loss(name, 4, **ALL[name], reduction="none").double()
+    batched = torch.func.vmap(loss)(z, y)
+    torch.testing.assert_close(batched, torch.stack([loss(z[0], y[0]), loss(z[1], y[1])]))
+    assert not torch.allclose(batched[0], batched[1])
+
+
+def test_vmap_ratio_with_per_client_weights() -> None:
+    z = torch.randn(2, 5, 3, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    y = torch.tensor([[0, 1, 2, 0, 1], [2, 2, 1, 0, 0]])
+    w = torch.tensor([[1.0, 2.0, 3.0], [0.5, 1.0, 1.5]], dtype=torch.float64)
+    batched = torch.func.vmap(ratio_loss)(z, y, w)
+    torch.testing.assert_close(batched, torch.stack([ratio_loss(z[i], y[i], w[i]) for i in range(2)]))

@@ -133,7 +133,7 @@ def _check_job(spec: Mapping[str, Any], where: str) -> None:
             raise ConfigError(f"{where}: '{key}' is not set (put it under datasets.{spec['dataset']})")
     from fedbalance.data import dataset_info
 
-    q = dataset_info(spec["source"])["num_classes"]
+    q = dataset_info(spec["source"], **spec.get("options", {}))["num_classes"]
     bad = [c for c in spec.get("minority_classes", []) if c >= q]
     if bad:
         raise ConfigError(f"{where}.minority_classes: {bad} not a class of {spec['source']} ({q} classes)")

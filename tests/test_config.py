@@ -1,0 +1,96 @@
+"""Configuration: schema, cross-key checks that name the key, merge order, job expansion."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedbalance.config import ConfigError, Job, deep_merge, jobs, load_config, partition_args, resolve_job, settings
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def quick() -> dict:
+    return yaml.safe_load((ROOT / "config" / "quick.yaml").read_text())
+
+
+@pytest.fixture(scope="module")
+def full() -> dict:
+    return yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+
+
+def test_shipped_configs_validate(quick: dict, full: dict) -> None:
+    assert load_config(ROOT / "config" / "quick.yaml")["seeds"] == [0, 1]
+    assert load_config(ROOT / "config" / "config.yaml")["results_dir"] == "results"
+
+
+def test_full_config_job_count(full: dict) -> None:
+    # losses: 4 datasets x 5 gammas x 4 losses x 5 seeds; mismatch: 2 x (4 x 5) x 4 x 5
+    counts = {}
+    for j in jobs(full):
+        counts[j.experiment] = counts.get(j.experiment, 0) + 1
+    assert counts["losses"] == 4 * 5 * 4 * 5
+    assert counts["mismatch"] == 2 * 20 * 4 * 5
+    assert counts["t_ra"] == 11 * 5
+    assert counts["early"] == 4 * 3 * 5
+    assert len(jobs(full)) == sum(counts.values())
+
+
+def test_grid_names_and_merge_order(full: dict) -> None:
+    names = list(settings(full, "mismatch"))
+    assert names[:2] == ["c5_g1", "c5_g10"] and len(names) == 20
+    assert "t1.25" in settings(full, "t_ra")
+    spec = resolve_job(full, Job("monitor", "femnist", "default", "ce", 3))
+    # experiment params set scheme=monitor, num_clients=100; dataset_params restore writers
+    assert spec["partition"]["scheme"] == "writers"
+    assert spec["partition"]["num_clients"] == 100
+    assert spec["selection"] == "random" and spec["seed"] == 3
+    spec = resolve_job(full, Job("mismatch", "cifar10", "c3_g50", "ratio", 0))
+    assert (spec["partition"]["classes_per_client"], spec["partition"]["gamma"]) == (3, 50)
+    assert spec["rounds"] == 50 and spec["local_epochs"] == 5 and spec["lr"] == 0.001
+    scheme, kwargs = partition_args(spec)
+    assert scheme == "mismatch"
+    assert kwargs == {"num_clients": 20, "classes_per_client": 3, "majority_samples": 250, "gamma": 50,
+                      "minority_classes": (2, 4, 7)}
+
+
+def test_deep_merge_does_not_mutate() -> None:
+    a = {"x": {"y": 1, "z": 2}}
+    b = deep_merge(a, {"x": {"y": 5}})
+    assert b == {"x": {"y": 5, "z": 2}} and a == {"x": {"y": 1, "z": 2}}
+
+
+@pytest.mark.parametrize(
+    ("edit", "key"),
+    [
+        (lambda c: c["experiments"]["losses"].update(losses=["ce", "hinge"]), "experiments.losses.losses.1"),
+        (lambda c: c["defaults"]["partition"].update(gamma=0.5), "defaults.partition.gamma"),
+        (lambda c: c["defaults"].update(clients_per_round=50), "clients_per_round"),
+        (lambda c: c["defaults"]["partition"].update(majority_samples=-3), "defaults.partition.majority_samples"),
+        (lambda c: c["experiments"]["losses"].update(datasets=["svhn"]), "experiments.losses.datasets"),
+        (lambda c: c["datasets"]["mnist"].update(source="imagenet"), "datasets.mnist.source"),
+        (lambda c: c["datasets"]["mnist"].update(minority_classes=[2, 11]), "minority_classes"),
+        (lambda c: c["experiments"]["early"]["settings"]["S"].update(switch_round=9), "switch_round"),
+        (lambda c: c["experiments"]["mfe"]["grid"]["c"].update(key="partition.classes"), "experiments.mfe"),
+        (lambda c: c.update(typo_key=1), "typo_key"),
+    ],
+)
+def test_bad_values_name_the_key(quick: dict, edit, key: str) -> None:
+    cfg = copy.deepcopy(quick)
+    edit(cfg)
+    with pytest.raises(ConfigError) as err:
+        load_config(cfg)
+    assert key in str(err.value)
+
+
+def test_missing_and_malformed_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("datasets: [unclosed\n")
+    with pytest.raises(ConfigError, match="bad.yaml"):
+        load_config(bad)

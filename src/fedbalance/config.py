@@ -147,6 +147,11 @@ def _check_job(spec: Mapping[str, Any], where: str) -> None:
         raise ConfigError(f"{where}.partition: need min_classes <= max_classes <= {q}, got {p['min_classes']}, {p['max_classes']}")
     if p["scheme"] == "mismatch" and p["classes_per_client"] > q:
         raise ConfigError(f"{where}.partition.classes_per_client: {p['classes_per_client']} > {q} classes")
+    if p["scheme"] == "mismatch" and (p["num_clients"] * p["classes_per_client"]) % q:
+        raise ConfigError(
+            f"{where}.partition.num_clients: {p['num_clients']} clients x {p['classes_per_client']} classes is not a "
+            f"multiple of {q} classes, so the classes cannot be held equally often"
+        )
     if spec.get("switch_round") is not None and spec["switch_round"] >= spec["rounds"]:
         raise ConfigError(f"{where}.switch_round: {spec['switch_round']} is not before rounds = {spec['rounds']}")
 

@@ -1,0 +1,665 @@
+"""The paper's tables regenerated from the tidy frames, beside the published numbers.
+
+One :class:`TableSpec` per paper table (``TABLES``) says which jobs fill each cell. A cell is the
+mean over seeds (monitor tables: mean and variance of the per-round CS over rounds and seeds).
+Values are kept in the paper's units: Ac.M and Ac. in %, AUC and CS as fractions, CS variance
+in 1e-5. Bold rule: the best loss (stage) per column as in the paper (``bold="column"``, max; ties
+all bold, compared as printed); sweeps bold the best value of each row (max mean, min variance);
+Sup_bs_ep bolds nothing, as the paper. Cells without data print as ``--`` (an en dash).
+
+Outputs of :func:`write_tables`: ``<label>.tex``, ``<label>_std.tex``, ``<label>_vs_paper.csv``,
+``<label>_vs_paper.tex`` for every table, ``claims.md`` and the standalone ``paper_tables.tex``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+import jinja2
+import numpy as np
+import pandas as pd
+
+PUBLISHED = Path(__file__).with_name("published") / "paper_numbers.csv"
+TEMPLATES = Path(__file__).resolve().parents[2] / "report" / "templates"
+KEY = ["experiment", "dataset", "setting", "loss"]
+CELL_KEY = ["metric", "dataset", "column", "row"]
+MISSING = "--"
+ESTIMATORS = ("paper", "released", "nnls", "uniform")
+
+DATASET_NAME = {"mnist": "MNIST", "cifar10": "CIFAR10", "fer2013": "Fer2013", "femnist": "FEMNIST"}
+LOSS_LABEL = {
+    "ce": r"$L_{C\!E}$", "focal": r"$L_{F\!L}$", "ghmc": r"$L_{G\!H\!M\!C}$", "ratio": r"$L_{R\!L}$(ours)",
+    "mse": r"$L_{M\!S\!E}$", "mfe": r"$L_{M\!F\!E}$",
+}
+METRIC_LABEL = {
+    "acm": r"Ac.M \%", "auc": "AUC", "acc_majority": r"Ac. \%", "cs_mean": "Mean", "cs_var": r"Var. ($\times10^{-5}$)",
+}
+PLAIN_METRIC = {"acm": "Ac.M", "auc": "AUC", "acc_majority": "Ac.", "cs_mean": "mean CS", "cs_var": "CS variance"}
+FINAL_SOURCE = {"acm": ("acc_minority", 100.0), "auc": ("auc_micro", 1.0), "acc_majority": ("acc_majority", 100.0)}
+GAMMAS = (("B.", 1), ("10:1", 10), ("20:1", 20), ("50:1", 50), ("100:1", 100))
+FOUR_LOSSES = ("ce", "focal", "ghmc", "ratio")
+CS_LEVELS = {  # classes per client -> the paper's CS level
+    10: ((5, "0.6960"), (4, "0.6158"), (3, "0.5111"), (2, "0.3984")),
+    7: ((6, "0.9343"), (5, "0.8489"), (4, "0.7411"), (3, "0.6732")),
+}
+CAPTION_LOSSES = (
+    r"Comparison between our method ($L_{R\!L}$) and previous methods based on CrossEntropy Loss ($L_{C\!E}$), "
+    r"Focal Loss ($L_{F\!L}$) and GHMC Loss ($L_{G\!H\!M\!C}$)"
+)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One table cell: its key in the published CSV and the jobs that fill it."""
+
+    metric: str
+    dataset: str
+    column: str
+    row: str
+    experiment: str
+    setting: str
+    loss: str
+
+
+@dataclass(frozen=True)
+class Group:
+    """A run of columns under one header (a dataset or a CS level)."""
+
+    title: str
+    dataset: str
+    columns: tuple[tuple[str, str], ...]
+    realised: tuple[str, tuple[str, ...]] | None = None
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """How to build one table: its cells, its layout and its bold rule."""
+
+    label: str
+    caption: str
+    layout: str
+    cells: tuple[Cell, ...]
+    metrics: tuple[str, ...]
+    rows: tuple[tuple[str, str], ...]
+    groups: tuple[Group, ...] = ()
+    corner: tuple[str, str] = (r"\textbf{Data}", r"$\Gamma$")
+    source: str = "final"
+    estimator: str | None = None
+    bold: str | None = "column"
+    block_columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def cell_frame(self) -> pd.DataFrame:
+        """The cells as a frame (one row per cell)."""
+        return pd.DataFrame([c.__dict__ for c in self.cells], columns=list(Cell.__dataclass_fields__))
+
+
+def _loss_table(label: str, caption: str, experiment: str, datasets: Iterable[str], metrics: tuple[str, ...],
+                corner2: str = r"$\Gamma$") -> TableSpec:
+    """Datasets side by side, Γ columns, one row per loss in each metric block."""
+    groups, cells = [], []
+    for d in datasets:
+        cols = tuple((lab, f"g{g}") for lab, g in GAMMAS)
+        groups.append(Group(rf"\textbf{{{DATASET_NAME[d]}}}", d, tuple((c, c) for c, _ in cols)))
+        cells += [Cell(m, d, c, loss, experiment, s, loss) for m in metrics for c, s in cols for loss in FOUR_LOSSES]
+    rows = tuple((loss, LOSS_LABEL[loss]) for loss in FOUR_LOSSES)
+    return TableSpec(label, caption, "grid", tuple(cells), metrics, rows, tuple(groups),
+                     corner=(r"\textbf{Data}", corner2))
+
+
+def _mismatch_table(label: str, dataset: str) -> TableSpec:
+    """One dataset, three CS levels side by side (as printed in the paper), Γ columns, loss rows."""
+    q = 7 if dataset == "fer2013" else 10
+    experiment = "mismatch_fer2013" if dataset == "fer2013" else "mismatch"
+    skip = 3 if dataset == "fer2013" else 2  # the CS levels the paper prints
+    levels = [lv for i, lv in enumerate(CS_LEVELS[q]) if i != skip]
+    groups, cells = [], []
+    for c, cs in levels:
+        cols = tuple((f"{cs}/{lab}", lab, f"c{c}_g{g}") for lab, g in GAMMAS)
+        groups.append(Group(rf"$C\!S$={cs}", dataset, tuple((k, lab) for k, lab, _ in cols),
+                            (experiment, tuple(s for _, _, s in cols))))
+        cells += [Cell(m, dataset, k, loss, experiment, s, loss)
+                  for m in ("acm", "auc") for k, _, s in cols for loss in FOUR_LOSSES]
+    rows = tuple((loss, LOSS_LABEL[loss]) for loss in FOUR_LOSSES)
+    caption = (CAPTION_LOSSES + rf" in federated learning over {DATASET_NAME[dataset]}, under three levels of mismatch "
+               r"between local and global imbalance (paper's $C\!S$; ours, realised, in brackets) and different levels "
+               "of global imbalance.")
+    return TableSpec(label, caption, "grid", tuple(cells), ("acm", "auc"), rows, tuple(groups),
+                     corner=(rf"\textbf{{{DATASET_NAME[dataset]}}}", r"$\Gamma$"))
+
+
+def _mfe_table() -> TableSpec:
+    groups, cells = [], []
+    for d in ("mnist", "cifar10", "fer2013"):
+        q = 7 if d == "fer2013" else 10
+        exp = "mfe_fer2013" if d == "fer2013" else "mfe"
+        groups.append(Group(rf"\textbf{{{DATASET_NAME[d]}}}", d, tuple((cs, cs) for _, cs in CS_LEVELS[q]),
+                            (exp, tuple(f"c{c}" for c, _ in CS_LEVELS[q]))))
+        cells += [Cell(m, d, cs, loss, exp, f"c{c}", loss)
+                  for m in ("acm", "auc") for c, cs in CS_LEVELS[q] for loss in ("mse", "mfe")]
+    caption = (r"Comparison between the Mean-Square-Error Loss ($L_{M\!S\!E}$) and the MFE Loss with local knowledge "
+               r"($L_{M\!F\!E}$) under different levels of mismatch (paper's $C\!S$; ours, realised, in the row "
+               r"below), $\Gamma=10:1$.")
+    return TableSpec("Sup_MFE", caption, "grid", tuple(cells), ("acm", "auc"),
+                     (("mse", LOSS_LABEL["mse"]), ("mfe", LOSS_LABEL["mfe"])), tuple(groups),
+                     corner=(r"\textbf{Data}", r"$C\!S$"))
+
+
+def _sweep_table(label: str, caption: str, experiment: str, prefix: str, row: str, symbol: str,
+                 values: tuple[float, ...], metrics: tuple[str, ...], loss: str, source: str = "final",
+                 estimator: str | None = None) -> TableSpec:
+    cols = tuple((f"{v:.2f}", f"{prefix}{v:g}") for v in values)
+    cells = tuple(Cell(m, "mnist", c, row, experiment, s, loss) for m in metrics for c, s in cols)
+    return TableSpec(label, caption, "sweep", cells, metrics, ((row, symbol),),
+                     (Group("", "mnist", tuple((c, c) for c, _ in cols)),), corner=(symbol, ""), source=source,
+                     estimator=estimator, bold="row")
+
+
+def _early_table() -> TableSpec:
+    stages = (("E", "E."), ("M", "M."), ("S", "S."))
+    datasets = ("mnist", "cifar10", "fer2013", "femnist")
+    cells = tuple(Cell(m, d, DATASET_NAME[d], st, "early", st, "ce")
+                  for m in ("acm", "auc") for d in datasets for st, _ in stages)
+    groups = tuple(Group(rf"\textbf{{{DATASET_NAME[d]}}}", d, ((DATASET_NAME[d], DATASET_NAME[d]),)) for d in datasets)
+    return TableSpec("Importance_early", "Comparison when global imbalance ($\\Gamma=100:1$) is acknowledged at "
+                     "different stages of FL training (start S., middle M., end E.).", "single", cells,
+                     ("acm", "auc"), stages, groups, corner=(r"\textbf{Metric}", r"\textbf{Stage}"))
+
+
+def _bs_ep_table() -> TableSpec:
+    blocks = {"bs": ("batch_size", (32, 64, 96, 128, 256)), "ep": ("local_epochs", (4, 8, 10, 20, 30))}
+    cells = tuple(Cell(m, d, str(v), row, exp, f"{row}{v}", "ce")
+                  for row, (exp, vals) in blocks.items() for d in ("cifar10", "femnist")
+                  for m in ("cs_mean", "cs_var") for v in vals)
+    groups = tuple(Group(rf"\textbf{{{DATASET_NAME[d]}}}", d, tuple((str(i), str(i)) for i in range(5)))
+                   for d in ("cifar10", "femnist"))
+    return TableSpec("Sup_bs_ep", "The mean and variance of the similarity scores between the monitor's estimate of "
+                     "the data composition and the ground truth over CIFAR10 and FEMNIST under different local batch "
+                     "sizes and epochs.", "blocks", cells, ("cs_mean", "cs_var"),
+                     (("bs", r"\textbf{Batch Size}"), ("ep", r"\textbf{Local Epochs}")), groups,
+                     source="monitor", bold=None,
+                     block_columns={r: tuple(str(v) for v in vals) for r, (_, vals) in blocks.items()})
+
+
+def _imbalance_table() -> TableSpec:
+    datasets = ("mnist", "cifar10", "fer2013", "femnist")
+    cells = tuple(Cell("cs", d, lab, est, "losses", f"g{g}", "ratio")
+                  for d in datasets for lab, g in GAMMAS for est in ESTIMATORS)
+    rows = tuple((lab, lab) for lab, _ in GAMMAS)
+    groups = (Group(r"\textbf{Estimator}", "", tuple((e, rf"\texttt{{{e}}}") for e in ESTIMATORS)),)
+    return TableSpec("Monitor_under_imbalance", "Beyond the paper: CS between each estimator's composition estimate "
+                     "(and the uniform guess $N/Q$) and the true composition of the round, mean $\\pm$ std over "
+                     "rounds and seeds, Ratio-Loss jobs of the fixed-client loss comparison.", "imbalance", cells,
+                     ("cs",), rows, groups, corner=(r"\textbf{Data}", r"$\Gamma$"), source="imbalance")
+
+
+def _specs() -> dict[str, TableSpec]:
+    three = ("mnist", "cifar10", "fer2013")
+    specs = [
+        _loss_table("FL_FEMNIST", CAPTION_LOSSES + " in federated learning, over FEMNIST and different levels of "
+                    "global imbalance.", "losses", ("femnist",), ("acm", "auc")),
+        _loss_table("Res_3_datasets", CAPTION_LOSSES + " in federated learning, over three data sets and different "
+                    "levels of global imbalance.", "losses", three, ("acm", "auc")),
+        _loss_table("Res_without_mismatch", CAPTION_LOSSES + ", when the models are not trained with federated "
+                    "learning.", "centralised", three, ("acm", "auc"), corner2=r"$\gamma$"),
+        _mfe_table(),
+        _sweep_table("Sup_hyper_T_ra", "The mean and variance of the similarity scores between the estimate of the "
+                     "data composition (paper estimator) and the ground truth over MNIST under different $T_{Ra}$.",
+                     "t_ra", "t", "T_Ra", "$T_{Ra}$",
+                     (1.0, 1.05, 1.1, 1.15, 1.2, 1.25, 1.3, 1.4, 1.5, 2.0, 5.0), ("cs_mean", "cs_var"), "ce",
+                     source="monitor", estimator="paper"),
+        _sweep_table("Sup_hyper_a", r"Performance comparison under different $\alpha$ values ($\beta=0.10$, global "
+                     r"imbalance $\Gamma=50:1$).", "alpha", "a", "alpha", r"$\alpha$",
+                     (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 3.0, 5.0), ("acm", "auc"), "ratio"),
+        _sweep_table("Sup_hyper_b", r"Performance comparison under different $\beta$ values ($\alpha=1.00$, global "
+                     r"imbalance $\Gamma=50:1$).", "beta", "b", "beta", r"$\beta$",
+                     (0.02, 0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2, 0.3), ("acm", "auc"), "ratio"),
+        _early_table(),
+        _bs_ep_table(),
+        _loss_table("Sup_majority", "Comparison of the classification accuracy on the majority classes between "
+                    r"$L_{R\!L}$, $L_{C\!E}$, $L_{F\!L}$ and $L_{G\!H\!M\!C}$ in federated learning, over three "
+                    "datasets and different levels of global imbalance.", "losses", three, ("acc_majority",)),
+        _loss_table("Sup_majority_femnist", "Comparison of the classification accuracy on the majority classes "
+                    r"between $L_{R\!L}$, $L_{C\!E}$, $L_{F\!L}$ and $L_{G\!H\!M\!C}$ in federated learning, over "
+                    "FEMNIST and different levels of global imbalance.", "losses", ("femnist",), ("acc_majority",)),
+        _loss_table("Sup_fe_dynamic", CAPTION_LOSSES + " over FEMNIST when the global imbalance ratio changes with "
+                    "the selection of clients at each round.", "dynamic", ("femnist",), ("acm", "auc")),
+        _mismatch_table("Sup_data_MNIST", "mnist"),
+        _mismatch_table("Sup_data_CIFAR10", "cifar10"),
+        _mismatch_table("Sup_data_Fer2013", "fer2013"),
+        _imbalance_table(),
+    ]
+    return {s.label: s for s in specs}
+
+
+TABLES: dict[str, TableSpec] = _specs()
+
+
+def table_labels() -> list[str]:
+    """Labels of every table written by :func:`write_tables` (paper order, then ours)."""
+    return list(TABLES)
+
+
+def published() -> pd.DataFrame:
+    """The published numbers (long format, as printed)."""
+    return pd.read_csv(PUBLISHED, dtype={"column": str, "row": str})
+
+
+# ---------------------------------------------------------------- values
+
+
+def _final_stats(final: pd.DataFrame, metric: str) -> pd.DataFrame:
+    col, scale = FINAL_SOURCE[metric]
+    g = final.dropna(subset=[col]).groupby(KEY)[col]
+    out = pd.DataFrame({"mean": g.mean() * scale, "std": g.std() * scale, "n": g.count()})
+    return out.reset_index()
+
+
+def _round_stats(rounds: pd.DataFrame, column: str, metric: str) -> pd.DataFrame:
+    """Pooled over rounds and seeds; std over seeds of the per-seed statistic."""
+    if column not in rounds.columns:
+        return pd.DataFrame(columns=KEY + ["mean", "std", "n"])
+    r = rounds.dropna(subset=[column])
+    pooled = r.groupby(KEY)[column]
+    per_seed = r.groupby(KEY + ["seed"])[column]
+    if metric == "cs_var":
+        mean, seed_stat = pooled.var() * 1e5, per_seed.var() * 1e5
+    elif metric == "cs_mean":
+        mean, seed_stat = pooled.mean(), per_seed.mean()
+    else:
+        mean, seed_stat = pooled.mean(), None
+    std = pooled.std() if seed_stat is None else seed_stat.groupby(level=KEY).std()
+    n = per_seed.mean().groupby(level=KEY).count()
+    return pd.DataFrame({"mean": mean, "std": std, "n": n}).reset_index()
+
+
+def cell_values(spec: TableSpec, final: pd.DataFrame, rounds: pd.DataFrame, estimator: str = "released") -> pd.DataFrame:
+    """One row per cell of ``spec``: the cell's keys and jobs, ``mean``, ``std`` and ``n`` (seeds)."""
+    cells = spec.cell_frame()
+    parts = []
+    for (metric, row), sub in cells.groupby(["metric", "row"], sort=False):
+        if spec.source == "final":
+            stats = _final_stats(final, metric)
+        elif spec.source == "monitor":
+            stats = _round_stats(rounds, f"cs_{spec.estimator or estimator}", metric)
+        else:
+            stats = _round_stats(rounds, f"cs_{row}", metric)
+        parts.append(sub.merge(stats, on=KEY, how="left"))
+    out = pd.concat(parts, ignore_index=True) if parts else cells
+    out["n"] = out["n"].fillna(0).astype(int)
+    out.insert(0, "table", spec.label)
+    return out
+
+
+def fmt(value: float, metric: str) -> str:
+    """A value as the paper prints it: '04.93' (%), '.9907' (AUC, CS), '4.340' (variance in 1e-5)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return MISSING
+    if metric in ("acm", "acc_majority"):
+        return f"{value:05.2f}"
+    if metric in ("auc", "cs_mean", "cs"):
+        s = f"{value:.4f}"
+        return s[1:] if s.startswith("0.") else s.replace("-0.", "-.")
+    if metric == "cs_var":
+        return f"{value:.0f}" if abs(value) >= 1000 else f"{value:#.4g}"
+    raise ValueError(f"unknown metric {metric!r}")
+
+
+def fmt_diff(value: float, metric: str) -> str:
+    """A signed difference in the metric's printed precision."""
+    if value is None or math.isnan(value):
+        return MISSING
+    s = fmt(abs(value), metric)
+    return ("-" if value < 0 else "+") + s.lstrip("0") if metric in ("acm", "acc_majority") and abs(value) >= 1 \
+        else ("-" if value < 0 else "+") + s
+
+
+def bold_mask(spec: TableSpec, values: pd.DataFrame) -> pd.Series:
+    """True for the cells printed in bold: the best (as printed) per column or per row; ties all bold."""
+    shown = values.apply(lambda r: fmt(r["mean"], r["metric"]), axis=1)
+    num = pd.to_numeric(shown.where(shown != MISSING), errors="coerce")
+    mask = pd.Series(False, index=values.index)
+    if spec.bold is None:
+        return mask
+    by = ["metric", "dataset", "column"] if spec.bold == "column" else ["metric", "row"]
+    for (metric, *_), idx in values.groupby(by, sort=False).groups.items():
+        vals = num.loc[idx].dropna()
+        if vals.empty:
+            continue
+        best = vals.min() if metric == "cs_var" else vals.max()
+        mask.loc[vals.index[vals == best]] = True
+    return mask
+
+
+# ---------------------------------------------------------------- layout
+
+
+def _text(spec: TableSpec, values: pd.DataFrame, what: str) -> dict[tuple, str]:
+    """Cell key -> printed text (``what``: 'mean', 'std' or 'pm')."""
+    bold = bold_mask(spec, values) if what == "mean" else pd.Series(False, index=values.index)
+    out = {}
+    for i, r in values.iterrows():
+        if what == "pm":
+            t = MISSING if math.isnan(r["mean"]) else f"{fmt(r['mean'], r['metric'])}$\\pm${fmt(r['std'], r['metric'])}"
+        else:
+            t = fmt(r[what], r["metric"])
+        out[(r["metric"], r["dataset"], r["column"], r["row"])] = rf"\textbf{{{t}}}" if bold[i] else t
+    return out
+
+
+def _mc(n: int, align: str, text: str) -> str:
+    return rf"\multicolumn{{{n}}}{{{align}}}{{{text}}}"
+
+
+def _realised_cs(final: pd.DataFrame, experiment: str, dataset: str, settings: Iterable[str]) -> str:
+    """Mean over jobs of the partition's realised mean CS, as printed ('--' without jobs)."""
+    sel = final[(final.experiment == experiment) & (final.dataset == dataset) & final.setting.isin(list(settings))]
+    return MISSING if sel.empty else fmt(float(sel["mean_cs"].mean()), "cs")
+
+
+def layout(spec: TableSpec, values: pd.DataFrame, final: pd.DataFrame, what: str = "mean") -> tuple[str, list]:
+    """(tabular column spec, lines) of one table; a line is a list of cells or the string 'hline'."""
+    text = _text(spec, values, what)
+    metric_of = {m: METRIC_LABEL.get(m, m) for m in spec.metrics}
+    lines: list = []
+    if spec.layout == "sweep":
+        cols = [c for c, _ in spec.groups[0].columns]
+        row = spec.rows[0][0]
+        lines.append([spec.corner[0]] + cols)
+        for m in spec.metrics:
+            lines += ["hline", [rf"\textbf{{{metric_of[m]}}}"] + [text[(m, "mnist", c, row)] for c in cols]]
+        return "c|" + "c" * len(cols), lines
+    if spec.layout == "blocks":
+        n = len(spec.groups[0].columns)
+        lines.append([r"\textbf{Data}"] + [_mc(n, "c|" if i == 0 else "c", g.title) for i, g in enumerate(spec.groups)])
+        for row, label in spec.rows:
+            cols = spec.block_columns[row]
+            lines += ["hline", [label] + list(cols) * len(spec.groups), "hline"]
+            for m in spec.metrics:
+                lines.append([rf"\textbf{{{metric_of[m]}}}"]
+                             + [text[(m, g.dataset, c, row)] for g in spec.groups for c in cols])
+        return "c|" + "|".join("c" * n for _ in spec.groups), lines
+    if spec.layout == "imbalance":
+        ests = [e for e, _ in spec.groups[0].columns]
+        lines.append([spec.corner[0], spec.corner[1]] + [lab for _, lab in spec.groups[0].columns])
+        for d in dict.fromkeys(values["dataset"]):
+            lines.append("hline")
+            for i, (g, _) in enumerate(spec.rows):
+                first = rf"\textbf{{{DATASET_NAME[d]}}}" if i == 0 else ""
+                lines.append([first, g] + [text[("cs", d, g, e)] for e in ests])
+        return "c|c|" + "c" * len(ests), lines
+    colspec = "c|c|" + "|".join("c" * len(g.columns) for g in spec.groups)
+    if spec.layout == "single":
+        lines.append(list(spec.corner) + [g.title for g in spec.groups])
+    else:
+        titles = []
+        for i, g in enumerate(spec.groups):
+            title = g.title
+            if g.realised and spec.label.startswith("Sup_data"):
+                title += f" (ours {_realised_cs(final, g.realised[0], g.dataset, g.realised[1])})"
+            titles.append(_mc(len(g.columns), "c|" if i < len(spec.groups) - 1 else "c", title))
+        lines += [[_mc(2, "c|", spec.corner[0])] + titles, "hline",
+                  [_mc(2, "c|", spec.corner[1])] + [lab for g in spec.groups for _, lab in g.columns]]
+        if spec.label == "Sup_MFE":
+            lines.append([_mc(2, "c|", r"ours $C\!S$")] + [_realised_cs(final, g.realised[0], g.dataset, [s])
+                                                            for g in spec.groups for s in g.realised[1]])
+    for m in spec.metrics:
+        lines.append("hline")
+        for i, (row, label) in enumerate(spec.rows):
+            first = rf"\textbf{{{metric_of[m]}}}" if i == 0 else ""
+            lines.append([first, label] + [text.get((m, g.dataset, c, row), MISSING)
+                                           for g in spec.groups for c, _ in g.columns])
+    return colspec, lines
+
+
+# ---------------------------------------------------------------- comparison with the paper
+
+
+def vs_paper(values: pd.DataFrame, pub: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Ours beside the published value of every cell: ours_mean, ours_std, n_seeds, paper, diff = ours - paper."""
+    pub = published() if pub is None else pub
+    out = values.merge(pub.rename(columns={"value": "paper"}), on=["table"] + CELL_KEY, how="left")
+    out = out.rename(columns={"mean": "ours_mean", "std": "ours_std", "n": "n_seeds"})
+    out["diff"] = out["ours_mean"] - out["paper"]
+    return out[["table"] + CELL_KEY + ["ours_mean", "ours_std", "n_seeds", "paper", "diff"]]
+
+
+def _vs_paper_rows(cmp: pd.DataFrame) -> list[list[str]]:
+    rows = []
+    for _, r in cmp.iterrows():
+        m = r["metric"]
+        ours = MISSING if math.isnan(r["ours_mean"]) else f"{fmt(r['ours_mean'], m)} $\\pm$ {fmt(r['ours_std'], m)}"
+        rows.append([METRIC_LABEL.get(m, "CS"), DATASET_NAME.get(r["dataset"], r["dataset"]), str(r["column"]),
+                     LOSS_LABEL.get(r["row"], str(r["row"]).replace("_", r"\_")), ours, str(r["n_seeds"]),
+                     fmt(r["paper"], m), fmt_diff(r["diff"], m)])
+    return rows
+
+
+# ---------------------------------------------------------------- claims
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A headline claim of the paper and its verdict on our numbers."""
+
+    text: str
+    verdict: str
+    evidence: str
+
+
+HOLDS, FAILS, NO_DATA = "holds", "does not hold", "not enough data"
+
+
+def _verdict(ok: bool | None) -> str:
+    return NO_DATA if ok is None else (HOLDS if ok else FAILS)
+
+
+def _best_count(spec: TableSpec, values: pd.DataFrame, metric: str, row: str) -> tuple[int, int]:
+    """(columns where ``row`` is bold, columns where ``row`` and another row have data)."""
+    v = values[values.metric == metric].copy()
+    v["bold"] = bold_mask(spec, values)[v.index]
+    best = total = 0
+    for _, col in v.groupby(["dataset", "column"], sort=False):
+        have = col.dropna(subset=["mean"])
+        if row in set(have["row"]) and len(have) > 1:
+            total += 1
+            best += int(have.loc[have["row"] == row, "bold"].iloc[0])
+    return best, total
+
+
+def _ordered(seq: list[float], increasing: bool = True) -> bool:
+    pairs = list(zip(seq, seq[1:]))
+    return all(b >= a for a, b in pairs) if increasing else all(b <= a for a, b in pairs)
+
+
+def _mean_cs(rounds: pd.DataFrame, experiment: str, est: str) -> pd.DataFrame:
+    col = f"cs_{est}"
+    sel = rounds[rounds.experiment == experiment]
+    if col not in sel.columns or sel[col].dropna().empty:
+        return pd.DataFrame(columns=["dataset", "setting", col])
+    return sel.dropna(subset=[col]).groupby(["dataset", "setting"])[col].mean().reset_index()
+
+
+def claims(final: pd.DataFrame, rounds: pd.DataFrame, estimator: str = "released",
+           values: dict[str, pd.DataFrame] | None = None) -> list[Claim]:
+    """Each headline claim of the paper with a verdict from the regenerated numbers."""
+    values = values or {k: cell_values(s, final, rounds, estimator) for k, s in TABLES.items()}
+    out: list[Claim] = []
+    for label in ("Res_3_datasets", "FL_FEMNIST", "Res_without_mismatch", "Sup_fe_dynamic",
+                  "Sup_data_MNIST", "Sup_data_CIFAR10", "Sup_data_Fer2013"):
+        for metric in ("acm", "auc"):
+            best, total = _best_count(TABLES[label], values[label], metric, "ratio")
+            out.append(Claim(f"Ratio Loss has the best {PLAIN_METRIC[metric]} in most cells of {label}",
+                             _verdict(None if total == 0 else 2 * best > total), f"{best}/{total} cells"))
+    maj = pd.concat([values["Sup_majority"], values["Sup_majority_femnist"]])
+    piv = maj.pivot_table(index=["dataset", "column"], columns="row", values="mean")
+    if {"ratio", "ce"} <= set(piv.columns):
+        piv = piv.dropna(subset=["ratio", "ce"])
+        ok = int((piv["ratio"] >= piv["ce"] - 1.0).sum())
+        out.append(Claim("Ratio Loss does not sacrifice the majority classes (Ac. within 1 point of CE or better)",
+                         _verdict(None if piv.empty else 2 * ok > len(piv)), f"{ok}/{len(piv)} cells"))
+    else:
+        out.append(Claim("Ratio Loss does not sacrifice the majority classes (Ac. within 1 point of CE or better)",
+                         NO_DATA, "no Sup_majority cells with both losses"))
+    out += _monitor_claims(rounds, estimator)
+    out += _mismatch_claims(final)
+    out += _sweep_claims(values)
+    return out
+
+
+def _monitor_claims(rounds: pd.DataFrame, estimator: str) -> list[Claim]:
+    out = []
+    est = _mean_cs(rounds, "monitor", estimator)
+    uni = _mean_cs(rounds, "monitor", "uniform")
+    if est.empty:
+        out += [Claim(f"Monitor: mean CS above 0.98 on every dataset (estimator {estimator})", NO_DATA,
+                      "no monitor rounds with a CS"),
+                Claim(f"Monitor: estimator {estimator} beats the uniform guess on every dataset", NO_DATA,
+                      "no monitor rounds with a CS")]
+    else:
+        ev = []
+        for _, r in est.iterrows():
+            u = uni.loc[uni.dataset == r["dataset"], "cs_uniform"]
+            ev.append(f"{r['dataset']}: {estimator} {fmt(r[f'cs_{estimator}'], 'cs')} vs uniform "
+                      f"{fmt(float(u.iloc[0]) if len(u) else float('nan'), 'cs')}")
+        above = bool((est[f"cs_{estimator}"] > 0.98).all())
+        out.append(Claim(f"Monitor: mean CS above 0.98 on every dataset (estimator {estimator})", _verdict(above),
+                         "; ".join(ev)))
+        m = est.merge(uni, on=["dataset", "setting"])
+        out.append(Claim(f"Monitor: estimator {estimator} beats the uniform guess on every dataset",
+                         _verdict(None if m.empty else bool((m[f"cs_{estimator}"] > m["cs_uniform"]).all())),
+                         "; ".join(ev)))
+    imb = rounds[(rounds.experiment == "losses") & (rounds.loss == "ratio") & (rounds.setting != "g1")]
+    col = f"cs_{estimator}"
+    if col in imb.columns and not imb.dropna(subset=[col, "cs_uniform"]).empty:
+        g = imb.dropna(subset=[col, "cs_uniform"]).groupby(["dataset", "setting"])[[col, "cs_uniform"]].mean()
+        wins = int((g[col] > g["cs_uniform"]).sum())
+        out.append(Claim(f"Monitor under imbalance (Gamma >= 10): {estimator} beats the uniform guess",
+                         _verdict(wins == len(g)), f"{wins}/{len(g)} (dataset, Gamma) settings"))
+    else:
+        out.append(Claim(f"Monitor under imbalance (Gamma >= 10): {estimator} beats the uniform guess", NO_DATA,
+                         "no Ratio-Loss rounds of the losses experiment with a CS"))
+    for exp in ("clients_cifar10", "clients_femnist"):
+        cs = _mean_cs(rounds, exp, estimator)
+        ok, ev = [], []
+        for d, sub in cs.groupby("dataset"):
+            sub = sub.assign(k=sub.setting.str.lstrip("k").astype(int)).sort_values("k")
+            ok.append(_ordered(sub[col].tolist()))
+            ev.append(f"{d}: " + ", ".join(f"k={k} {fmt(v, 'cs')}" for k, v in zip(sub.k, sub[col])))
+        out.append(Claim(f"More selected clients bring the CS closer to 1 ({exp})",
+                         _verdict(all(ok) if ok else None), "; ".join(ev) or "no rounds"))
+    for exp in ("batch_size", "local_epochs"):
+        cs = _mean_cs(rounds, exp, estimator)
+        spans = {d: float(s[col].max() - s[col].min()) for d, s in cs.groupby("dataset") if len(s) > 1}
+        out.append(Claim(f"{exp.replace('_', ' ').capitalize()} has little impact on the monitor (CS range < 0.01)",
+                         _verdict(all(v < 0.01 for v in spans.values()) if spans else None),
+                         "; ".join(f"{d}: range {v:.4f}" for d, v in spans.items()) or "no rounds"))
+    return out
+
+
+def _mismatch_claims(final: pd.DataFrame) -> list[Claim]:
+    out = []
+    sel = final[final.experiment.isin(["mismatch", "mismatch_fer2013"]) & final.setting.str.endswith("_g10")]
+    acm = sel.groupby(["dataset", "loss", "setting"])["acc_minority"].mean().reset_index()
+    acm["c"] = acm.setting.str.extract(r"^c(\d+)_")[0].astype(int)
+    mono, ev = [], []
+    for (d, loss), sub in acm.groupby(["dataset", "loss"]):
+        sub = sub.sort_values("c", ascending=False)
+        if len(sub) > 1:
+            mono.append(_ordered(sub["acc_minority"].tolist(), increasing=False))
+            ev.append(f"{d}/{loss}: {'yes' if mono[-1] else 'no'}")
+    out.append(Claim("Larger mismatch hurts all losses: Ac.M falls as classes per client fall (Gamma = 10)",
+                     _verdict(all(mono) if mono else None),
+                     "; ".join([f"{sum(mono)}/{len(mono)} (dataset, loss) monotone"] + ev)))
+    levels = [sub for _, sub in acm.groupby(["dataset", "c"]) if "ratio" in set(sub.loss) and len(sub) > 1]
+    wins = [sub for sub in levels if sub.loc[sub.loss == "ratio", "acc_minority"].iloc[0] >= sub["acc_minority"].max()]
+    out.append(Claim("Ratio Loss has the best Ac.M at every mismatch level (Res_mismatch, Gamma = 10)",
+                     _verdict(len(wins) == len(levels) if levels else None),
+                     f"{len(wins)}/{len(levels)} (dataset, classes per client)"))
+    return out
+
+
+def _sweep_claims(values: dict[str, pd.DataFrame]) -> list[Claim]:
+    out = []
+    v = values["Importance_early"]
+    acm = v[v.metric == "acm"].dropna(subset=["mean"])
+    ok, ev = [], []
+    for d, sub in acm.groupby("dataset", sort=False):
+        order = [s for s in ("S", "M", "E") if s in set(sub.row)]
+        means = [float(sub.loc[sub.row == s, "mean"].iloc[0]) for s in order]
+        if len(means) > 1:
+            ok.append(_ordered(means, increasing=False))
+            ev.append(f"{d}: " + " > ".join(f"{s} {m:.2f}" for s, m in zip(order, means)))
+    out.append(Claim("Early acknowledgment helps: Ac.M S. > M. > E.", _verdict(all(ok) if ok else None),
+                     "; ".join(ev) or "no early jobs"))
+    for label, best, metric in (("Sup_hyper_T_ra", "1.25", "cs_mean"), ("Sup_hyper_T_ra", "1.25", "cs_var"),
+                                ("Sup_hyper_a", "1.00", "acm"), ("Sup_hyper_b", "0.10", "acm")):
+        t = values[label]
+        t = t[t.metric == metric].dropna(subset=["mean"])
+        bold = bold_mask(TABLES[label], values[label])
+        winners = list(values[label].loc[bold[bold].index].query("metric == @metric")["column"])
+        ok = None if t.empty or best not in set(t.column) else best in winners
+        out.append(Claim(f"{label}: {best} gives the best {PLAIN_METRIC[metric]}", _verdict(ok),
+                         f"best: {', '.join(winners) or '--'}"))
+    v = values["Sup_MFE"]
+    acm = v[(v.metric == "acm")].dropna(subset=["mean"])
+    worse, total = 0, 0
+    for (d, c), sub in acm.groupby(["dataset", "column"]):
+        if {"mse", "mfe"} <= set(sub.row):
+            total += 1
+            worse += int(sub.loc[sub.row == "mfe", "mean"].iloc[0] <= sub.loc[sub.row == "mse", "mean"].iloc[0])
+    out.append(Claim("MFE with local knowledge is no better than MSE (Sup_MFE Ac.M)",
+                     _verdict(None if total == 0 else 2 * worse > total), f"MFE <= MSE in {worse}/{total} cells"))
+    return out
+
+
+# ---------------------------------------------------------------- writing
+
+
+def _env(templates: Path) -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates)), block_start_string="((*", block_end_string="*))",
+        variable_start_string="(((", variable_end_string=")))", comment_start_string="((=",
+        comment_end_string="=))", trim_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined,
+    )
+
+
+def write_tables(final: pd.DataFrame, rounds: pd.DataFrame, out_dir: str | Path, *, estimator: str = "released",
+                 templates: str | Path | None = None) -> list[Path]:
+    """Write every table (mean, std, comparison with the paper), ``claims.md`` and ``paper_tables.tex``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    env = _env(Path(templates) if templates else TEMPLATES)
+    pub = published()
+    paths: list[Path] = []
+    all_values: dict[str, pd.DataFrame] = {}
+    for label, spec in TABLES.items():
+        values = cell_values(spec, final, rounds, estimator)
+        all_values[label] = values
+        for what, name, cap in (("mean", label, spec.caption),
+                                ("std", f"{label}_std", f"Standard deviation over seeds of Table~\\ref{{{label}}}.")):
+            kind = "pm" if spec.layout == "imbalance" and what == "mean" else what
+            colspec, lines = layout(spec, values, final, kind)
+            p = out / f"{name}.tex"
+            p.write_text(env.get_template("table.tex.j2").render(colspec=colspec, lines=lines, caption=cap, label=name))
+            paths.append(p)
+        cmp = vs_paper(values, pub)
+        p = out / f"{label}_vs_paper.csv"
+        cmp.to_csv(p, index=False)
+        paths.append(p)
+        rows = _vs_paper_rows(cmp)
+        chunks = [rows[i:i + 40] for i in range(0, len(rows), 40)]
+        p = out / f"{label}_vs_paper.tex"
+        p.write_text(env.get_template("vs_paper.tex.j2").render(title=label.replace("_", r"\_"), chunks=chunks))
+        paths.append(p)
+    p = out / "claims.md"
+    p.write_text(env.get_template("claims.md.j2").render(
+        claims=claims(final, rounds, estimator, all_values), estimator=estimator))
+    paths.append(p)
+    p = out / "paper_tables.tex"
+    items = [{"table": t, "std": f"{t}_std", "vs": f"{t}_vs_paper"} for t in TABLES]
+    p.write_text(env.get_template("paper_tables.tex.j2").render(tables=items, estimator=estimator))
+    paths.append(p)
+    return paths

@@ -1,0 +1,375 @@
+"""The paper's monitoring scheme and the Ratio-Loss weights (section "Monitoring Scheme", "Ratio Loss").
+
+Everything here works on the last linear layer W (Q x s) only, and only on what the server may
+see: the global models G_t and G_{t+1}, its own auxiliary data and the selected clients' total
+sample counts. Notation (shapes):
+
+* ``dW`` [Q, Q, s]: ``dW[q]`` = W(copy of G_t trained on the auxiliary samples of class q) - W(G_t);
+  ``dW[q, p, i]`` is the paper's Delta W^{(q)}_{(p, i)}.
+* ``dG`` [Q, s]: W(G_{t+1}) - W(G_t).
+* ``o[p, i]``: mean over j != p of ``dW[j, p, i]`` (the "other classes'" update of node p).
+
+Three estimators of the round's class counts solve n_a * scale * dG ~ sum_q N_q dW[q]:
+``paper`` (per-unit ratio filter + Eq. number calculation), ``released`` (the authors' code),
+``nnls`` (ours: non-negative least squares over all last-layer weights). See docs/deviations.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from scipy.optimize import nnls as _scipy_nnls
+from torch import Tensor, nn
+
+from fedbalance.models import LAST_LAYER
+from fedbalance.train import SGDConfig, train_copies
+
+METHODS = ("paper", "paper_signed", "released", "nnls")
+RELEASED_NEIGHBOUR = 0.8
+RELEASED_UPPER = 1.5
+RELEASED_NAN_RATIO = 10.0
+RATIO_CLIP = 5000.0
+
+
+def _weight_key() -> str:
+    return f"{LAST_LAYER}.weight"
+
+
+def aux_updates(
+    model: nn.Module,
+    aux_x: Tensor,
+    aux_y: Tensor,
+    num_classes: int,
+    cfg: SGDConfig,
+    generator: torch.Generator,
+    *,
+    path: str = "sequential",
+) -> Tensor:
+    """Monitor step 1: dW [Q, Q, s], one copy of G_t per class trained on that class's aux samples alone.
+
+    Same optimiser, batch size and epochs as a client (``cfg``), CE loss; ``model`` is unchanged.
+    One child generator per class is drawn from ``generator``.
+    """
+    labels = torch.arange(num_classes, device=aux_y.device)
+    counts = torch.bincount(aux_y, minlength=num_classes)
+    if bool((counts[:num_classes] == 0).any()):
+        missing = labels[counts[:num_classes] == 0].tolist()
+        raise ValueError(f"auxiliary data has no sample of class(es) {missing}")
+    datasets = [(aux_x[aux_y == p], aux_y[aux_y == p]) for p in labels.tolist()]
+    seeds = torch.randint(0, 2**62, (num_classes,), generator=generator).tolist()
+    gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
+    stacked, _ = train_copies(model, datasets, nn.CrossEntropyLoss(), cfg, gens, path=path)
+    w0 = model.state_dict()[_weight_key()].detach()
+    return stacked[_weight_key()].to(w0.device) - w0.unsqueeze(0)
+
+
+def _diag(dW: Tensor) -> Tensor:
+    """dW[p, p, :] for every p, shape [Q, s]."""
+    q = torch.arange(dW.shape[0], device=dW.device)
+    return dW[q, q]
+
+
+def _others_mean(dW: Tensor) -> Tensor:
+    """o_all[q, p, i] = mean over j != q of dW[j, p, i], shape [Q, Q, s]."""
+    q = dW.shape[0]
+    if q < 2:
+        raise ValueError("the monitor needs at least 2 classes")
+    return (dW.sum(0, keepdim=True) - dW) / (q - 1)
+
+
+def unit_ratios(dW: Tensor, *, signed: bool = False) -> Tensor:
+    """Eq. (ratio): Ra_{p,i} = (Q-1) dW^p_{p,i} / (sum_j dW^j_{p,i} - dW^p_{p,i}), shape [Q, s].
+
+    Read as a ratio of magnitudes, |dW[p,p,i]| / |o[p,i]| (default): training on class p raises
+    node p's weights (Y >= 0) while training on any other class lowers them, so the signed ratio
+    is negative almost everywhere and the filter Ra > T_Ra would keep ~no unit. ``signed=True``
+    gives the literal signed ratio.
+    """
+    own = _diag(dW)
+    other = _diag(_others_mean(dW))
+    return own / other if signed else own.abs() / other.abs()
+
+
+def _numbers_all(u: Tensor, dG: Tensor, scale: float, total: float) -> Tensor:
+    """Eq. (number calculation) for every (class q, weight (p, i)): [Q, Q, s], ``u`` per-sample updates."""
+    o = _others_mean(u)
+    return (scale * dG.unsqueeze(0) - total * o) / (u - o)
+
+
+def _per_sample(dW: Tensor, n_aux: int | Sequence[int] | Tensor) -> Tensor:
+    """dW[q] / n_a^q in float64 (the update one auxiliary sample of class q contributes)."""
+    n = torch.as_tensor(n_aux, dtype=torch.float64, device=dW.device).reshape(-1)
+    n = n.expand(dW.shape[0]) if n.numel() == 1 else n
+    if n.numel() != dW.shape[0] or bool((n <= 0).any()):
+        raise ValueError(f"n_aux must be one positive count or one per class ({dW.shape[0]}), got {n.tolist()}")
+    return dW.double() / n.reshape(-1, 1, 1)
+
+
+def number_estimates(dW: Tensor, dG: Tensor, n_aux: int | Sequence[int] | Tensor, scale: float, total: float) -> Tensor:
+    """Eq. (number calculation) solved per unit: N_hat_{p,i} = (n_a^p scale dG_{p,i} - N o_{p,i}) / (dW^p_{p,i} - o_{p,i}).
+
+    ``scale`` is K for unweighted FedAvg, N for sample-weighted FedAvg; ``total`` is N. The paper's
+    ``dW^p / Ra_{p,i}`` is ``o_{p,i}``. With per-class n_a the updates are first divided by n_a^q
+    (identical to the paper's formula when all n_a are equal). Shape [Q, s], float64.
+    """
+    return _diag(_numbers_all(_per_sample(dW, n_aux), dG.double(), scale, total))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One estimate v_pt of the round's class counts.
+
+    ``counts`` [Q] estimated N_hat per class; ``kept`` [Q] units/weights used per class; ``dropped``
+    values removed as non-finite, negative or (released) out of range; ``fallback`` classes that
+    got the uniform share N/Q because nothing was kept.
+    """
+
+    counts: Tensor
+    kept: Tensor
+    method: str
+    dropped: int
+    fallback: int = 0
+
+
+def uniform_guess(client_totals: Sequence[int], num_classes: int) -> Tensor:
+    """The no-information baseline: N/Q for every class."""
+    return torch.full((num_classes,), float(sum(client_totals)) / num_classes, dtype=torch.float64)
+
+
+def cosine_similarity(a: Tensor | Sequence[float], b: Tensor | Sequence[float]) -> float:
+    """CS(a, b) = a.b / (|a| |b|) (the paper's score of v_pt against V)."""
+    x = torch.as_tensor(a, dtype=torch.float64).reshape(-1)
+    y = torch.as_tensor(b, dtype=torch.float64).reshape(-1)
+    return float(x @ y / (x.norm() * y.norm()))
+
+
+def _masked_mean(values: Tensor, mask: Tensor, total: float) -> tuple[Tensor, Tensor, int]:
+    """Per-class mean over the last dims where ``mask``; classes with none get N/Q. Returns (means, kept, fallback)."""
+    dims = tuple(range(1, values.dim()))
+    kept = mask.sum(dims)
+    sums = torch.where(mask, values, torch.zeros_like(values)).sum(dims)
+    q = values.shape[0]
+    means = torch.where(kept > 0, sums / kept.clamp_min(1), torch.full_like(sums, total / q))
+    return means, kept, int((kept == 0).sum())
+
+
+def _released_keep(dW: Tensor) -> tuple[Tensor, Tensor]:
+    """The released filter: per weight, argmax class and whether no other class reaches 80 % of it.
+
+    A weight is kept when fewer than 2 classes have |dW| > 0.8 |max| (the max itself always
+    counts); when the max is 0, when fewer than 2 classes equal it. Returns (owner [Q, s], keep [Q, s]).
+    """
+    top, owner = dW.max(0)
+    near = torch.where(top == 0, (dW == 0).sum(0), (dW.abs() > RELEASED_NEIGHBOUR * top.abs()).sum(0))
+    return owner, near < 2
+
+
+def _owner_mask(owner: Tensor, keep: Tensor, num_classes: int) -> Tensor:
+    """M[q, p, i] = weight (p, i) is kept and owned by class q, shape [Q, Q, s]."""
+    classes = torch.arange(num_classes, device=owner.device).reshape(-1, 1, 1)
+    return (owner.unsqueeze(0) == classes) & keep.unsqueeze(0)
+
+
+def _nnls(u: Tensor, dG: Tensor, scale: float) -> Tensor:
+    """min ||sum_q N_q u[q] - scale dG|| over N >= 0, all last-layer weights at once."""
+    a = u.reshape(u.shape[0], -1).T.cpu().numpy()
+    b = (scale * dG).reshape(-1).cpu().numpy()
+    x, _ = _scipy_nnls(a, b)
+    return torch.from_numpy(np.asarray(x, dtype=np.float64))
+
+
+def estimate_composition(
+    dW: Tensor,
+    dG: Tensor,
+    *,
+    n_aux: int | Sequence[int] | Tensor,
+    client_totals: Sequence[int],
+    method: str = "paper",
+    t_ra: float = 1.25,
+    aggregation: str = "mean",
+    rescale: bool = True,
+) -> Estimate:
+    """Estimate the round's class counts v_pt from dW [Q, Q, s], dG [Q, s] and the clients' totals only.
+
+    ``aggregation`` "mean" (the paper's unweighted FedAvg) uses scale K = len(client_totals);
+    "weighted" (FedAvg weighted by N^j / N) uses scale N. ``rescale`` scales the result to sum to
+    N. Methods: "paper", "paper_signed" (literal signed Eq. ratio), "released", "nnls".
+    """
+    if method not in METHODS:
+        raise ValueError(f"monitor method must be one of {METHODS}, got {method!r}")
+    if aggregation not in ("mean", "weighted"):
+        raise ValueError(f"aggregation must be 'mean' or 'weighted', got {aggregation!r}")
+    q = dW.shape[0]
+    if dW.dim() != 3 or dW.shape[1] != q or tuple(dG.shape) != tuple(dW.shape[1:]):
+        raise ValueError(f"dW must be [Q, Q, s] and dG [Q, s]; got {tuple(dW.shape)} and {tuple(dG.shape)}")
+    total = float(sum(client_totals))
+    scale = float(len(client_totals)) if aggregation == "mean" else total
+    u = _per_sample(dW, n_aux)
+    g = dG.double().to(u.device)
+    if method == "nnls":
+        counts = _nnls(u, g, scale)
+        kept = torch.full((q,), u[0].numel(), dtype=torch.long)
+        dropped, fallback = 0, 0
+    elif method == "released":
+        numbers = _numbers_all(u, g, scale, total)
+        owner, keep = _released_keep(u)
+        mask = _owner_mask(owner, keep, q)
+        valid = mask & torch.isfinite(numbers) & (numbers > 0) & (numbers < RELEASED_UPPER * total / q)
+        counts, kept, fallback = _masked_mean(numbers, valid, total)
+        dropped = int((mask & ~valid).sum())
+    else:
+        ratios = unit_ratios(u, signed=method == "paper_signed")
+        numbers = _diag(_numbers_all(u, g, scale, total))
+        mask = ratios > t_ra
+        valid = mask & torch.isfinite(numbers) & (numbers >= 0)
+        counts, kept, fallback = _masked_mean(numbers, valid, total)
+        dropped = int((mask & ~valid).sum())
+    counts = counts.cpu()
+    if rescale and float(counts.sum()) > 0:
+        counts = counts * (total / counts.sum())
+    return Estimate(counts=counts, kept=kept.cpu(), method=method, dropped=dropped, fallback=fallback)
+
+
+def class_ratios(dW: Tensor, *, t_ra: float = 1.25, variant: str = "paper", clip: float | None = RATIO_CLIP) -> Tensor:
+    """Ratio Loss's R = [Ra_1 .. Ra_Q] (section "Ratio Loss based Mitigation"), shape [Q], float64.
+
+    "paper": Ra_p = |mean of Ra_{p,i} over the units with Ra_{p,i} > T_Ra| (magnitude reading of
+    Eq. ratio; all units when none passes). "released": the authors' ratio of sums over the
+    weights the released filter gives class p, |sum dW^p| / |sum o|, 10 when the denominator is 0.
+    Both are clipped at ``clip`` (the released code's 5000).
+    """
+    d = dW.double()
+    q = d.shape[0]
+    if variant == "paper":
+        ra = unit_ratios(d)
+        mask = ra > t_ra
+        none = ~mask.any(1, keepdim=True)
+        mask = mask | none
+        finite = torch.isfinite(ra)
+        mask = mask & finite
+        sums = torch.where(mask, ra, torch.zeros_like(ra)).sum(1)
+        out = (sums / mask.sum(1).clamp_min(1)).abs()
+    elif variant == "released":
+        owner, keep = _released_keep(d)
+        mask = _owner_mask(owner, keep, q).to(d.dtype)
+        num = (mask * d).sum((1, 2)).abs()
+        den = (mask * _others_mean(d)).sum((1, 2)).abs()
+        out = torch.where(den != 0, num / torch.where(den != 0, den, torch.ones_like(den)), torch.full_like(num, RELEASED_NAN_RATIO))
+    else:
+        raise ValueError(f"monitor variant must be 'paper' or 'released', got {variant!r}")
+    return out.clamp(max=clip) if clip is not None else out
+
+
+def ratio_weights(ratios: Tensor, *, alpha: float = 1.0, beta: float = 0.1) -> Tensor:
+    """Eq. (L_RL): per-class weights pi_p = alpha + beta Ra_p of the Ratio Loss."""
+    return alpha + beta * torch.as_tensor(ratios, dtype=torch.float64)
+
+
+class Acknowledger:
+    """Acknowledges global imbalance once v_pt's max/min exceeds ``threshold`` for ``rounds`` consecutive rounds.
+
+    The acknowledgment latches (the paper then switches to the Ratio Loss for the rest of training);
+    a round below the threshold resets the streak only while not yet acknowledged.
+    """
+
+    def __init__(self, threshold: float = 3.0, rounds: int = 3) -> None:
+        if threshold < 1 or rounds < 1:
+            raise ValueError(f"acknowledgment needs threshold >= 1 and rounds >= 1, got {threshold}, {rounds}")
+        self.threshold = float(threshold)
+        self.rounds = int(rounds)
+        self.streak = 0
+        self.acknowledged = False
+
+    @staticmethod
+    def imbalance(counts: Tensor | Sequence[float]) -> float:
+        """max/min of the estimate (inf when the smallest is <= 0)."""
+        c = torch.as_tensor(counts, dtype=torch.float64)
+        lo = float(c.min())
+        return float(c.max()) / lo if lo > 0 else math.inf
+
+    def update(self, counts: Tensor | Sequence[float]) -> bool:
+        """Feed one round's estimate; return whether imbalance is (now or already) acknowledged."""
+        self.streak = self.streak + 1 if self.imbalance(counts) > self.threshold else 0
+        self.acknowledged = self.acknowledged or self.streak >= self.rounds
+        return self.acknowledged
+
+    def state_dict(self) -> dict[str, float | int | bool]:
+        """Everything needed to resume."""
+        return {"threshold": self.threshold, "rounds": self.rounds, "streak": self.streak, "acknowledged": self.acknowledged}
+
+    def load_state_dict(self, state: dict[str, float | int | bool]) -> None:
+        """Restore from ``state_dict``."""
+        self.threshold = float(state["threshold"])
+        self.rounds = int(state["rounds"])
+        self.streak = int(state["streak"])
+        self.acknowledged = bool(state["acknowledged"])
+
+
+class Monitor:
+    """The server-side monitor: auxiliary data + settings; one ``dW`` per round feeds estimates and weights."""
+
+    def __init__(
+        self,
+        aux_x: Tensor,
+        aux_y: Tensor,
+        num_classes: int,
+        cfg: SGDConfig,
+        *,
+        t_ra: float = 1.25,
+        variant: str = "paper",
+        methods: Sequence[str] = ("paper", "released", "nnls"),
+        alpha: float = 1.0,
+        beta: float = 0.1,
+        aggregation: str = "mean",
+        path: str = "sequential",
+    ) -> None:
+        bad = [m for m in methods if m not in METHODS]
+        if bad:
+            raise ValueError(f"unknown monitor method(s) {bad}; choose from {METHODS}")
+        if variant not in ("paper", "released"):
+            raise ValueError(f"monitor variant must be 'paper' or 'released', got {variant!r}")
+        self.aux_x, self.aux_y = aux_x, aux_y
+        self.num_classes = num_classes
+        self.cfg = cfg
+        self.t_ra, self.variant, self.methods = t_ra, variant, tuple(methods)
+        self.alpha, self.beta = alpha, beta
+        self.aggregation, self.path = aggregation, path
+        self.n_aux = torch.bincount(aux_y.cpu(), minlength=num_classes)[:num_classes]
+
+    def updates(self, model_t: nn.Module, generator: torch.Generator) -> Tensor:
+        """dW [Q, Q, s] on the global model G_t."""
+        return aux_updates(model_t, self.aux_x, self.aux_y, self.num_classes, self.cfg, generator, path=self.path)
+
+    def weights(self, dW: Tensor) -> tuple[Tensor, Tensor]:
+        """(R, pi): class ratios and Ratio-Loss weights from dW."""
+        ratios = class_ratios(dW, t_ra=self.t_ra, variant=self.variant)
+        return ratios, ratio_weights(ratios, alpha=self.alpha, beta=self.beta)
+
+    def observe(
+        self,
+        model_t: nn.Module,
+        state_t1: dict[str, Tensor],
+        client_totals: Sequence[int],
+        generator: torch.Generator,
+        *,
+        dW: Tensor | None = None,
+    ) -> dict[str, object]:
+        """Round t+1: {"estimates": {method: Estimate}, "ratios": R [Q], "weights": pi [Q]}.
+
+        ``dW`` may be passed when already computed on ``model_t`` this round (then ``generator`` is unused).
+        """
+        dW = self.updates(model_t, generator) if dW is None else dW
+        w_t = model_t.state_dict()[_weight_key()].detach()
+        dG = state_t1[_weight_key()].detach().to(w_t.device) - w_t
+        estimates = {
+            m: estimate_composition(
+                dW, dG, n_aux=self.n_aux, client_totals=client_totals, method=m, t_ra=self.t_ra, aggregation=self.aggregation
+            )
+            for m in self.methods
+        }
+        ratios, weights = self.weights(dW)
+        return {"estimates": estimates, "ratios": ratios, "weights": weights}

@@ -1,0 +1,256 @@
+"""Tests of the monitor: hand-computed equations, exact recovery, a known FedAvg round, Theorem 2."""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from fedbalance.monitor import (
+    Acknowledger,
+    Estimate,
+    Monitor,
+    aux_updates,
+    class_ratios,
+    cosine_similarity,
+    estimate_composition,
+    number_estimates,
+    ratio_weights,
+    uniform_guess,
+    unit_ratios,
+)
+from fedbalance.train import SGDConfig, average_stacked, local_sgd, train_copies
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models: one thread is much faster on a shared CPU."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# dW[q, p, i] for Q = 3 classes, s = 2 units; dG[p, i]; n_a = 2, K = 4, N = 100.
+DW = torch.tensor(
+    [
+        [[2.0, 1.0], [-1.0, -2.0], [-1.0, 0.5]],
+        [[-1.0, -0.5], [3.0, 1.0], [-2.0, -1.0]],
+        [[-1.0, -1.5], [-1.0, 0.0], [4.0, 2.0]],
+    ],
+    dtype=torch.float64,
+)
+DG = torch.tensor([[0.5, 0.2], [0.1, -0.3], [1.0, 0.25]], dtype=torch.float64)
+# Worked by hand: o = [[-1, -1], [-1, -1], [-1.5, -0.25]].
+RA_HAND = torch.tensor([[2.0, 1.0], [3.0, 1.0], [4 / 1.5, 8.0]], dtype=torch.float64)
+N_HAND = torch.tensor([[104 / 3, 50.8], [25.2, 48.8], [158 / 5.5, 12.0]], dtype=torch.float64)
+
+
+def test_unit_ratios_by_hand() -> None:
+    torch.testing.assert_close(unit_ratios(DW), RA_HAND)
+    torch.testing.assert_close(unit_ratios(DW, signed=True), -RA_HAND)
+
+
+def test_number_estimates_by_hand() -> None:
+    torch.testing.assert_close(number_estimates(DW, DG, 2, 4, 100), N_HAND)
+    # per-class n_a: class 1 with 4 samples halves its per-sample update (the off-diagonal mean changes too)
+    n = number_estimates(DW, DG, torch.tensor([2, 4, 2]), 4, 100)
+    o00 = (-1.0 / 4 + -1.0 / 2) / 2
+    assert n[0, 0].item() == pytest.approx((4 * 0.5 - 100 * o00) / (2 / 2 - o00))
+
+
+def test_paper_and_released_by_hand() -> None:
+    paper = estimate_composition(DW, DG, n_aux=2, client_totals=[25] * 4, method="paper", rescale=False)
+    # kept (Ra > 1.25): unit 0 of nodes 0 and 1, both units of node 2
+    torch.testing.assert_close(paper.counts, torch.tensor([104 / 3, 25.2, (158 / 5.5 + 12) / 2], dtype=torch.float64))
+    assert paper.kept.tolist() == [1, 1, 2] and paper.dropped == 0 and paper.fallback == 0
+    # released filter keeps (0,0)->0, (1,0)->1, (2,0)->2, (2,1)->2; all estimates lie in (0, 1.5 N/Q = 50)
+    rel = estimate_composition(DW, DG, n_aux=2, client_totals=[25] * 4, method="released", rescale=False)
+    torch.testing.assert_close(rel.counts, paper.counts)
+    assert rel.kept.tolist() == [1, 1, 2]
+    scaled = estimate_composition(DW, DG, n_aux=2, client_totals=[25] * 4, method="paper")
+    assert scaled.counts.sum().item() == pytest.approx(100.0)
+    torch.testing.assert_close(scaled.counts / scaled.counts.sum(), paper.counts / paper.counts.sum())
+
+
+def test_class_without_kept_unit_gets_uniform_share() -> None:
+    est = estimate_composition(DW, DG, n_aux=2, client_totals=[25] * 4, method="paper", t_ra=3.5, rescale=False)
+    # only unit 1 of node 2 (Ra = 8) passes; nodes 0 and 1 fall back to N/Q
+    torch.testing.assert_close(est.counts, torch.tensor([100 / 3, 100 / 3, 12.0], dtype=torch.float64))
+    assert est.fallback == 2 and est.kept.tolist() == [0, 0, 1]
+
+
+def test_class_ratios_by_hand() -> None:
+    torch.testing.assert_close(class_ratios(DW), torch.tensor([2.0, 3.0, (4 / 1.5 + 8) / 2], dtype=torch.float64))
+    torch.testing.assert_close(class_ratios(DW, variant="released"), torch.tensor([2.0, 3.0, 6 / 1.75], dtype=torch.float64))
+    assert class_ratios(DW, clip=2.5).max().item() == 2.5
+
+
+def _structured(q: int, s: int, gen: torch.Generator) -> torch.Tensor:
+    """dW whose off-diagonal updates of a node are equal across classes: the paper's equation is exact there."""
+    own = torch.rand(q, s, generator=gen, dtype=torch.float64) + 0.5
+    other = -(torch.rand(q, s, generator=gen, dtype=torch.float64) * 0.3 + 0.05)
+    dw = other.unsqueeze(0).expand(q, q, s).clone()
+    idx = torch.arange(q)
+    dw[idx, idx] = own
+    return dw
+
+
+@pytest.mark.parametrize("aggregation", ["mean", "weighted"])
+def test_exact_recovery(aggregation: str) -> None:
+    gen = torch.Generator().manual_seed(0)
+    q, s, n_a = 5, 16, 32
+    totals = [300, 250, 150, 200]
+    n_true = torch.tensor([420.0, 80.0, 300.0, 55.0, 45.0], dtype=torch.float64)
+    assert n_true.sum().item() == sum(totals)
+    scale = len(totals) if aggregation == "mean" else sum(totals)
+    dw = _structured(q, s, gen)
+    dg = torch.einsum("q,qps->ps", n_true, dw) / (n_a * scale)
+    assert bool((unit_ratios(dw) > 1.25).all())
+    for method in ("paper", "nnls"):
+        est = estimate_composition(dw, dg, n_aux=n_a, client_totals=totals, method=method, aggregation=aggregation, rescale=False)
+        torch.testing.assert_close(est.counts, n_true, rtol=1e-6, atol=1e-6)
+        assert est.method == method and est.dropped == 0
+    generic = torch.randn(q, q, s, generator=gen, dtype=torch.float64)
+    dg = torch.einsum("q,qps->ps", n_true, generic) / (n_a * scale)
+    est = estimate_composition(generic, dg, n_aux=n_a, client_totals=totals, method="nnls", aggregation=aggregation)
+    torch.testing.assert_close(est.counts, n_true, rtol=1e-6, atol=1e-6)
+
+
+def test_released_drops_out_of_range() -> None:
+    gen = torch.Generator().manual_seed(1)
+    q, s, n_a, totals = 4, 8, 32, [250, 250]
+    n_true = torch.tensor([50.0, 120.0, 130.0, 200.0], dtype=torch.float64)  # class 3 = 1.6 N/Q > 1.5 N/Q
+    dw = _structured(q, s, gen)
+    dg = torch.einsum("q,qps->ps", n_true, dw) / (n_a * len(totals))
+    est = estimate_composition(dw, dg, n_aux=n_a, client_totals=totals, method="released", rescale=False)
+    torch.testing.assert_close(est.counts[:3], n_true[:3])
+    assert est.counts[3].item() == pytest.approx(500 / 4) and est.fallback == 1 and est.dropped == s
+
+
+def test_estimator_signature_has_no_class_counts() -> None:
+    params = set(inspect.signature(estimate_composition).parameters)
+    assert params == {"dW", "dG", "n_aux", "client_totals", "method", "t_ra", "aggregation", "rescale"}
+    assert set(inspect.signature(Monitor.observe).parameters) == {"self", "model_t", "state_t1", "client_totals", "generator", "dW"}
+
+
+def test_uniform_cosine_and_weights() -> None:
+    torch.testing.assert_close(uniform_guess([100, 50, 50], 4), torch.full((4,), 50.0, dtype=torch.float64))
+    assert cosine_similarity([1.0, 0.0], [1.0, 1.0]) == pytest.approx(1 / math.sqrt(2))
+    assert cosine_similarity(uniform_guess([90], 3), [10, 20, 60]) == pytest.approx(90 / (math.sqrt(3) * math.sqrt(4100)))
+    torch.testing.assert_close(ratio_weights(torch.tensor([0.0, 2.0, 30.0])), torch.tensor([1.0, 1.2, 4.0], dtype=torch.float64))
+    torch.testing.assert_close(ratio_weights(torch.tensor([2.0]), alpha=0.5, beta=1.0), torch.tensor([2.5], dtype=torch.float64))
+
+
+def test_acknowledger_sequence() -> None:
+    ack = Acknowledger(threshold=3.0, rounds=2)
+    balanced, skewed, zero = [10, 10, 10], [40, 10, 10], [5, 0, 5]
+    assert [ack.update(c) for c in (skewed, balanced, skewed)] == [False, False, False]
+    state = ack.state_dict()
+    assert state == {"threshold": 3.0, "rounds": 2, "streak": 1, "acknowledged": False}
+    assert ack.update(zero) is True  # max/min = inf
+    assert ack.update(balanced) is True  # latched
+    resumed = Acknowledger()
+    resumed.load_state_dict(state)
+    assert resumed.update(skewed) is True and resumed.streak == 2
+    assert Acknowledger.imbalance([30, 10, 10]) == 3.0
+    assert Acknowledger(threshold=3.0, rounds=1).update([30, 10, 10]) is False  # strictly greater
+
+
+class TinyNet(nn.Module):
+    """FedModel-like MLP: classifier(features(x)), features non-negative."""
+
+    def __init__(self, d: int, s: int, q: int) -> None:
+        super().__init__()
+        self.body = nn.Linear(d, s)
+        self.classifier = nn.Linear(s, q)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.body(x))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+
+Q, D = 4, 12
+
+
+def _blobs(counts: list[int], gen: torch.Generator, centres: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    y = torch.cat([torch.full((n,), c, dtype=torch.long) for c, n in enumerate(counts)])
+    x = centres[y] + 0.7 * torch.randn(len(y), D, generator=gen)
+    return x, y
+
+
+def _centres() -> torch.Tensor:
+    return 2.0 * torch.randn(Q, D, generator=torch.Generator().manual_seed(7))
+
+
+def test_aux_updates_shape_and_signs() -> None:
+    torch.manual_seed(0)
+    model = TinyNet(D, 16, Q)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x, y = _blobs([32] * Q, torch.Generator().manual_seed(1), _centres())
+    cfg = SGDConfig(lr=0.1, momentum=0.0, weight_decay=0.0, batch_size=32, epochs=1)
+    dw = aux_updates(model, x, y, Q, cfg, torch.Generator().manual_seed(2))
+    assert dw.shape == (Q, Q, 16)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    # one full-batch SGD step on class p alone: node p's weights rise, every other node's fall (Y >= 0)
+    eye = torch.eye(Q, dtype=torch.bool)
+    assert bool((dw[eye] >= 0).all()) and bool((dw[~eye] <= 0).all())
+    copy = TinyNet(D, 16, Q)
+    copy.load_state_dict(before)
+    local_sgd(copy, x[y == 2], y[y == 2], nn.CrossEntropyLoss(), cfg, torch.Generator().manual_seed(3))
+    torch.testing.assert_close(dw[2], copy.classifier.weight.detach() - before["classifier.weight"])
+
+
+def _fedavg_round(model: nn.Module, compositions: list[list[int]], cfg: SGDConfig, seed: int) -> tuple[dict, list[int]]:
+    gen = torch.Generator().manual_seed(seed)
+    data = [_blobs(c, gen, _centres()) for c in compositions]
+    gens = [torch.Generator().manual_seed(seed + 1 + j) for j in range(len(data))]
+    stacked, _ = train_copies(model, data, nn.CrossEntropyLoss(), cfg, gens)
+    return average_stacked(stacked), [sum(c) for c in compositions]
+
+
+def test_monitor_on_a_known_round() -> None:
+    torch.manual_seed(0)
+    model = TinyNet(D, 32, Q)
+    cfg = SGDConfig(lr=0.01, momentum=0.9, weight_decay=5e-4, batch_size=32, epochs=1)
+    aux_x, aux_y = _blobs([32] * Q, torch.Generator().manual_seed(11), _centres())
+    monitor = Monitor(aux_x, aux_y, Q, cfg, methods=("paper", "released", "nnls"))
+    right = [[160, 32, 0, 96], [128, 0, 32, 160], [96, 32, 32, 128]]
+    wrong = [[0, 160, 128, 32], [32, 128, 160, 0], [32, 96, 96, 32]]
+    truth = torch.tensor(right).sum(0).double()
+    assert cosine_similarity(truth, torch.tensor(wrong).sum(0).double()) < 0.6
+    state_right, totals = _fedavg_round(model, right, cfg, 100)
+    state_wrong, _ = _fedavg_round(model, wrong, cfg, 200)
+    gen = torch.Generator().manual_seed(5)
+    dw = monitor.updates(model, gen)
+    good = monitor.observe(model, state_right, totals, gen, dW=dw)
+    bad = monitor.observe(model, state_wrong, totals, gen, dW=dw)
+    uniform = cosine_similarity(uniform_guess(totals, Q), truth)
+    # released caps each class at 1.5 N/Q (= 336 < 384 here), so it cannot follow the majority classes fully
+    for method, drop in (("paper", 0.3), ("released", 0.1), ("nnls", 0.3)):
+        est: Estimate = good["estimates"][method]
+        assert est.counts.shape == (Q,) and est.counts.sum().item() == pytest.approx(sum(totals))
+        cs_good = cosine_similarity(est.counts, truth)
+        cs_bad = cosine_similarity(bad["estimates"][method].counts, truth)
+        assert cs_good > uniform, method
+        assert cs_good - cs_bad > drop, method
+    assert cosine_similarity(good["estimates"]["nnls"].counts, truth) > 0.98
+    torch.testing.assert_close(good["weights"], 1.0 + 0.1 * good["ratios"])
+
+
+def test_theorem2_minority_ratios_larger() -> None:
+    torch.manual_seed(0)
+    model = TinyNet(D, 32, Q)
+    gen = torch.Generator().manual_seed(3)
+    x, y = _blobs([600, 600, 12, 12], gen, _centres())
+    cfg = SGDConfig(lr=0.01, momentum=0.9, weight_decay=5e-4, batch_size=32, epochs=3)
+    local_sgd(model, x, y, nn.CrossEntropyLoss(), cfg, gen)
+    aux_x, aux_y = _blobs([32] * Q, torch.Generator().manual_seed(4), _centres())
+    dw = aux_updates(model, aux_x, aux_y, Q, SGDConfig(lr=0.01), torch.Generator().manual_seed(5))
+    for variant in ("paper", "released"):
+        ra = class_ratios(dw, variant=variant)
+        assert ra[2:].min() > ra[:2].max(), (variant, ra)

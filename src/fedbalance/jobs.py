@@ -1,0 +1,331 @@
+"""One training job end to end: data, partitions, auxiliary data, model, FL or centralised run, outputs.
+
+``run_job`` writes into ``out_dir`` (each file atomically: a temporary file, then ``os.replace``):
+
+* ``metrics.json``: {"job": {experiment, dataset, setting, loss, seed}, "config": the job spec,
+  "final": ``evaluate`` of the final model + {"train_loss"}, "partition": stats of the main
+  partition (class_counts, global_counts, gamma, cs, mean_cs, num_samples), "monitor":
+  {"mean_cs": {method: mean CS over rounds, ..., "uniform": ...}} or null, "acknowledged_round",
+  "device", "versions": {python, torch, fedbalance}, "wall_time_s", "rounds"}. Non-finite floats
+  (e.g. Γ = inf) are written as null.
+* ``rounds.csv``: one row per round with the columns ``fedbalance.fl.ROUND_COLUMNS``; list-valued
+  cells are JSON lists, cells not recorded that round are empty.
+* ``checkpoint.pt`` after every round (engine state: global model, round, loss state, Ratio-Loss
+  weights, acknowledger, rows so far, optimiser for centralised runs); a re-run of the same job
+  resumes from it and it is deleted once metrics.json is written. All other randomness is derived
+  from (seed, round, client), so a resumed run gives the same numbers as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+import os
+import platform
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import fedbalance
+from fedbalance.centralised import num_epochs, run_centralised
+from fedbalance.config import partition_args
+from fedbalance.data import Dataset, load_dataset
+from fedbalance.fl import ESTIMATORS, ROUND_COLUMNS, TAG_AUX, TAG_INIT, JobData, derive_seed, needs_monitor, run_fedavg
+from fedbalance.losses import get_loss
+from fedbalance.metrics import evaluate
+from fedbalance.models import build_model
+from fedbalance.partition import Partition, PartitionError, make_partition, unused_writers
+
+CHECKPOINT = "checkpoint.pt"
+JOB_KEYS = ("experiment", "dataset", "setting", "loss", "seed")
+
+
+class JobError(ValueError):
+    """The job cannot run with this data/partition/spec; the message names the problem."""
+
+
+def _atomic_write(path: Path, write: Callable[[Any], None], mode: str = "w") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode) as fh:
+            write(fh)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe copy: numpy/torch scalars to Python, tuples to lists, non-finite floats to None."""
+    if isinstance(value, Mapping):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, np.ndarray | torch.Tensor):
+        return _clean(value.tolist())
+    if isinstance(value, np.generic):
+        return _clean(value.item())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def build_partitions(spec: Mapping[str, Any], dataset: Dataset) -> dict[str, Partition]:
+    """{"main": the job's partition, "balanced": the same with gamma = 1 when ``switch_round`` is set}.
+
+    Both are drawn with the job's seed (Raises PartitionError when the data cannot supply them).
+    """
+    scheme, kwargs = partition_args(spec)
+    labels = dataset.y_train.numpy()
+    writers = None if dataset.writers_train is None else dataset.writers_train.numpy()
+    common = dict(num_classes=dataset.num_classes, seed=int(spec["seed"]))
+    out = {"main": make_partition(scheme, labels, writers, **common, **kwargs)}
+    if spec.get("switch_round") is not None:
+        if "gamma" not in kwargs:
+            raise PartitionError(f"switch_round needs a partition scheme with gamma; {scheme!r} has none")
+        out["balanced"] = make_partition(scheme, labels, writers, **common, **{**kwargs, "gamma": 1})
+    return out
+
+
+def save_partitions(partitions: Mapping[str, Partition], path: str | Path) -> None:
+    """Write {name: Partition.to_json()} to ``path`` atomically."""
+    payload = {name: p.to_json() for name, p in partitions.items()}
+    _atomic_write(Path(path), lambda fh: json.dump(payload, fh))
+
+
+def load_partitions(path: str | Path) -> dict[str, Partition]:
+    """Read a file written by ``save_partitions``."""
+    path = Path(path)
+    if not path.is_file():
+        raise JobError(f"partition file {path} does not exist")
+    try:
+        payload = json.loads(path.read_text())
+        return {name: Partition.from_json(d) for name, d in payload.items()}
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        raise JobError(f"{path}: not a partition file ({exc})") from exc
+
+
+def _check_partitions(spec: Mapping[str, Any], partitions: Mapping[str, Partition], dataset: Dataset) -> None:
+    if "main" not in partitions:
+        raise JobError("the partitions have no 'main' entry")
+    if spec.get("switch_round") is not None and "balanced" not in partitions:
+        raise JobError("switch_round is set but the partitions have no 'balanced' entry")
+    n = len(dataset.y_train)
+    for name, p in partitions.items():
+        if p.num_classes != dataset.num_classes:
+            raise JobError(f"partition {name!r} has {p.num_classes} classes, {spec['source']} has {dataset.num_classes}")
+        if p.scheme != spec["partition"]["scheme"]:
+            raise JobError(f"partition {name!r} has scheme {p.scheme!r}, the job wants {spec['partition']['scheme']!r}")
+        pooled = p.pooled()
+        if pooled.size and pooled.max() >= n:
+            raise JobError(f"partition {name!r} indexes sample {pooled.max()} but {spec['source']} has {n} training samples")
+        if spec["mode"] == "fl" and p.num_clients < spec["clients_per_round"]:
+            raise JobError(f"partition {name!r} has {p.num_clients} clients < clients_per_round = {spec['clients_per_round']}")
+
+
+def _draw_per_class(labels: np.ndarray, candidates: np.ndarray, num_classes: int, k: int, rng: np.random.Generator, where: str) -> np.ndarray:
+    picked = []
+    for c in range(num_classes):
+        pool = candidates[labels[candidates] == c]
+        if pool.size < k:
+            raise JobError(f"monitor.aux_per_class = {k} but {where} has only {pool.size} samples of class {c}")
+        picked.append(np.sort(rng.choice(pool, size=k, replace=False)))
+    return np.concatenate(picked)
+
+
+def auxiliary_data(spec: Mapping[str, Any], dataset: Dataset, partitions: Mapping[str, Partition]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The monitor's auxiliary data: ``monitor.aux_per_class`` seeded random samples per class.
+
+    From the test split (paper, Supplementary "Auxiliary Data"; they stay in the test set, as in
+    the paper), or, for datasets with writer ids (FEMNIST), from the training samples of writers
+    no client uses.
+    """
+    k = int(spec["monitor"]["aux_per_class"])
+    rng = np.random.default_rng(derive_seed(int(spec["seed"]), TAG_AUX))
+    q = dataset.num_classes
+    if dataset.writers_train is None:
+        labels = dataset.y_test.numpy()
+        idx = _draw_per_class(labels, np.arange(len(labels)), q, k, rng, "the test split")
+        return dataset.x_test[idx], dataset.y_test[idx]
+    writers = dataset.writers_train.numpy()
+    free = np.asarray(unused_writers(partitions["main"], writers))
+    for p in partitions.values():
+        free = np.intersect1d(free, unused_writers(p, writers))
+    candidates = np.flatnonzero(np.isin(writers, free))
+    idx = _draw_per_class(dataset.y_train.numpy(), candidates, q, k, rng, f"the {free.size} writers no client uses")
+    return dataset.x_train[idx], dataset.y_train[idx]
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """"auto" = cuda when available, else cpu."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise JobError("device 'cuda' requested but CUDA is not available")
+    if device not in ("cpu", "cuda"):
+        raise JobError(f"device must be auto, cpu or cuda, got {device!r}")
+    return torch.device(device)
+
+
+def _describe(device: torch.device) -> str:
+    return f"cuda ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "cpu"
+
+
+def set_deterministic(device: torch.device) -> None:
+    """Deterministic kernels (and the cuBLAS workspace setting they need on GPU)."""
+    if device.type == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(True)
+
+
+def fingerprint(spec: Mapping[str, Any], partitions: Mapping[str, Partition]) -> str:
+    """Hash of the job spec and its partitions; a checkpoint resumes only the job that wrote it."""
+    payload = json.dumps({"spec": _clean(spec), "partitions": {k: p.to_json() for k, p in partitions.items()}}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _load_checkpoint(path: Path, fp: str, device: torch.device) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        ckpt = torch.load(path, map_location=device, weights_only=False)
+    except Exception as exc:  # noqa: BLE001 - a torn or foreign file: start over
+        warnings.warn(f"ignoring unreadable checkpoint {path}: {exc}", stacklevel=2)
+        return None
+    if ckpt.get("fingerprint") != fp:
+        warnings.warn(f"ignoring checkpoint {path}: written by a different job spec or partition", stacklevel=2)
+        return None
+    return ckpt["state"]
+
+
+def _cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, (list, tuple)):
+        return json.dumps(_clean(list(value)))
+    if isinstance(value, float) and not math.isfinite(value):
+        return ""
+    return value
+
+
+def rounds_csv(rows: list[dict[str, Any]]) -> str:
+    """rounds.csv text: exactly ``ROUND_COLUMNS``, JSON lists in list cells, empty where not recorded."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(ROUND_COLUMNS)
+    for row in rows:
+        w.writerow([_cell(row.get(c)) for c in ROUND_COLUMNS])
+    return buf.getvalue()
+
+
+def _monitor_summary(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    def mean(col: str) -> float | None:
+        vals = [r[col] for r in rows if r.get(col) is not None and math.isfinite(r[col])]
+        return float(np.mean(vals)) if vals else None
+
+    if not any(r.get("cs_uniform") is not None for r in rows):
+        return None
+    out = {m: mean(f"cs_{m}") for m in ESTIMATORS if any(r.get(f"cs_{m}") is not None for r in rows)}
+    out["uniform"] = mean("cs_uniform")
+    return {"mean_cs": out}
+
+
+def run_job(
+    spec: Mapping[str, Any],
+    out_dir: str | Path,
+    *,
+    data_dir: str | Path = "data",
+    device: str = "auto",
+    deterministic: bool = False,
+    download: bool = False,
+    partitions: Mapping[str, Partition] | None = None,
+    progress: bool | None = None,
+    on_round: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Run one job (resuming from ``out_dir/checkpoint.pt`` if present); return metrics.json's content.
+
+    ``partitions``: as loaded from a partition file written by the workflow, else built from the
+    spec. ``progress``: a tqdm bar over rounds (None: only when stderr is a terminal).
+    ``on_round(state, row)`` runs after each round's checkpoint is written (tests interrupt there).
+    """
+    from tqdm.auto import tqdm
+
+    start = time.perf_counter()
+    out = Path(out_dir)
+    dev = resolve_device(device)
+    if deterministic:
+        set_deterministic(dev)
+    dataset = load_dataset(spec["source"], data_dir, download=download, **dict(spec.get("options") or {}))
+    parts = dict(partitions) if partitions is not None else build_partitions(spec, dataset)
+    _check_partitions(spec, parts, dataset)
+    aux_x, aux_y = auxiliary_data(spec, dataset, parts) if needs_monitor(spec) else (dataset.x_test[:0], dataset.y_test[:0])
+    q = dataset.num_classes
+    data = JobData(
+        dataset.x_train.to(dev),
+        dataset.y_train.to(dev),
+        dataset.x_test.to(dev),
+        dataset.y_test.to(dev),
+        aux_x.to(dev),
+        aux_y.to(dev),
+        q,
+        tuple(int(c) for c in spec.get("minority_classes", ())),
+    )
+    torch.manual_seed(derive_seed(int(spec["seed"]), TAG_INIT))
+    model = build_model(spec["model"], dataset.in_channels, q, dataset.image_size).to(dev)
+    loss_fn = get_loss(spec["loss"], q, **dict(spec.get("loss_params", {}).get(spec["loss"], {}))).to(dev)
+    fp = fingerprint(spec, parts)
+    ckpt_path = out / CHECKPOINT
+    state = _load_checkpoint(ckpt_path, fp, dev)
+    elapsed0 = float(state["extra"].get("wall_time_s", 0.0)) if state is not None else 0.0
+    total = num_epochs(spec) if spec["mode"] == "centralised" else int(spec["rounds"])
+    bar = tqdm(total=total, initial=len(state["rows"]) if state else 0, desc=_job_name(spec), disable=None if progress is None else not progress, leave=False)
+
+    def checkpoint(st: dict[str, Any], row: dict[str, Any]) -> None:
+        st["extra"]["wall_time_s"] = elapsed0 + time.perf_counter() - start
+        _atomic_write(ckpt_path, lambda fh: torch.save({"fingerprint": fp, "state": st}, fh), mode="wb")
+        bar.update(1)
+        bar.set_postfix({k: f"{row[c]:.3f}" for k, c in (("loss", "train_loss"), ("acc", "acc"), ("cs", "cs_paper")) if row.get(c) is not None})
+        if on_round is not None:
+            on_round(st, row)
+
+    runner = run_centralised if spec["mode"] == "centralised" else run_fedavg
+    try:
+        state = runner(spec, model, loss_fn, data, parts, state=state, on_round=checkpoint)
+    finally:
+        bar.close()
+    final = evaluate(model, data.x_test, data.y_test, data.num_classes, data.minority_classes)
+    final["train_loss"] = state["rows"][-1]["train_loss"] if state["rows"] else None
+    metrics = {
+        "job": {k: spec[k] for k in JOB_KEYS},
+        "config": spec,
+        "final": final,
+        "partition": {k: v for k, v in parts["main"].stats(dataset.y_train.numpy()).items() if k != "local_gamma"},
+        "monitor": _monitor_summary(state["rows"]),
+        "acknowledged_round": state["ack_round"],
+        "device": _describe(dev),
+        "versions": {"python": platform.python_version(), "torch": torch.__version__, "fedbalance": fedbalance.__version__},
+        "wall_time_s": elapsed0 + time.perf_counter() - start,
+        "rounds": len(state["rows"]),
+    }
+    metrics = _clean(metrics)
+    csv_text = rounds_csv(state["rows"])
+    _atomic_write(out / "rounds.csv", lambda fh: fh.write(csv_text))
+    _atomic_write(out / "metrics.json", lambda fh: json.dump(metrics, fh, indent=1))
+    ckpt_path.unlink(missing_ok=True)
+    return metrics
+
+
+def _job_name(spec: Mapping[str, Any]) -> str:
+    return "/".join(str(spec[k]) for k in JOB_KEYS[:4]) + f"/seed{spec['seed']}"
+

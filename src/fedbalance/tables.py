@@ -278,15 +278,13 @@ def _round_stats(rounds: pd.DataFrame, column: str, metric: str) -> pd.DataFrame
 def cell_values(spec: TableSpec, final: pd.DataFrame, rounds: pd.DataFrame, estimator: str = "released") -> pd.DataFrame:
     """One row per cell of ``spec``: the cell's keys and jobs, ``mean``, ``std`` and ``n`` (seeds)."""
     cells = spec.cell_frame()
-    parts = []
+    parts, cache = [], {}
     for (metric, row), sub in cells.groupby(["metric", "row"], sort=False):
-        if spec.source == "final":
-            stats = _final_stats(final, metric)
-        elif spec.source == "monitor":
-            stats = _round_stats(rounds, f"cs_{spec.estimator or estimator}", metric)
-        else:
-            stats = _round_stats(rounds, f"cs_{row}", metric)
-        parts.append(sub.merge(stats, on=KEY, how="left"))
+        column = f"cs_{row}" if spec.source == "imbalance" else f"cs_{spec.estimator or estimator}"
+        key = (metric, None if spec.source == "final" else column)
+        if key not in cache:
+            cache[key] = _final_stats(final, metric) if spec.source == "final" else _round_stats(rounds, column, metric)
+        parts.append(sub.merge(cache[key], on=KEY, how="left"))
     out = pd.concat(parts, ignore_index=True) if parts else cells
     out["n"] = out["n"].fillna(0).astype(int)
     out.insert(0, "table", spec.label)

@@ -1,0 +1,68 @@
+"""Figures on synthetic results: files exist and are valid, plotted data equal hand-computed means."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_aggregate import write_job
+
+from fedbalance.aggregate import collect
+from fedbalance.config import Job
+from fedbalance.figures import FIGURES, make_fig_monitoring, make_Res_mismatch, make_Sup_data_splitting, write_figures
+
+CS0 = {"paper": [0.90, 0.92], "released": [0.95, 0.97], "nnls": [0.80, 0.99], "uniform": [0.85, 0.86]}
+CS1 = {"paper": [0.70, 0.72], "released": [0.85, 0.89], "nnls": [0.60, 0.91], "uniform": [0.75, 0.80]}
+
+
+@pytest.fixture()
+def results(tmp_path: Path) -> tuple[Path, pd.DataFrame, pd.DataFrame]:
+    root = tmp_path / "res"
+    write_job(root, Job("monitor", "mnist", "default", "ce", 0), cs=CS0, emp=([0.9, 0.95], [0.1, 0.05]))
+    write_job(root, Job("monitor", "mnist", "default", "ce", 1), cs=CS1, emp=([0.8, 0.85], [0.2, 0.15]))
+    for c, cs, acm in ((5, 0.7, 0.4), (2, 0.4, 0.1)):
+        for seed, off in ((0, 0.0), (1, 0.1)):
+            write_job(root, Job("mismatch", "mnist", f"c{c}_g10", "ratio", seed), acm=acm + off, mean_cs=cs + off / 10)
+    write_job(root, Job("losses", "mnist", "g10", "ce", 0), class_counts=[[250, 25, 0], [0, 25, 250], [250, 0, 0]])
+    final, rounds = collect(root)
+    return root, final, rounds
+
+
+def test_monitoring_lines_are_per_round_means(results: tuple[Path, pd.DataFrame, pd.DataFrame]) -> None:
+    _, final, rounds = results
+    fig = make_fig_monitoring(final, rounds)
+    lines = {ln.get_label(): ln for ln in fig.axes[0].get_lines()}
+    assert set(lines) == {"paper", "released", "nnls", "uniform"}
+    for est in lines:
+        expected = [(CS0[est][i] + CS1[est][i]) / 2 for i in range(2)]
+        np.testing.assert_allclose(lines[est].get_ydata(), expected)
+    assert lines["uniform"].get_linestyle() == "--"
+
+
+def test_mismatch_points_are_realised_cs_and_acm(results: tuple[Path, pd.DataFrame, pd.DataFrame]) -> None:
+    _, final, rounds = results
+    fig = make_Res_mismatch(final, rounds, dataset="mnist")
+    (line,) = fig.axes[0].get_lines()
+    np.testing.assert_allclose(line.get_xdata(), [0.405, 0.705])
+    np.testing.assert_allclose(line.get_ydata(), [15.0, 45.0])
+    empty = make_Res_mismatch(final, rounds, dataset="cifar10")
+    assert "no data for mismatch/cifar10" in " ".join(t.get_text() for t in empty.axes[0].texts)
+
+
+def test_data_splitting_stacks_class_counts(results: tuple[Path, pd.DataFrame, pd.DataFrame]) -> None:
+    root, final, rounds = results
+    fig = make_Sup_data_splitting(final, rounds, root)
+    heights = [[p.get_height() for p in c] for c in fig.axes[0].containers]
+    assert heights == [[250, 0, 250], [25, 25, 0], [0, 250, 0]]
+
+
+def test_write_figures_makes_valid_pdf_and_png(results: tuple[Path, pd.DataFrame, pd.DataFrame],
+                                               tmp_path: Path) -> None:
+    root, final, rounds = results
+    paths = write_figures(final, rounds, root, tmp_path / "fig", dataset_map={"Res_mismatch": "mnist"})
+    assert len(paths) == 2 * len(FIGURES)
+    for name in FIGURES:
+        assert (tmp_path / "fig" / f"{name}.pdf").read_bytes().startswith(b"%PDF")
+        assert (tmp_path / "fig" / f"{name}.png").read_bytes().startswith(b"\x89PNG")

@@ -1,0 +1,195 @@
+"""Tables: published numbers, cell means, bold rule, missing cells, formats, comparison, claims, LaTeX."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_aggregate import write_job
+
+from fedbalance.aggregate import collect
+from fedbalance.config import Job
+from fedbalance.tables import (
+    TABLES, bold_mask, cell_values, claims, fmt, published, table_labels, vs_paper, write_tables,
+)
+
+PAPER_LABELS = [
+    "FL_FEMNIST", "Res_3_datasets", "Res_without_mismatch", "Sup_MFE", "Sup_hyper_T_ra", "Sup_hyper_a",
+    "Sup_hyper_b", "Importance_early", "Sup_bs_ep", "Sup_majority", "Sup_majority_femnist", "Sup_fe_dynamic",
+    "Sup_data_MNIST", "Sup_data_CIFAR10", "Sup_data_Fer2013",
+]
+
+
+@pytest.mark.parametrize("table,metric,dataset,column,row,value", [
+    ("Res_3_datasets", "acm", "mnist", "100:1", "ratio", 56.50),
+    ("Res_3_datasets", "acm", "cifar10", "50:1", "ce", 4.93),
+    ("FL_FEMNIST", "auc", "femnist", "B.", "ce", 0.9652),
+    ("Sup_hyper_T_ra", "cs_mean", "mnist", "1.25", "T_Ra", 0.9899),
+    ("Sup_hyper_T_ra", "cs_var", "mnist", "5.00", "T_Ra", 28.86),
+    ("Importance_early", "auc", "femnist", "FEMNIST", "S", 0.9850),
+    ("Res_without_mismatch", "acm", "mnist", "10:1", "ghmc", 92.91),
+    ("Sup_bs_ep", "cs_var", "cifar10", "32", "bs", 14.34),
+    ("Sup_majority_femnist", "acc_majority", "femnist", "100:1", "ratio", 92.93),
+    ("Sup_data_Fer2013", "acm", "fer2013", "0.7411/100:1", "ratio", 5.21),
+    ("Sup_MFE", "auc", "fer2013", "0.6732", "mfe", 0.7382),
+    ("Sup_hyper_b", "acm", "mnist", "0.10", "beta", 82.52),
+])
+def test_published_cells_read_by_eye(table: str, metric: str, dataset: str, column: str, row: str,
+                                     value: float) -> None:
+    pub = published()
+    sel = pub[(pub.table == table) & (pub.metric == metric) & (pub.dataset == dataset) & (pub.column == column)
+              & (pub.row == row)]
+    assert sel["value"].tolist() == [pytest.approx(value)]
+
+
+def test_published_covers_every_table_and_skips_dashes() -> None:
+    pub = published()
+    assert sorted(set(pub.table)) == sorted(PAPER_LABELS)
+    mn = pub[(pub.table == "Sup_data_MNIST") & (pub.row == "ghmc") & pub.column.str.startswith("0.3984")]
+    assert sorted(mn.column) == ["0.3984/B.", "0.3984/B."]
+    assert len(pub[pub.table == "Res_3_datasets"]) == 2 * 3 * 5 * 4
+
+
+def test_every_published_cell_has_a_spec_cell() -> None:
+    pub = published()
+    assert table_labels()[: len(PAPER_LABELS)] == PAPER_LABELS and "Monitor_under_imbalance" in table_labels()
+    for label in PAPER_LABELS:
+        keys = set(map(tuple, TABLES[label].cell_frame()[["metric", "dataset", "column", "row"]].values))
+        want = set(map(tuple, pub.loc[pub.table == label, ["metric", "dataset", "column", "row"]].values))
+        assert want <= keys, label
+
+
+def test_formats() -> None:
+    assert fmt(4.93, "acm") == "04.93"
+    assert fmt(98.2249, "acm") == "98.22"
+    assert fmt(0.99071, "auc") == ".9907"
+    assert fmt(0.98994, "cs_mean") == ".9899"
+    assert fmt(4.34, "cs_var") == "4.340"
+    assert fmt(28.857, "cs_var") == "28.86"
+    assert fmt(float("nan"), "auc") == "--"
+
+
+@pytest.fixture()
+def frames(tmp_path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    root = tmp_path / "res"
+    acm = {("ce", 0): 0.40, ("ce", 1): 0.50, ("focal", 0): 0.30, ("ratio", 0): 0.60, ("ratio", 1): 0.62,
+           ("ghmc", 0): 0.615}
+    for (loss, seed), a in acm.items():
+        write_job(root, Job("losses", "mnist", "g100", loss, seed), acm=a, auc=0.9 if loss in ("ce", "ratio") else 0.8,
+                  acc_majority=0.97, cs={"released": [0.9, 0.8], "uniform": [0.95, 0.9], "paper": [0.5, 0.7],
+                                         "nnls": [0.99, 0.97]})
+    for t, cs in (("t1", [0.90, 0.94, 0.98]), ("t1.25", [0.96, 0.97, 0.98])):
+        for seed in (0, 1):
+            write_job(root, Job("t_ra", "mnist", t, "ce", seed), train_loss=[1, 1, 1],
+                      cs={"paper": [c - 0.01 * seed for c in cs]})
+    for stage, a in (("S", 0.9), ("M", 0.5), ("E", 0.7)):
+        write_job(root, Job("early", "mnist", stage, "ce", 0), acm=a)
+    for c, a in ((5, 0.5), (4, 0.6), (2, 0.2)):
+        for loss, off in (("ce", 0.0), ("ratio", 0.05)):
+            write_job(root, Job("mismatch", "mnist", f"c{c}_g10", loss, 0), acm=a + off, mean_cs=c / 10)
+    write_job(root, Job("monitor", "mnist", "default", "ce", 0), cs={"released": [0.99, 0.995], "uniform": [0.98, 0.99]})
+    return collect(root)
+
+
+def test_cell_mean_std_and_bold(frames: tuple[pd.DataFrame, pd.DataFrame]) -> None:
+    final, rounds = frames
+    spec = TABLES["Res_3_datasets"]
+    v = cell_values(spec, final, rounds).set_index(["metric", "dataset", "column", "row"])
+    ce = v.loc[("acm", "mnist", "100:1", "ce")]
+    assert ce["mean"] == pytest.approx(45.0) and ce["std"] == pytest.approx(np.std([40, 50], ddof=1))
+    assert ce["n"] == 2
+    assert v.loc[("acm", "mnist", "100:1", "ratio"), "mean"] == pytest.approx(61.0)
+    assert np.isnan(v.loc[("acm", "mnist", "10:1", "ratio"), "mean"])
+    values = cell_values(spec, final, rounds)
+    bold = values[bold_mask(spec, values)]
+    acm_bold = bold[(bold.metric == "acm") & (bold.column == "100:1")]
+    assert acm_bold["row"].tolist() == ["ghmc"]
+    auc_bold = bold[(bold.metric == "auc") & (bold.column == "100:1")]
+    assert sorted(auc_bold["row"]) == ["ce", "ratio"]
+
+
+def test_monitor_table_pools_rounds_and_seeds(frames: tuple[pd.DataFrame, pd.DataFrame]) -> None:
+    final, rounds = frames
+    v = cell_values(TABLES["Sup_hyper_T_ra"], final, rounds, estimator="nnls").set_index(["metric", "column"])
+    pooled = [0.90, 0.94, 0.98, 0.89, 0.93, 0.97]
+    assert v.loc[("cs_mean", "1.00"), "mean"] == pytest.approx(np.mean(pooled))
+    assert v.loc[("cs_var", "1.00"), "mean"] == pytest.approx(np.var(pooled, ddof=1) * 1e5)
+    assert v.loc[("cs_mean", "1.00"), "std"] == pytest.approx(np.std([0.94, 0.93], ddof=1))
+    imb = cell_values(TABLES["Monitor_under_imbalance"], final, rounds).set_index(["dataset", "column", "row"])
+    cell = imb.loc[("mnist", "100:1", "uniform")]
+    assert cell["mean"] == pytest.approx(np.mean([0.95, 0.9] * 5))
+    assert cell["n"] == 2
+
+
+def test_vs_paper_diff(frames: tuple[pd.DataFrame, pd.DataFrame]) -> None:
+    final, rounds = frames
+    cmp = vs_paper(cell_values(TABLES["Res_3_datasets"], final, rounds)).set_index(["metric", "dataset", "column",
+                                                                                     "row"])
+    r = cmp.loc[("acm", "mnist", "100:1", "ratio")]
+    assert r["paper"] == pytest.approx(56.50) and r["diff"] == pytest.approx(61.0 - 56.50)
+    assert r["n_seeds"] == 2
+    missing = cmp.loc[("acm", "cifar10", "B.", "ce")]
+    assert np.isnan(missing["ours_mean"]) and missing["paper"] == pytest.approx(57.57)
+
+
+def test_claims_verdicts(frames: tuple[pd.DataFrame, pd.DataFrame]) -> None:
+    final, rounds = frames
+    by_text = {c.text: c for c in claims(final, rounds, "released")}
+    early = by_text["Early acknowledgment helps: Ac.M S. > M. > E."]
+    assert early.verdict == "does not hold" and "M 50.00" in early.evidence
+    res3 = by_text["Ratio Loss has the best Ac.M in most cells of Res_3_datasets"]
+    assert (res3.verdict, res3.evidence) == ("does not hold", "0/1 cells")
+    assert by_text["Ratio Loss has the best AUC in most cells of Res_3_datasets"].verdict == "holds"
+    assert by_text["Ratio Loss has the best Ac.M in most cells of FL_FEMNIST"].verdict == "not enough data"
+    mism = by_text["Larger mismatch hurts all losses: Ac.M falls as classes per client fall (Gamma = 10)"]
+    assert mism.verdict == "does not hold"
+    assert by_text["Ratio Loss has the best Ac.M at every mismatch level (Res_mismatch, Gamma = 10)"].verdict == "holds"
+    assert by_text["Monitor: mean CS above 0.98 on every dataset (estimator released)"].verdict == "holds"
+    assert by_text["Monitor: estimator released beats the uniform guess on every dataset"].verdict == "holds"
+    assert by_text["Monitor under imbalance (Gamma >= 10): released beats the uniform guess"].verdict == \
+        "does not hold"
+    assert by_text["Sup_hyper_T_ra: 1.25 gives the best mean CS"].verdict == "holds"
+
+
+def test_write_tables_outputs(frames: tuple[pd.DataFrame, pd.DataFrame], tmp_path: Path) -> None:
+    final, rounds = frames
+    out = tmp_path / "tables"
+    paths = write_tables(final, rounds, out)
+    assert all(p.is_file() for p in paths)
+    doc = (out / "paper_tables.tex").read_text()
+    for label in table_labels():
+        for name in (label, f"{label}_std", f"{label}_vs_paper"):
+            assert f"\\input{{{name}}}" in doc
+        assert (out / f"{label}_vs_paper.csv").is_file()
+    res = (out / "Res_3_datasets.tex").read_text()
+    assert r"\label{Res_3_datasets}" in res
+    assert r"\textbf{61.50}" in res and r"\textbf{61.00}" not in res
+    line = next(ln for ln in res.splitlines() if ln.startswith(r"\textbf{Ac.M"))
+    assert line.count("--") == 14 and "40.00" not in line and "45.00" in line
+    fer = (out / "Sup_data_Fer2013.tex").read_text()
+    assert fer.count("--") >= 2 * 4 * 15 and "0.9343" in fer and "0.6732" not in fer
+    std = (out / "Res_3_datasets_std.tex").read_text()
+    assert fmt(float(np.std([40, 50], ddof=1)), "acm") in std
+    cmp = pd.read_csv(out / "Res_3_datasets_vs_paper.csv")
+    assert list(cmp.columns) == ["table", "metric", "dataset", "column", "row", "ours_mean", "ours_std", "n_seeds",
+                                 "paper", "diff"]
+    assert "| **holds** |" in (out / "claims.md").read_text()
+    for p in out.glob("*.tex"):
+        text = p.read_text()
+        assert text.count("{") == text.count("}"), p.name
+        assert not re.search(r"\\(usepackage|multirow)", text) or p.name == "paper_tables.tex", p.name
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed")
+def test_paper_tables_compile(frames: tuple[pd.DataFrame, pd.DataFrame], tmp_path: Path) -> None:
+    final, rounds = frames
+    write_tables(final, rounds, tmp_path)
+    run = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "paper_tables.tex"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout[-2000:]
+    assert (tmp_path / "paper_tables.pdf").is_file()

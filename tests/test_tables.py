@@ -15,7 +15,7 @@ from test_aggregate import write_job
 from fedbalance.aggregate import collect
 from fedbalance.config import Job
 from fedbalance.tables import (
-    TABLES, bold_mask, cell_values, claims, fmt, published, table_labels, vs_paper, write_tables,
+    TABLES, bold_mask, cell_values, claims, fmt, fmt_diff, published, table_labels, vs_paper, write_tables,
 )
 
 PAPER_LABELS = [
@@ -72,6 +72,8 @@ def test_formats() -> None:
     assert fmt(4.34, "cs_var") == "4.340"
     assert fmt(28.857, "cs_var") == "28.86"
     assert fmt(float("nan"), "auc") == "--"
+    assert fmt_diff(3.5, "acm") == "+3.50" and fmt_diff(-0.0027, "cs_mean") == "-.0027"
+    assert fmt_diff(0.66, "cs_var") == "+0.6600"
 
 
 @pytest.fixture()

@@ -306,12 +306,11 @@ def fmt(value: float, metric: str) -> str:
 
 
 def fmt_diff(value: float, metric: str) -> str:
-    """A signed difference in the metric's printed precision."""
+    """A signed difference in the metric's printed precision ('+3.50', '-.0027', '+3.655')."""
     if value is None or math.isnan(value):
         return MISSING
-    s = fmt(abs(value), metric)
-    return ("-" if value < 0 else "+") + s.lstrip("0") if metric in ("acm", "acc_majority") and abs(value) >= 1 \
-        else ("-" if value < 0 else "+") + s
+    s = f"{abs(value):.2f}" if metric in ("acm", "acc_majority") else fmt(abs(value), metric)
+    return ("-" if value < 0 else "+") + s
 
 
 def bold_mask(spec: TableSpec, values: pd.DataFrame) -> pd.Series:
@@ -648,7 +647,7 @@ def write_tables(final: pd.DataFrame, rounds: pd.DataFrame, out_dir: str | Path,
         cmp.to_csv(p, index=False)
         paths.append(p)
         rows = _vs_paper_rows(cmp)
-        chunks = [rows[i:i + 40] for i in range(0, len(rows), 40)]
+        chunks = [rows[i:i + 35] for i in range(0, len(rows), 35)]
         p = out / f"{label}_vs_paper.tex"
         p.write_text(env.get_template("vs_paper.tex.j2").render(title=label.replace("_", r"\_"), chunks=chunks))
         paths.append(p)

@@ -1,0 +1,74 @@
+# fedbalance: regenerate every experiment, table and figure of Wang et al., "Addressing Class
+# Imbalance in Federated Learning" (AAAI 2021). See README.md and /docs.
+#
+#   full paper:   snakemake --cores all --use-conda                      (config/config.yaml)
+#   quick check:  snakemake --cores 2 --configfile config/quick.yaml     (embedded mnist5k, CPU)
+#   SLURM:        snakemake --profile profiles/slurm --use-conda
+#   report:       snakemake --report results/report.html  [same --configfile as the run]
+#
+# How the rules import the library: the Snakefile puts <repo>/src first on sys.path (so planning
+# works with or without `pip install -e .`), and every script under workflow/scripts/ starts with
+# `import _bootstrap`, a three-line helper that does the same from the script's own location.
+# That keeps the conda environments (envs/*.yaml) free of the project itself: they only hold its
+# dependencies, `--use-conda` needs no pip install of the repo, and an edit under src/ takes
+# effect without rebuilding an environment.
+
+import copy
+import sys
+from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+
+from fedbalance.config import ConfigError  # noqa: E402
+from fedbalance.config import validate as validate_study  # noqa: E402
+
+
+configfile: "config/config.yaml"
+
+
+# A --configfile names a whole study (config/quick.yaml is complete on its own): it replaces
+# config/config.yaml instead of being deep-merged into it (Snakemake's default, which would keep
+# the full protocol's extra datasets, experiments and settings). --config KEY=VALUE still
+# overrides single keys of whichever file is in use.
+if workflow.config_settings.configfiles:
+    config.clear()
+    config.update(copy.deepcopy(workflow.config_settings.overwrite_config))
+
+# 1. the JSON schema (types, enums, unknown keys), filling top-level defaults;
+# 2. the library's cross-key checks (clients_per_round <= num_clients, classes exist, ...).
+# Either failure stops here, before any DAG is built, with a message naming the key.
+validate(config, "workflow/schemas/config.schema.yaml")
+try:
+    config.update(validate_study(config))
+except ConfigError as exc:
+    raise WorkflowError(f"invalid configuration: {exc}") from None
+
+RESULTS = config["results_dir"].rstrip("/")
+DATA_DIR = config["data_dir"]
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/partition.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/report.smk"
+
+
+localrules:
+    all,
+
+
+rule all:
+    input:
+        TABLE_FILES,
+        FIGURE_FILES,
+        SUMMARY_FILES,
+        f"{RESULTS}/aggregate/final.csv",
+        f"{RESULTS}/aggregate/rounds.csv",
+    default_target: True

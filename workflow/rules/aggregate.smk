@@ -1,0 +1,33 @@
+# Stage 4: every job's metrics.json / rounds.csv -> two tidy CSVs (one row per job; one per job
+# and round) that the tables and figures read.
+
+from pathlib import Path
+
+TRAIN_OUTPUTS = [result(j.path, f) for j in JOBS for f in ("metrics.json", "rounds.csv")]
+
+
+localrules:
+    aggregate,
+
+
+rule aggregate:
+    input:
+        TRAIN_OUTPUTS,
+    output:
+        final=result("aggregate", "final.csv"),
+        rounds=result("aggregate", "rounds.csv"),
+    params:
+        results_dir=lambda wildcards, output: Path(output.final).parent.parent,
+        jobs=JOBS,
+    log:
+        result("logs", "aggregate.log"),
+    benchmark:
+        result("benchmarks", "aggregate.tsv")
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    conda:
+        "../../envs/report.yaml"
+    script:
+        "../scripts/aggregate.py"

@@ -1,0 +1,130 @@
+# Shared helpers of the rules: the job list, each job's resolved parameters, device and resources.
+# `config` has been validated by the Snakefile (schema + fedbalance.config.validate) before this runs.
+
+import re
+
+from fedbalance.config import Job, jobs, resolve_job, settings
+
+JOBS = jobs(config)
+EXPERIMENTS = list(config["experiments"])
+DATASETS = list(config["datasets"])
+LOSSES = sorted({loss for e in config["experiments"].values() for loss in e["losses"]})
+
+
+def _alternation(names):
+    return "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+
+
+wildcard_constraints:
+    experiment=_alternation(EXPERIMENTS),
+    dataset=_alternation(DATASETS),
+    # setting names are [A-Za-z0-9._-]+ (checked by fedbalance.config.validate), e.g. "t1.25", "c5_g10", "S"
+    setting=r"[A-Za-z0-9._\-]+",
+    loss=_alternation(LOSSES),
+    seed=r"\d+",
+
+
+# One partition per (experiment, dataset, setting, seed): it does not depend on the loss.
+PARTITIONS = sorted({(j.experiment, j.dataset, j.setting, j.seed) for j in JOBS})
+
+
+def job_of(wildcards):
+    return Job(wildcards.experiment, wildcards.dataset, wildcards.setting, wildcards.loss, int(wildcards.seed))
+
+
+def job_spec(wildcards):
+    """The full parameter set of one training job (fedbalance.config.resolve_job)."""
+    return resolve_job(config, job_of(wildcards))
+
+
+def partition_spec(wildcards):
+    """Parameters of a partition job: those of the experiment's first loss (partitions ignore the loss)."""
+    loss = config["experiments"][wildcards.experiment]["losses"][0]
+    return resolve_job(config, Job(wildcards.experiment, wildcards.dataset, wildcards.setting, loss, int(wildcards.seed)))
+
+
+def dataset_source(dataset):
+    return config["datasets"][dataset].get("source") or config.get("defaults", {}).get("source")
+
+
+def _uses_gpu():
+    """Config-driven: device cuda -> every training job asks for one GPU; cpu -> none; auto -> one
+    when the machine that plans the workflow sees CUDA (on a cluster whose login node has no GPU,
+    set `device: cuda` -- profiles/slurm does so with `--config device=cuda`)."""
+    device = config["device"]
+    if device == "cuda":
+        return True
+    if device == "cpu":
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+USE_GPU = _uses_gpu()
+TRAIN_GPUS = 1 if USE_GPU else 0
+# CPU jobs: one thread each, so `--cores N` runs N jobs side by side; GPU jobs: a few threads for
+# batching / evaluation next to the GPU.
+TRAIN_THREADS = 4 if USE_GPU else 1
+
+# Per dataset source: memory (MB) and wall time (minutes) of one training job of the full protocol
+# on one GPU, with headroom. Override per rule with --set-resources (profiles/slurm does).
+TRAIN_MEM_MB = {"mnist5k": 2000, "mnist": 4000, "cifar10": 6000, "fer2013": 8000, "femnist": 24000}
+TRAIN_RUNTIME = {"mnist5k": 15, "mnist": 120, "cifar10": 240, "fer2013": 480, "femnist": 1440}
+
+
+def train_mem_mb(wildcards, attempt):
+    return TRAIN_MEM_MB.get(dataset_source(wildcards.dataset), 8000) * attempt
+
+
+def train_runtime(wildcards, attempt):
+    return TRAIN_RUNTIME.get(dataset_source(wildcards.dataset), 480) * attempt
+
+
+def data_mem_mb(wildcards, attempt):
+    return (16000 if dataset_source(wildcards.dataset) == "femnist" else 4000) * attempt
+
+
+# Paper label / figure name -> experiment family of config/config.yaml (report category).
+_FAMILY_PREFIXES = [
+    ("Res_3_datasets", "losses"),
+    ("FL_FEMNIST", "losses"),
+    ("Sup_majority", "losses"),
+    ("Monitor_under_imbalance", "losses"),
+    ("convergence", "losses"),
+    ("Sup_fe_dynamic", "dynamic"),
+    ("Res_without_mismatch", "centralised"),
+    ("Sup_data_Fer2013", "mismatch_fer2013"),
+    ("Sup_data", "mismatch"),
+    ("Res_mismatch", "mismatch"),
+    ("Sup_MFE", "mfe"),
+    ("Sup_hyper_a", "alpha"),
+    ("Sup_hyper_b", "beta"),
+    ("Sup_hyper_T_ra", "t_ra"),
+    ("Sup_bs_ep", "batch_size, local_epochs"),
+    ("Importance_early", "early"),
+    ("Sup_client_num_CIFAR10", "clients_cifar10"),
+    ("Sup_client_num_FEMNIST", "clients_femnist"),
+    ("Sup_client_num", "clients"),
+    ("Sup_empirical", "monitor"),
+    ("fig_monitoring", "monitor"),
+    ("monitor", "monitor"),
+    ("data_splitting", "partitions"),
+]
+
+
+def family(name):
+    low = name.lower()
+    for prefix, fam in _FAMILY_PREFIXES:
+        if low.startswith(prefix.lower()):
+            return fam
+    return "other"
+
+
+def caption(name):
+    """report/<name>.rst, relative to this file (Snakemake resolves captions from the rule file)."""
+    return f"../../report/{name}.rst"
+
+
+def result(*parts):
+    return "/".join([RESULTS, *parts])

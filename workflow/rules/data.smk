@@ -1,0 +1,30 @@
+# Stage 1: make sure each dataset's files are present and verified (download where allowed),
+# once per dataset, and record them in a manifest (path, size, md5). The embedded mnist5k has no
+# files: its manifest lists none. Runs on the submitting host (localrules): cluster compute nodes
+# often have no internet; point `data_dir` at a pre-staged copy where even that host has none.
+
+
+localrules:
+    prepare_data,
+
+
+rule prepare_data:
+    output:
+        manifest=result("data", "{dataset}.json"),
+    params:
+        source=lambda wc: dataset_source(wc.dataset),
+        options=lambda wc: config["datasets"][wc.dataset].get("options", {}),
+        data_dir=DATA_DIR,
+        download=config["download"],
+    log:
+        result("logs", "data", "{dataset}.log"),
+    benchmark:
+        result("benchmarks", "data", "{dataset}.tsv")
+    threads: 1
+    resources:
+        mem_mb=data_mem_mb,
+        runtime=120,
+    conda:
+        "../../envs/torch.yaml"
+    script:
+        "../scripts/prepare_data.py"

@@ -1,0 +1,24 @@
+# Stage 2: client partitions (client -> sample indices), one JSON per
+# (experiment, dataset, setting, seed); every loss of that setting trains on the same partition.
+
+
+rule partition:
+    input:
+        manifest=result("data", "{dataset}.json"),
+    output:
+        partition=result("partitions", "{experiment}", "{dataset}", "{setting}", "seed{seed}.json"),
+    params:
+        spec=partition_spec,
+        data_dir=DATA_DIR,
+    log:
+        result("logs", "partition", "{experiment}", "{dataset}", "{setting}", "seed{seed}.log"),
+    benchmark:
+        result("benchmarks", "partition", "{experiment}", "{dataset}", "{setting}", "seed{seed}.tsv")
+    threads: 1
+    resources:
+        mem_mb=data_mem_mb,
+        runtime=30,
+    conda:
+        "../../envs/torch.yaml"
+    script:
+        "../scripts/partition.py"

@@ -1,0 +1,78 @@
+# Stage 5: LaTeX tables (+ std, + comparison with the published numbers), claims.md,
+# paper_tables.tex and figures, every one registered for `snakemake --report` with a caption
+# (report/<name>.rst) in a category named after the experiment family it comes from.
+# The library always writes every table and figure: cells whose jobs the config does not run
+# are rendered as '–', so the file lists below do not depend on the config.
+
+from pathlib import Path
+
+from fedbalance.figures import FIGURES
+from fedbalance.tables import table_labels
+
+TABLES = list(table_labels())
+TABLES_DIR = result("tables")
+FIGURES_DIR = result("figures")
+
+TABLE_SUFFIXES = (".tex", "_std.tex", "_vs_paper.csv", "_vs_paper.tex")
+TABLE_FILES = [f"{TABLES_DIR}/{label}{suffix}" for label in TABLES for suffix in TABLE_SUFFIXES]
+FIGURE_FILES = [f"{FIGURES_DIR}/{name}.{ext}" for name in FIGURES for ext in ("pdf", "png")]
+SUMMARY_FILES = [f"{TABLES_DIR}/claims.md", f"{TABLES_DIR}/paper_tables.tex"]
+
+
+localrules:
+    tables,
+    figures,
+
+
+rule tables:
+    input:
+        final=result("aggregate", "final.csv"),
+        rounds=result("aggregate", "rounds.csv"),
+    output:
+        [
+            report(f"{TABLES_DIR}/{label}{suffix}", caption=caption(label), category=family(label), subcategory="Tables")
+            for label in TABLES
+            for suffix in TABLE_SUFFIXES
+        ],
+        claims=report(f"{TABLES_DIR}/claims.md", caption="../../report/claims.rst", category="summary"),
+        paper_tables=report(
+            f"{TABLES_DIR}/paper_tables.tex", caption="../../report/paper_tables.rst", category="summary"
+        ),
+    params:
+        out_dir=lambda wildcards, output: Path(output.claims).parent,
+        estimator=config.get("defaults", {}).get("monitor", {}).get("estimators", ["paper"])[0],
+    log:
+        result("logs", "tables.log"),
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    conda:
+        "../../envs/report.yaml"
+    script:
+        "../scripts/tables.py"
+
+
+rule figures:
+    input:
+        final=result("aggregate", "final.csv"),
+        rounds=result("aggregate", "rounds.csv"),
+    output:
+        [
+            report(f"{FIGURES_DIR}/{name}.{ext}", caption=caption(name), category=family(name), subcategory="Figures")
+            for name in FIGURES
+            for ext in ("pdf", "png")
+        ],
+    params:
+        results_dir=lambda wildcards, input: Path(input.final).parent.parent,
+        out_dir=lambda wildcards, output: Path(output[0]).parent,
+    log:
+        result("logs", "figures.log"),
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    conda:
+        "../../envs/report.yaml"
+    script:
+        "../scripts/figures.py"

@@ -1,0 +1,31 @@
+# Stage 3: one FedAvg (or centralised) training job per (experiment, dataset, setting, loss, seed).
+# fedbalance.jobs.run_job writes metrics.json and rounds.csv atomically and checkpoints every
+# round to checkpoint.pt beside them (not a declared output, so it survives a failed or killed
+# job and the rerun resumes from it).
+
+
+rule train:
+    input:
+        partition=result("partitions", "{experiment}", "{dataset}", "{setting}", "seed{seed}.json"),
+        manifest=result("data", "{dataset}.json"),
+    output:
+        metrics=result("{experiment}", "{dataset}", "{setting}", "{loss}", "seed{seed}", "metrics.json"),
+        rounds=result("{experiment}", "{dataset}", "{setting}", "{loss}", "seed{seed}", "rounds.csv"),
+    params:
+        spec=job_spec,
+        data_dir=DATA_DIR,
+        device=config["device"],
+        deterministic=config["deterministic"],
+    log:
+        result("logs", "train", "{experiment}", "{dataset}", "{setting}", "{loss}", "seed{seed}.log"),
+    benchmark:
+        result("benchmarks", "train", "{experiment}", "{dataset}", "{setting}", "{loss}", "seed{seed}.tsv")
+    threads: TRAIN_THREADS
+    resources:
+        gpu=TRAIN_GPUS,
+        mem_mb=train_mem_mb,
+        runtime=train_runtime,
+    conda:
+        "../../envs/torch.yaml"
+    script:
+        "../scripts/train.py"

@@ -1,0 +1,72 @@
+"""Shared by the thin scripts of workflow/scripts/.
+
+Importing this module puts the repository's src/ first on sys.path, so `import fedbalance` works
+in any environment, including the `--use-conda` ones (envs/*.yaml hold the dependencies, not the
+project). Snakemake adds this directory to sys.path before it runs a script, hence each script
+starts with `import _common`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+if SRC not in sys.path:
+    sys.path.insert(0, SRC)
+
+
+@contextlib.contextmanager
+def logged(smk):
+    """Send stdout and stderr (Python-level and the file descriptors) to the rule's log file."""
+    if not smk.log:
+        yield
+        return
+    path = Path(str(smk.log[0]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with open(path, "w") as log:
+        saved = os.dup(1), os.dup(2)
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+                try:
+                    yield
+                except BaseException:
+                    import traceback
+
+                    traceback.print_exc()
+                    raise
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+
+def md5sum(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.md5()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_json_atomic(obj, path) -> None:
+    """Write JSON to a temporary file beside `path`, then rename it into place."""
+    path = Path(str(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)

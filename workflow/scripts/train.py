@@ -1,0 +1,27 @@
+"""Rule train: one training job; fedbalance.jobs.run_job writes metrics.json and rounds.csv
+beside each other (atomically) and resumes from checkpoint.pt in the same folder."""
+
+from pathlib import Path
+
+import _common
+
+smk = snakemake  # noqa: F821  (injected by Snakemake)
+
+with _common.logged(smk):
+    import torch
+
+    from fedbalance.jobs import load_partitions, run_job
+
+    torch.set_num_threads(smk.threads)
+    out_dir = Path(smk.output.metrics).parent
+    run_job(
+        smk.params.spec,
+        out_dir,
+        data_dir=smk.params.data_dir,
+        device=smk.params.device,
+        deterministic=smk.params.deterministic,
+        partitions=load_partitions(smk.input.partition),
+    )
+    for name in ("metrics", "rounds"):
+        if not Path(smk.output[name]).is_file():
+            raise RuntimeError(f"run_job did not write {smk.output[name]}")

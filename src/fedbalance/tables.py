@@ -16,10 +16,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Iterable
 
 import jinja2
-import numpy as np
 import pandas as pd
 
 PUBLISHED = Path(__file__).with_name("published") / "paper_numbers.csv"

@@ -1,0 +1,5 @@
+"""``python -m fedbalance``: see ``fedbalance.cli``."""
+
+from fedbalance.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,190 @@
+"""``python -m fedbalance`` / ``fedbalance``: run one job, write a partition, prepare data, list jobs.
+
+Every subcommand reads the study configuration (``--config``, e.g. config/quick.yaml). Bad
+arguments or configuration (unknown experiment, dataset, setting or loss, missing files, invalid
+values, data that cannot supply the partition) end with exit status 2 and a one-line message
+naming the problem, before any training starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fedbalance.config import ConfigError, Job, jobs, load_config, resolve_job, settings
+from fedbalance.data import DataError
+from fedbalance.fl import FLError
+from fedbalance.partition import PartitionError
+
+USER_ERRORS = (ConfigError, DataError, PartitionError, FLError)
+
+
+def _job_args(p: argparse.ArgumentParser, *, loss: bool) -> None:
+    p.add_argument("--config", required=True, help="study configuration YAML (e.g. config/quick.yaml)")
+    p.add_argument("--experiment", required=True, help="experiment name under 'experiments' of the config")
+    p.add_argument("--dataset", required=True, help="dataset name listed by that experiment (e.g. mnist)")
+    p.add_argument("--setting", required=True, help="setting name of that experiment (e.g. g10, c5_g10, default)")
+    if loss:
+        p.add_argument("--loss", required=True, help="loss listed by that experiment: ce, focal, ghmc, ratio, mse or mfe")
+    p.add_argument("--seed", required=True, type=int, help="job seed (fixes partition, init, selection, batches)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of all subcommands."""
+    parser = argparse.ArgumentParser(
+        prog="fedbalance",
+        description="Class imbalance in federated learning (Wang et al., AAAI 2021): run jobs of the study outside Snakemake.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    train = sub.add_parser(
+        "train",
+        help="run one training job",
+        description="Run one job (experiment, dataset, setting, loss, seed); write metrics.json and rounds.csv into --out. "
+        "A job interrupted earlier resumes from --out/checkpoint.pt.",
+    )
+    _job_args(train, loss=True)
+    train.add_argument("--out", required=True, type=Path, help="output folder for metrics.json, rounds.csv and the checkpoint")
+    train.add_argument("--data-dir", type=Path, default=None, help="dataset folder (default: the config's data_dir)")
+    train.add_argument("--partition", type=Path, default=None, help="partition JSON written by 'fedbalance partition' (default: build it)")
+    train.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None, help="device (default: the config's device; auto = cuda if available)")
+    train.add_argument(
+        "--deterministic",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="deterministic kernels (default: the config's deterministic)",
+    )
+    train.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    train.set_defaults(func=cmd_train)
+
+    part = sub.add_parser(
+        "partition",
+        help="write the client partition JSON of one job",
+        description="Build the partition(s) of (experiment, dataset, setting, seed) and write them as JSON ('main', and "
+        "'balanced' when the setting has a switch_round).",
+    )
+    _job_args(part, loss=False)
+    part.add_argument("--out", required=True, type=Path, help="partition JSON file to write")
+    part.add_argument("--data-dir", type=Path, default=None, help="dataset folder (default: the config's data_dir)")
+    part.set_defaults(func=cmd_partition)
+
+    prep = sub.add_parser(
+        "prepare",
+        help="download/verify one dataset into data_dir",
+        description="Make sure a dataset's files are present and verified in data_dir (downloading when the config allows).",
+    )
+    prep.add_argument("--config", required=True, help="study configuration YAML")
+    prep.add_argument("--dataset", required=True, help="dataset name under 'datasets' of the config")
+    prep.add_argument("--data-dir", type=Path, default=None, help="dataset folder (default: the config's data_dir)")
+    prep.set_defaults(func=cmd_prepare)
+
+    ls = sub.add_parser("jobs", help="list the jobs of the study", description="Print every job as experiment/dataset/setting/loss/seedK.")
+    ls.add_argument("--config", required=True, help="study configuration YAML")
+    ls.add_argument("--experiment", action="append", default=None, help="only this experiment (repeatable)")
+    ls.set_defaults(func=cmd_jobs)
+    return parser
+
+
+def _choose(what: str, value: str, options: Sequence[str], where: str) -> None:
+    if value not in options:
+        raise ConfigError(f"{where}: unknown {what} {value!r}; choose from {sorted(options)}")
+
+
+def job_spec(cfg: dict[str, Any], experiment: str, dataset: str, setting: str, loss: str | None, seed: int) -> dict[str, Any]:
+    """Validate the job's names against the config and return its resolved spec."""
+    _choose("experiment", experiment, list(cfg["experiments"]), "experiments")
+    exp = cfg["experiments"][experiment]
+    where = f"experiments.{experiment}"
+    _choose("dataset", dataset, exp["datasets"], f"{where}.datasets")
+    _choose("setting", setting, list(settings(cfg, experiment)), where)
+    if loss is not None:
+        _choose("loss", loss, exp["losses"], f"{where}.losses")
+    if seed < 0:
+        raise ConfigError(f"seed must be >= 0, got {seed}")
+    return resolve_job(cfg, Job(experiment, dataset, setting, loss or exp["losses"][0], seed))
+
+
+def _data_dir(cfg: dict[str, Any], args: argparse.Namespace) -> Path:
+    return args.data_dir if args.data_dir is not None else Path(cfg["data_dir"])
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """``fedbalance train``."""
+    import torch
+
+    from fedbalance.jobs import load_partitions, run_job
+
+    cfg = load_config(args.config)
+    spec = job_spec(cfg, args.experiment, args.dataset, args.setting, args.loss, args.seed)
+    parts = load_partitions(args.partition) if args.partition is not None else None
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ConfigError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    metrics = run_job(
+        spec,
+        args.out,
+        data_dir=_data_dir(cfg, args),
+        device=args.device or cfg["device"],
+        deterministic=cfg["deterministic"] if args.deterministic is None else args.deterministic,
+        download=bool(cfg["download"]),
+        partitions=parts,
+    )
+    f = metrics["final"]
+    acc_m = "n/a" if f["acc_minority"] is None else f"{f['acc_minority']:.4f}"
+    print(f"{args.out}: acc {f['acc']:.4f}, Ac.M {acc_m}, AUC {f['auc_micro']:.4f}, {metrics['wall_time_s']:.1f} s")
+    return 0
+
+
+def cmd_partition(args: argparse.Namespace) -> int:
+    """``fedbalance partition``."""
+    from fedbalance.data import load_dataset
+    from fedbalance.jobs import build_partitions, save_partitions
+
+    cfg = load_config(args.config)
+    spec = job_spec(cfg, args.experiment, args.dataset, args.setting, None, args.seed)
+    dataset = load_dataset(spec["source"], _data_dir(cfg, args), download=bool(cfg["download"]), **dict(spec.get("options") or {}))
+    parts = build_partitions(spec, dataset)
+    save_partitions(parts, args.out)
+    print(f"{args.out}: {', '.join(f'{k} ({p.num_clients} clients)' for k, p in parts.items())}")
+    return 0
+
+
+def cmd_prepare(args: argparse.Namespace) -> int:
+    """``fedbalance prepare``."""
+    from fedbalance.data import prepare_dataset
+
+    cfg = load_config(args.config)
+    _choose("dataset", args.dataset, list(cfg["datasets"]), "datasets")
+    ds = cfg["datasets"][args.dataset]
+    source = ds.get("source", cfg.get("defaults", {}).get("source"))
+    options = dict(ds.get("options") or {})
+    files = prepare_dataset(source, _data_dir(cfg, args), download=bool(cfg["download"]), **options)
+    print(f"{args.dataset} ({source}): {len(files)} file(s) ready")
+    return 0
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    """``fedbalance jobs``."""
+    cfg = load_config(args.config)
+    if args.experiment:
+        for e in args.experiment:
+            _choose("experiment", e, list(cfg["experiments"]), "experiments")
+    for job in jobs(cfg, args.experiment):
+        print(job.path)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit status (2 for bad arguments, configuration or data)."""
+    args = build_parser().parse_args(argv)
+    from fedbalance.jobs import JobError
+
+    try:
+        return int(args.func(args))
+    except (*USER_ERRORS, JobError) as exc:
+        print(f"fedbalance {args.command}: error: {exc}", file=sys.stderr)
+        return 2

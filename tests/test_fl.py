@@ -1,0 +1,229 @@
+"""fl / centralised engines on tiny synthetic data: FedAvg against a hand-rolled round, selection,
+Ratio-Loss hand-over, monitor records, early switch, resume from a saved state."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from fedbalance.centralised import num_epochs, run_centralised
+from fedbalance.fl import (
+    ROUND_COLUMNS,
+    TAG_CLIENT,
+    FLError,
+    JobData,
+    derive_seed,
+    run_fedavg,
+    select_clients,
+    sgd_config,
+    torch_generator,
+)
+from fedbalance.losses import get_loss
+from fedbalance.models import build_model
+from fedbalance.partition import make_partition
+from fedbalance.train import local_sgd
+
+torch.set_num_threads(1)
+Q = 10
+
+
+def spec(**over) -> dict:
+    s = {
+        "seed": 3,
+        "loss": "ce",
+        "mode": "fl",
+        "rounds": 2,
+        "local_epochs": 1,
+        "centralised_epochs": None,
+        "batch_size": 16,
+        "lr": 0.05,
+        "momentum": 0.9,
+        "weight_decay": 5e-4,
+        "aggregation": "mean",
+        "path": "sequential",
+        "selection": "fixed",
+        "clients_per_round": 3,
+        "switch_round": None,
+        "empirical": False,
+        "eval_every": 1,
+        "monitor": {
+            "record": False,
+            "aux_per_class": 4,
+            "estimators": ["paper", "released", "nnls"],
+            "t_ra": 1.25,
+            "variant": "paper",
+            "alpha": 1.0,
+            "beta": 0.1,
+            "acknowledge": {"threshold": 1.5, "rounds": 1},
+        },
+        "loss_params": {},
+    }
+    s.update(over)
+    return s
+
+
+@pytest.fixture(scope="module")
+def data() -> JobData:
+    g = torch.Generator().manual_seed(0)
+    y = torch.arange(Q).repeat_interleave(30)
+    x = (torch.rand(len(y), 1, 28, 28, generator=g) * 60 + y.reshape(-1, 1, 1, 1) * 19).to(torch.uint8)
+    yt = torch.arange(Q).repeat_interleave(6)
+    xt = (torch.rand(len(yt), 1, 28, 28, generator=g) * 60 + yt.reshape(-1, 1, 1, 1) * 19).to(torch.uint8)
+    aux = torch.cat([torch.nonzero(yt == c).flatten()[:4] for c in range(Q)])
+    return JobData(x, y, xt, yt, xt[aux], yt[aux], Q, (2, 4, 7))
+
+
+def partition(gamma: float = 4.0, seed: int = 3):
+    labels = torch.arange(Q).repeat_interleave(30).numpy()
+    return make_partition(
+        "imbalance", labels, num_classes=Q, num_clients=4, min_classes=3, max_classes=6,
+        majority_samples=12, gamma=gamma, minority_classes=(2, 4, 7), seed=seed,
+    )
+
+
+def model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return build_model("lenet5", 1, Q, (28, 28))
+
+
+def run(s: dict, data: JobData, parts: dict, **kw):
+    m = model()
+    loss = get_loss(s["loss"], Q, **s["loss_params"].get(s["loss"], {}))
+    runner = run_centralised if s["mode"] == "centralised" else run_fedavg
+    return runner(s, m, loss, data, parts, **kw), m, loss
+
+
+def test_select_clients():
+    a = [select_clients("fixed", 10, 4, 7, t).tolist() for t in range(3)]
+    assert a[0] == a[1] == a[2] and len(set(a[0])) == 4 and a[0] == sorted(a[0])
+    r = [select_clients("random", 10, 4, 7, t).tolist() for t in range(6)]
+    assert len({tuple(x) for x in r}) > 1
+    assert r == [select_clients("random", 10, 4, 7, t).tolist() for t in range(6)]
+    assert select_clients("fixed", 10, 4, 8, 0).tolist() != a[0] or select_clients("fixed", 10, 4, 9, 0).tolist() != a[0]
+    with pytest.raises(FLError, match="clients_per_round"):
+        select_clients("fixed", 3, 4, 0, 0)
+    assert derive_seed(1, 2, 3) == derive_seed(1, 2, 3) != derive_seed(1, 2, 4)
+
+
+@pytest.mark.parametrize("aggregation", ["mean", "weighted"])
+def test_one_round_is_fedavg(data, aggregation):
+    s = spec(rounds=1, aggregation=aggregation)
+    p = partition()
+    state, m, _ = run(s, data, {"main": p})
+    chosen = select_clients("fixed", 4, 3, s["seed"], 0)
+    ref, states, sizes = model(), [], []
+    start = copy.deepcopy(ref.state_dict())
+    for j in chosen:
+        ref.load_state_dict(start)
+        idx = torch.as_tensor(np.array(p.clients[j]))
+        local_sgd(ref, data.x_train[idx], data.y_train[idx], torch.nn.CrossEntropyLoss(), sgd_config(s), torch_generator(s["seed"], TAG_CLIENT, 0, int(j)))
+        states.append(copy.deepcopy(ref.state_dict()))
+        sizes.append(len(idx))
+    w = np.array(sizes, float) / sum(sizes) if aggregation == "weighted" else np.full(3, 1 / 3)
+    for k, v in m.state_dict().items():
+        expect = sum(float(wi) * st[k].double() for wi, st in zip(w, states))
+        assert torch.allclose(v.double(), expect, atol=1e-6), k
+    assert not torch.equal(m.state_dict()["classifier.weight"], start["classifier.weight"])
+    row = state["rows"][0]
+    assert set(row) == set(ROUND_COLUMNS)
+    assert row["cs_paper"] is None and row["weights"] is None and row["acc"] is not None
+    counts = p.class_counts(data.y_train.numpy())[chosen].sum(0)
+    assert row["true_composition"] == counts.astype(float).tolist()
+
+
+def test_ratio_weights_handed_over_and_monitor_recorded(data):
+    s = spec(loss="ratio", rounds=2, selection="random")
+    p = partition()
+    state, _, loss = run(s, data, {"main": p})
+    rows = state["rows"]
+    for t, row in enumerate(rows):
+        true = np.array(row["true_composition"])
+        chosen = select_clients("random", 4, 3, s["seed"], t)
+        assert true.tolist() == p.class_counts(data.y_train.numpy())[chosen].sum(0).astype(float).tolist()
+        uni = np.full(Q, true.sum() / Q)
+        assert row["cs_uniform"] == pytest.approx(uni @ true / (np.linalg.norm(uni) * np.linalg.norm(true)))
+        for m in ("paper", "released", "nnls"):
+            est = np.array(row[f"est_{m}"])
+            assert est.shape == (Q,)
+            assert row[f"cs_{m}"] == pytest.approx(est @ true / (np.linalg.norm(est) * np.linalg.norm(true)))
+        assert isinstance(row["acknowledged"], bool)
+    # round 1's clients trained with the weights the monitor produced in round 0
+    assert torch.allclose(loss.weight.double(), torch.tensor(rows[0]["weights"], dtype=torch.float64), atol=1e-6)
+    assert rows[0]["weights"] != rows[1]["weights"]
+    assert torch.equal(state["pi"], torch.tensor(rows[1]["weights"], dtype=torch.float64))
+    if any(r["acknowledged"] for r in rows):
+        assert state["ack_round"] == min(t for t, r in enumerate(rows) if r["acknowledged"])
+
+
+def test_switch_round_trains_on_balanced_partition(data):
+    s = spec(rounds=3, switch_round=2, eval_every=2, empirical=True)
+    main, bal = partition(4.0), partition(1.0)
+    state, _, _ = run(s, data, {"main": main, "balanced": bal})
+    chosen = select_clients("fixed", 4, 3, s["seed"], 0)
+    y = data.y_train.numpy()
+    comps = [r["true_composition"] for r in state["rows"]]
+    assert comps[0] == comps[1] == main.class_counts(y)[chosen].sum(0).astype(float).tolist()
+    assert comps[2] == bal.class_counts(y)[chosen].sum(0).astype(float).tolist()
+    assert [r["acc"] is not None for r in state["rows"]] == [False, True, True]
+    assert all(0 < r["emp_cos"] <= 1 + 1e-9 and r["emp_cv"] >= 0 for r in state["rows"])
+    with pytest.raises(FLError, match="balanced"):
+        run(s, data, {"main": main})
+
+
+def test_fedavg_resume_is_bit_identical(data):
+    s = spec(loss="ratio", rounds=3, selection="random")
+    parts = {"main": partition()}
+    full, m_full, _ = run(s, data, parts)
+    saved = {}
+
+    class Stop(Exception):
+        pass
+
+    def stop(state, row):
+        saved.update(copy.deepcopy(state))
+        if row["round"] == 1:
+            raise Stop
+
+    with pytest.raises(Stop):
+        run(s, data, parts, on_round=stop)
+    assert saved["next_round"] == 2
+    resumed, m_res, _ = run(s, data, parts, state=saved)
+    for k, v in m_full.state_dict().items():
+        assert torch.equal(v, m_res.state_dict()[k]), k
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]  # noqa: E731
+    assert strip(full["rows"]) == strip(resumed["rows"])
+
+
+def test_vectorised_matches_sequential(data):
+    s = spec(rounds=1)
+    seq, m_seq, _ = run(s, data, {"main": partition()})
+    vec, m_vec, _ = run({**s, "path": "vectorised"}, data, {"main": partition()})
+    for k, v in m_seq.state_dict().items():
+        assert torch.allclose(v, m_vec.state_dict()[k], atol=1e-5), k
+
+
+def test_centralised_pooled_epochs_ratio_and_resume(data):
+    s = spec(mode="centralised", loss="ratio", rounds=2, local_epochs=1)
+    assert num_epochs(s) == 2 and num_epochs({**s, "centralised_epochs": 5}) == 5
+    p = partition()
+    full, m_full, loss = run(s, data, {"main": p})
+    rows = full["rows"]
+    assert len(rows) == 2
+    pooled = np.bincount(data.y_train.numpy()[p.pooled()], minlength=Q).astype(float).tolist()
+    assert all(r["true_composition"] == pooled for r in rows)
+    assert all(r["cs_nnls"] is not None for r in rows)
+    assert torch.allclose(loss.weight.double(), torch.tensor(rows[0]["weights"], dtype=torch.float64), atol=1e-6)
+    first = {}
+
+    def keep(state, row):
+        if row["round"] == 0:
+            first.update(copy.deepcopy(state))
+
+    run(s, data, {"main": p}, on_round=keep)
+    resumed, m_res, _ = run(s, data, {"main": p}, state=first)
+    for k, v in m_full.state_dict().items():
+        assert torch.equal(v, m_res.state_dict()[k]), k
+    assert [r["train_loss"] for r in resumed["rows"]] == [r["train_loss"] for r in rows]

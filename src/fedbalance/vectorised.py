@@ -1,0 +1,373 @@
+"""Batched ``train_copies``: K copies of one model trained together with ``torch.func.vmap``.
+
+The copies' parameters, buffers and momentum buffers are stacked ([K, ...]); one SGD step of
+all copies is ``vmap(grad(loss))`` over the stack followed by a hand-written SGD update equal to
+``torch.optim.SGD`` (dampening 0, no Nesterov). Each copy draws its own ``batch_schedule`` from
+its own generator, exactly as the sequential path does; a step's batches are padded to the
+largest batch with a per-sample mask, losses and batch-norm statistics use the real samples
+only, and a copy whose schedule has ended is frozen (no parameter, momentum or buffer change).
+See ``docs/performance.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+from fedbalance import losses
+from fedbalance.train import SGDConfig, batch_schedule, to_float
+
+MaskedLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class VectorisedOptions:
+    """Throughput knobs; the defaults give the sequential path's numbers (up to float rounding).
+
+    ``chunk_size``: copies per vmap call (None = all), bounds activation memory.
+    ``channels_last``: feed each copy's batch in channels-last layout (same numbers).
+    ``autocast_bf16``: bf16 autocast of the forward pass (changes numbers; CUDA only).
+    ``allow_tf32``: TF32 matmuls and convolutions during the round (changes numbers; CUDA only).
+    ``compile``: ``torch.compile`` the batched step (same maths; compile time on first use).
+    """
+
+    chunk_size: int | None = None
+    channels_last: bool = False
+    autocast_bf16: bool = False
+    allow_tf32: bool = False
+    compile: bool = False
+
+
+class _Context:
+    """Per-call side channel: the current sample mask in, new batch-norm buffers out."""
+
+    def __init__(self) -> None:
+        self.mask: torch.Tensor | None = None
+        self.new_buffers: dict[str, torch.Tensor] = {}
+
+
+class _MaskedBatchNorm(nn.Module):
+    """Training-mode batch norm over the real (mask 1) samples, returning its running stats.
+
+    Same parameter and buffer names as ``nn.BatchNorm*d``. The running statistics are updated
+    exactly as torch does (momentum, or the cumulative average when momentum is None, with the
+    unbiased variance) but written to the context instead of in place, so vmap can batch them.
+    """
+
+    def __init__(self, bn: nn.modules.batchnorm._BatchNorm, name: str, ctx: _Context) -> None:
+        super().__init__()
+        self.eps = bn.eps
+        self.momentum = bn.momentum
+        self.affine = bn.affine
+        self.track_running_stats = bn.track_running_stats
+        self.prefix = f"{name}." if name else ""
+        self.ctx = ctx
+        if bn.affine:
+            self.weight = nn.Parameter(torch.empty_like(bn.weight, device="meta"))
+            self.bias = nn.Parameter(torch.empty_like(bn.bias, device="meta"))
+        if bn.track_running_stats:
+            for key in ("running_mean", "running_var", "num_batches_tracked"):
+                self.register_buffer(key, torch.empty_like(getattr(bn, key), device="meta"))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalise ``x`` [B, C, ...] with the masked batch mean and biased variance."""
+        mask = self.ctx.mask
+        dims = [0, *range(2, x.dim())]
+        bshape = [-1] + [1] * (x.dim() - 1)
+        cshape = [1, -1] + [1] * (x.dim() - 2)
+        xf = x if x.dtype in (torch.float32, torch.float64) else x.float()
+        w = mask.to(xf.dtype).reshape(bshape)
+        count = mask.to(xf.dtype).sum() * math.prod(x.shape[2:])
+        denom = count.clamp(min=1.0)
+        mean = (xf * w).sum(dims) / denom
+        xc = xf - mean.reshape(cshape)
+        var = (xc * xc * w).sum(dims) / denom
+        out = xc * torch.rsqrt(var + self.eps).reshape(cshape)
+        if self.affine:
+            out = out * self.weight.reshape(cshape) + self.bias.reshape(cshape)
+        if self.track_running_stats:
+            nbt = self.num_batches_tracked + 1
+            factor = self.momentum if self.momentum is not None else 1.0 / nbt
+            unbiased = var.detach() * (count / (count - 1).clamp(min=1.0))
+            rm = self.running_mean * (1 - factor) + mean.detach() * factor
+            rv = self.running_var * (1 - factor) + unbiased * factor
+            self.ctx.new_buffers[self.prefix + "running_mean"] = rm.to(self.running_mean.dtype)
+            self.ctx.new_buffers[self.prefix + "running_var"] = rv.to(self.running_var.dtype)
+            self.ctx.new_buffers[self.prefix + "num_batches_tracked"] = nbt
+        return out.to(x.dtype)
+
+
+def _functional_twin(model: nn.Module, ctx: _Context) -> nn.Module:
+    """A meta-device copy of ``model`` (same names) with every batch norm made masked and functional."""
+    twin = copy.deepcopy(model).to("meta")
+    for name, module in list(twin.named_modules()):
+        for child_name, child in list(module.named_children()):
+            if isinstance(child, nn.modules.batchnorm._BatchNorm):
+                full = f"{name}.{child_name}" if name else child_name
+                setattr(module, child_name, _MaskedBatchNorm(child, full, ctx))
+    return twin.train()
+
+
+def _one_hot(index: torch.Tensor, num: int, dtype: torch.dtype) -> torch.Tensor:
+    """One-hot [N, num] by comparison with arange (vmap-safe)."""
+    return (index.unsqueeze(-1) == torch.arange(num, device=index.device)).to(dtype)
+
+
+def _masked_reduce(values: torch.Tensor, mask: torch.Tensor, reduction: str) -> torch.Tensor:
+    """Sum or mean of per-sample ``values`` over the real samples (a mean over none is 0)."""
+    m = mask.to(values.dtype)
+    total = (values * m).sum()
+    return total if reduction == "sum" else total / m.sum().clamp(min=1.0)
+
+
+def _per_sample_loss(loss_fn: nn.Module) -> MaskedLoss:
+    """Losses whose 'mean'/'sum' is the mean/sum of their 'none' output (CE, focal, ratio, MSE)."""
+    per_sample = copy.copy(loss_fn)
+    per_sample.reduction = "none"
+    reduction = loss_fn.reduction
+
+    def fn(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return _masked_reduce(per_sample(logits, y), mask, reduction)
+
+    return fn
+
+
+def _torch_ce_loss(loss_fn: nn.CrossEntropyLoss) -> MaskedLoss:
+    """``nn.CrossEntropyLoss``: with class weights, 'mean' divides by the real samples' weight sum."""
+    if loss_fn.weight is None:
+        return _per_sample_loss(loss_fn)
+
+    def fn(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        per = F.cross_entropy(
+            logits, y, weight=loss_fn.weight, reduction="none", label_smoothing=loss_fn.label_smoothing
+        )
+        m = mask.to(per.dtype)
+        total = (per * m).sum()
+        if loss_fn.reduction == "sum":
+            return total
+        return total / (loss_fn.weight.to(per.dtype)[y] * m).sum().clamp(min=torch.finfo(per.dtype).tiny)
+
+    return fn
+
+
+def _ghmc_loss(loss_fn: losses.GHMCLoss) -> MaskedLoss:
+    """GHM-C (momentum 0): bin counts, non-empty bins and N taken over the real samples only."""
+    if loss_fn.momentum != 0:
+        raise ValueError(
+            "GHMCLoss with momentum > 0 keeps state across batches; the vectorised path supports "
+            "momentum 0 only (use training path 'sequential')"
+        )
+    bins, reduction = loss_fn.bins, loss_fn.reduction
+
+    def fn(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        ce = losses.cross_entropy(logits, y, reduction="none")
+        g = -torch.expm1(-ce.detach())
+        idx = (g * bins).floor().long().clamp(0, bins - 1)
+        m = mask.to(logits.dtype)
+        counts = (_one_hot(idx, bins, logits.dtype) * m.unsqueeze(-1)).sum(0)
+        nonempty = (counts > 0).to(logits.dtype).sum()
+        n = m.sum()
+        w = n / (counts.gather(0, idx).clamp(min=1.0) * nonempty.clamp(min=1.0))
+        total = (w * ce * m).sum()
+        return total if reduction == "sum" else total / n.clamp(min=1.0)
+
+    return fn
+
+
+def _mfe_loss(loss_fn: losses.MFELoss) -> MaskedLoss:
+    """MFE: per-class counts and the number of classes present over the real samples only."""
+    reduction = loss_fn.reduction
+
+    def fn(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        q = logits.shape[-1]
+        if loss_fn.num_classes is not None and loss_fn.num_classes != q:
+            raise ValueError(f"num_classes={loss_fn.num_classes} but logits have {q} classes")
+        e = losses.mse_loss(logits, y, reduction="none")
+        m = mask.to(logits.dtype)
+        counts = (_one_hot(y.long(), q, logits.dtype) * m.unsqueeze(-1)).sum(0)
+        total = (e / counts.gather(0, y.long()).clamp(min=1.0) * m).sum()
+        if reduction == "sum":
+            return total
+        return total / (counts > 0).to(logits.dtype).sum().clamp(min=1.0)
+
+    return fn
+
+
+def make_masked_loss(loss_fn: nn.Module) -> MaskedLoss:
+    """``(logits, y, mask) -> loss_fn(logits[mask], y[mask])`` with static shapes (vmap-safe).
+
+    Padded samples (mask 0) influence nothing: per-sample losses are reduced over the real ones,
+    and GHM-C's bin density and MFE's class counts are counted over the real ones.
+    """
+    reduction = getattr(loss_fn, "reduction", None)
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"the vectorised path needs a scalar loss (reduction 'mean' or 'sum'), got {reduction!r}")
+    if isinstance(loss_fn, losses.GHMCLoss):
+        return _ghmc_loss(loss_fn)
+    if isinstance(loss_fn, losses.MFELoss):
+        return _mfe_loss(loss_fn)
+    if isinstance(loss_fn, nn.CrossEntropyLoss):
+        return _torch_ce_loss(loss_fn)
+    if isinstance(loss_fn, _PER_SAMPLE):
+        return _per_sample_loss(loss_fn)
+    raise NotImplementedError(
+        f"no masked form of {type(loss_fn).__name__} for the vectorised path; supported: "
+        f"{sorted(c.__name__ for c in (*_PER_SAMPLE, losses.GHMCLoss, losses.MFELoss, nn.CrossEntropyLoss))}"
+    )
+
+
+_PER_SAMPLE = (losses.CrossEntropyLoss, losses.FocalLoss, losses.RatioLoss, losses.MSELoss)
+
+
+def _schedules(
+    sizes: list[int], cfg: SGDConfig, generators: list[torch.Generator]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Padded batch schedules: indices [S, K, B], sample mask [S, K, B] and step count [K], on the CPU."""
+    scheds = [batch_schedule(n, cfg, g) for n, g in zip(sizes, generators, strict=True)]
+    steps = max((len(s) for s in scheds), default=0)
+    width = max((len(b) for s in scheds for b in s), default=1)
+    idx = torch.zeros(steps, len(sizes), width, dtype=torch.long)
+    mask = torch.zeros(steps, len(sizes), width, dtype=torch.bool)
+    for k, sched in enumerate(scheds):
+        for s, b in enumerate(sched):
+            idx[s, k, : len(b)] = b
+            mask[s, k, : len(b)] = True
+    return idx, mask, torch.tensor([len(s) for s in scheds])
+
+
+def _pad_data(datasets: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stack the copies' data, zero-padded to the largest dataset: x [K, N, ...], y [K, N]."""
+    n = max(len(y) for _, y in datasets)
+    x0, y0 = datasets[0]
+    xs = x0.new_zeros((len(datasets), n, *x0.shape[1:]))
+    ys = y0.new_zeros((len(datasets), n))
+    for k, (x, y) in enumerate(datasets):
+        xs[k, : len(y)] = x
+        ys[k, : len(y)] = y
+    return xs, ys
+
+
+@contextlib.contextmanager
+def _tf32(enabled: bool) -> Iterator[None]:
+    """Temporarily allow TF32 matmuls and cuDNN convolutions."""
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    if enabled:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
+def _make_step(
+    twin: nn.Module, ctx: _Context, loss_fn: MaskedLoss, cfg: SGDConfig, options: VectorisedOptions, device: torch.device
+) -> Callable[..., tuple[dict[str, torch.Tensor], ...]]:
+    """One batched SGD step: (params, buffers, momenta, x, y, mask, active) -> updated + step loss."""
+
+    def loss_of(
+        params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, dict[str, torch.Tensor]]]:
+        ctx.mask, ctx.new_buffers = mask, {}
+        x = to_float(x)
+        if options.channels_last and x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=options.autocast_bf16):
+            logits = functional_call(twin, (params, buffers), (x,))
+        if logits.dtype not in (torch.float32, torch.float64):
+            logits = logits.float()
+        loss = loss_fn(logits, y, mask)
+        new = {k: ctx.new_buffers.get(k, v) for k, v in buffers.items()}
+        ctx.mask, ctx.new_buffers = None, {}
+        return loss, (loss.detach(), new)
+
+    def one(
+        params: dict[str, torch.Tensor],
+        buffers: dict[str, torch.Tensor],
+        momenta: dict[str, torch.Tensor],
+        x: torch.Tensor,
+        y: torch.Tensor,
+        mask: torch.Tensor,
+        active: torch.Tensor,
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, torch.Tensor], torch.Tensor]:
+        grads, (loss, new_buffers) = grad(loss_of, has_aux=True)(params, buffers, x, y, mask)
+        new_params, new_momenta = {}, {}
+        for k, p in params.items():
+            d = grads[k]
+            if cfg.weight_decay != 0:
+                d = d.add(p, alpha=cfg.weight_decay)
+            if cfg.momentum != 0:
+                d = momenta[k].mul(cfg.momentum).add(d)
+                new_momenta[k] = torch.where(active, d, momenta[k])
+            new_params[k] = torch.where(active, p.add(d, alpha=-cfg.lr), p)
+        new_buffers = {k: torch.where(active, v, buffers[k]) for k, v in new_buffers.items()}
+        return new_params, new_buffers, new_momenta, torch.where(active, loss, torch.zeros_like(loss))
+
+    step = vmap(one, randomness="error")
+    return torch.compile(step) if options.compile else step
+
+
+def train_copies_vectorised(
+    model: nn.Module,
+    datasets: list[tuple[torch.Tensor, torch.Tensor]],
+    loss_fn: nn.Module,
+    cfg: SGDConfig,
+    generators: list[torch.Generator],
+    options: VectorisedOptions | None = None,
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """``train_copies`` batched over the copies: same (stacked states, mean losses [K]), ``model`` unchanged.
+
+    Batch schedules are drawn from ``generators`` exactly as ``local_sgd`` draws them. No host
+    synchronisation happens inside the training loop; the data move to the model's device once.
+    """
+    options = options or VectorisedOptions()
+    masked = make_masked_loss(loss_fn)
+    if len(datasets) != len(generators):
+        raise ValueError(f"{len(datasets)} datasets but {len(generators)} generators")
+    state = model.state_dict()
+    if not datasets:
+        return {k: v.new_empty((0, *v.shape)) for k, v in state.items()}, torch.zeros(0)
+    device = next(iter(state.values())).device
+    ctx = _Context()
+    twin = _functional_twin(model, ctx)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    param_names = [k for k in state if k in trainable]
+    buffer_names = [k for k in state if k not in trainable]
+    step = _make_step(twin, ctx, masked, cfg, options, device)
+
+    idx, mask, n_steps = _schedules([len(y) for _, y in datasets], cfg, generators)
+    xs, ys = _pad_data(datasets)
+    xs, ys, idx, mask = xs.to(device), ys.to(device), idx.to(device), mask.to(device)
+    active = mask.any(-1)
+    n_copies = len(datasets)
+    chunk = options.chunk_size or n_copies
+    out_states: list[dict[str, torch.Tensor]] = []
+    totals: list[torch.Tensor] = []
+    with _tf32(options.allow_tf32), torch.no_grad():
+        for lo in range(0, n_copies, chunk):
+            hi = min(lo + chunk, n_copies)
+            c = hi - lo
+            params = {k: state[k].detach().unsqueeze(0).repeat(c, *[1] * state[k].dim()) for k in param_names}
+            buffers = {k: state[k].detach().unsqueeze(0).repeat(c, *[1] * state[k].dim()) for k in buffer_names}
+            momenta = {k: torch.zeros_like(v) for k, v in params.items()} if cfg.momentum != 0 else {}
+            total = torch.zeros(c, device=device)
+            rows = torch.arange(lo, hi, device=device).unsqueeze(1)
+            last = int(n_steps[lo:hi].max()) if c else 0
+            for s in range(last):
+                sel = idx[s, lo:hi]
+                params, buffers, momenta, loss = step(
+                    params, buffers, momenta, xs[rows, sel], ys[rows, sel], mask[s, lo:hi], active[s, lo:hi]
+                )
+                total += loss
+            out_states.append({k: params[k] if k in params else buffers[k] for k in state})
+            totals.append(total)
+    stacked = {k: torch.cat([o[k] for o in out_states]).to(state[k].dtype) for k in state}
+    losses = (torch.cat(totals).double().cpu() / n_steps.clamp(min=1).double()).float()
+    return stacked, losses

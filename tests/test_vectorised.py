@@ -1,0 +1,161 @@
+"""Vectorised ``train_copies`` equals the sequential reference (max abs diff < 1e-5 in float32)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torchvision.models.resnet import BasicBlock
+
+import fedbalance.train as train_mod
+import fedbalance.vectorised as vec_mod
+from fedbalance.losses import get_loss
+from fedbalance.models import build_model
+from fedbalance.train import SGDConfig, average_stacked, train_copies
+from fedbalance.vectorised import VectorisedOptions, make_masked_loss, train_copies_vectorised
+
+TOL = 1e-5
+Q = 10
+SIZES = (37, 64, 5)
+CFG = SGDConfig(lr=0.01, batch_size=16, epochs=2)
+
+
+class TinyResNet(nn.Module):
+    """A ResNet in miniature: conv-BN stem, a strided BasicBlock with BN downsample, BatchNorm1d head."""
+
+    def __init__(self, num_classes: int = Q) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4), nn.ReLU(inplace=True))
+        down = nn.Sequential(nn.Conv2d(4, 8, 1, stride=2, bias=False), nn.BatchNorm2d(8))
+        self.block = BasicBlock(4, 8, stride=2, downsample=down)
+        self.norm = nn.BatchNorm1d(8, momentum=None)
+        self.classifier = nn.Linear(8, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.relu(self.norm(self.block(self.stem(x)).mean((2, 3)))))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One intra-op thread: on a small shared CPU, thread contention makes these tiny ops 10x slower."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def _data(sizes: tuple[int, ...], shape: tuple[int, ...], seed: int = 0, classes: list[int] | None = None):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for k, n in enumerate(sizes):
+        x = torch.randint(0, 256, (n, *shape), generator=g, dtype=torch.uint8)
+        y = torch.full((n,), classes[k]) if classes else torch.randint(0, Q, (n,), generator=g)
+        out.append((x, y))
+    return out
+
+
+def _gens(n: int) -> list[torch.Generator]:
+    return [torch.Generator().manual_seed(1000 + k) for k in range(n)]
+
+
+def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    return max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
+
+
+def _compare(model: nn.Module, datasets, loss_fn: nn.Module, cfg: SGDConfig = CFG, **opts) -> float:
+    """Run both paths from the same generators; check states, FedAvg model, losses, generators; return max diff."""
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    gs, gv = _gens(len(datasets)), _gens(len(datasets))
+    seq, seq_loss = train_copies(model, datasets, loss_fn, cfg, gs, path="sequential")
+    if opts:
+        vec, vec_loss = train_copies_vectorised(model, datasets, loss_fn, cfg, gv, VectorisedOptions(**opts))
+    else:
+        vec, vec_loss = train_copies(model, datasets, loss_fn, cfg, gv, path="vectorised")
+    assert list(vec) == list(seq)
+    assert all(vec[k].dtype == seq[k].dtype and vec[k].shape == seq[k].shape for k in seq)
+    assert vec_loss.dtype == seq_loss.dtype and vec_loss.shape == (len(datasets),)
+    diff = max(_max_diff(seq, vec), _max_diff(average_stacked(seq), average_stacked(vec)))
+    assert diff < TOL, diff
+    torch.testing.assert_close(vec_loss, seq_loss, atol=TOL, rtol=0)
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in start.items()), "model was changed"
+    moved = max(float((seq[k][0].double() - start[k].double()).abs().max()) for k in start if start[k].is_floating_point())
+    assert moved > 100 * TOL, "training did not move the weights: the comparison would be vacuous"
+    for a, b in zip(gs, gv, strict=True):
+        assert torch.equal(torch.randperm(50, generator=a), torch.randperm(50, generator=b))
+    return diff
+
+
+@pytest.fixture(scope="module")
+def lenet() -> nn.Module:
+    torch.manual_seed(0)
+    return build_model("lenet5", 1, Q, (16, 16))
+
+
+@pytest.fixture(scope="module")
+def client_data():
+    return _data(SIZES, (1, 16, 16))
+
+
+@pytest.mark.parametrize("name", ["ce", "focal", "ghmc", "ratio", "mse", "mfe"])
+def test_lenet5_every_loss_unequal_clients(lenet: nn.Module, client_data, name: str) -> None:
+    params = {"weight": torch.linspace(0.5, 2.0, Q)} if name == "ratio" else {}
+    _compare(lenet, client_data, get_loss(name, Q, **params))
+
+
+def test_lenet5_torch_cross_entropy_with_class_weights(lenet: nn.Module, client_data) -> None:
+    _compare(lenet, client_data, nn.CrossEntropyLoss(weight=torch.linspace(0.5, 2.0, Q)))
+
+
+def test_monitor_aux_copies(lenet: nn.Module) -> None:
+    """The monitor: Q copies, each on 8 samples of one class, batch 32 (one partial batch per epoch)."""
+    aux = _data((8,) * Q, (1, 16, 16), seed=3, classes=list(range(Q)))
+    _compare(lenet, aux, get_loss("ce", Q), SGDConfig(lr=0.01, batch_size=32, epochs=3))
+
+
+@pytest.mark.parametrize("name", ["ce", "ghmc", "mfe"])
+def test_batchnorm_resnet_unequal_clients(name: str) -> None:
+    torch.manual_seed(1)
+    model = TinyResNet()
+    _compare(model, _data(SIZES, (1, 8, 8), seed=2), get_loss(name, Q))
+
+
+def test_resnet18_float64_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real ResNet18, in float64: on tiny maps its BN over a few values per channel is so ill-conditioned
+    that even reordering a batch changes float32 results beyond the tolerance (docs/performance.md)."""
+    for mod in (train_mod, vec_mod):
+        monkeypatch.setattr(mod, "to_float", lambda x: x.double())
+    torch.manual_seed(0)
+    model = build_model("resnet18", 1, Q, (8, 8)).double()
+    data = _data((12, 20), (1, 8, 8), seed=4)
+    assert _compare(model, data, get_loss("ce", Q), SGDConfig(lr=0.01, batch_size=8, epochs=1)) < 1e-10
+
+
+def test_options_chunks_and_channels_last(client_data) -> None:
+    torch.manual_seed(1)
+    _compare(TinyResNet(), _data(SIZES, (1, 8, 8), seed=2), get_loss("ratio", Q), chunk_size=2, channels_last=True)
+
+
+def test_no_momentum_no_weight_decay(lenet: nn.Module, client_data) -> None:
+    _compare(lenet, client_data, get_loss("ce", Q), SGDConfig(lr=0.05, momentum=0.0, weight_decay=0.0, batch_size=16))
+
+
+def test_masked_losses_ignore_padding() -> None:
+    g = torch.Generator().manual_seed(5)
+    logits, y = torch.randn(12, Q, generator=g), torch.randint(0, 3, (12,), generator=g)
+    mask = torch.arange(12) < 7
+    for name in ["ce", "focal", "ghmc", "ratio", "mse", "mfe"]:
+        for reduction in ["mean", "sum"]:
+            fn = get_loss(name, Q, reduction=reduction)
+            padded = torch.cat([logits[:7], torch.randn(5, Q, generator=g)]), torch.cat([y[:7], y[:5] * 0 + 9])
+            torch.testing.assert_close(make_masked_loss(fn)(*padded, mask), fn(logits[:7], y[:7]))
+
+
+def test_refuses_what_it_cannot_batch(lenet: nn.Module, client_data) -> None:
+    with pytest.raises(ValueError, match="momentum"):
+        train_copies(lenet, client_data, get_loss("ghmc", Q, momentum=0.5), CFG, _gens(3), path="vectorised")
+    with pytest.raises(ValueError, match="reduction"):
+        make_masked_loss(get_loss("ce", Q, reduction="none"))
+    with pytest.raises(NotImplementedError, match="NLLLoss"):
+        make_masked_loss(nn.NLLLoss())
+    with pytest.raises(ValueError, match="generators"):
+        train_copies_vectorised(lenet, client_data, get_loss("ce", Q), CFG, _gens(2))

@@ -52,6 +52,9 @@ RESULTS = config["results_dir"].rstrip("/")
 DATA_DIR = config["data_dir"]
 
 
+report: "report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/partition.smk"

@@ -86,39 +86,39 @@ def data_mem_mb(wildcards, attempt):
 
 
 # Paper label / figure name -> experiment family of config/config.yaml (report category).
-_FAMILY_PREFIXES = [
-    ("Res_3_datasets", "losses"),
-    ("FL_FEMNIST", "losses"),
-    ("Sup_majority", "losses"),
-    ("Monitor_under_imbalance", "losses"),
-    ("convergence", "losses"),
-    ("Sup_fe_dynamic", "dynamic"),
-    ("Res_without_mismatch", "centralised"),
-    ("Sup_data_Fer2013", "mismatch_fer2013"),
-    ("Sup_data", "mismatch"),
-    ("Res_mismatch", "mismatch"),
-    ("Sup_MFE", "mfe"),
-    ("Sup_hyper_a", "alpha"),
-    ("Sup_hyper_b", "beta"),
-    ("Sup_hyper_T_ra", "t_ra"),
-    ("Sup_bs_ep", "batch_size, local_epochs"),
-    ("Importance_early", "early"),
-    ("Sup_client_num_CIFAR10", "clients_cifar10"),
-    ("Sup_client_num_FEMNIST", "clients_femnist"),
-    ("Sup_client_num", "clients"),
-    ("Sup_empirical", "monitor"),
-    ("fig_monitoring", "monitor"),
-    ("monitor", "monitor"),
-    ("data_splitting", "partitions"),
-]
+FAMILY = {
+    "FL_FEMNIST": "losses",
+    "Res_3_datasets": "losses",
+    "Sup_majority": "losses",
+    "Sup_majority_femnist": "losses",
+    "Monitor_under_imbalance": "losses",
+    "Sup_curve_cifar_ratio": "losses",
+    "Sup_curve_femnist_ratio": "losses",
+    "Sup_curve_cifar_four_losses": "losses",
+    "Sup_curve_femnist_four_losses": "losses",
+    "Sup_data_splitting": "losses",
+    "Sup_fe_dynamic": "dynamic",
+    "Res_without_mismatch": "centralised",
+    "Sup_data_MNIST": "mismatch",
+    "Sup_data_CIFAR10": "mismatch",
+    "Sup_data_Fer2013": "mismatch",
+    "Res_mismatch": "mismatch",
+    "Sup_MFE": "mfe",
+    "Sup_hyper_T_ra": "t_ra",
+    "Sup_hyper_a": "alpha",
+    "Sup_hyper_b": "beta",
+    "Importance_early": "early",
+    "Sup_bs_ep": "batch_size + local_epochs",
+    "Sup_client_num_CIFAR10": "clients",
+    "Sup_client_num_FEMNIST": "clients",
+    "fig_monitoring": "monitor",
+    "Sup_empirical_sim": "monitor",
+    "Sup_empirical_mul": "monitor",
+}
 
 
 def family(name):
-    low = name.lower()
-    for prefix, fam in _FAMILY_PREFIXES:
-        if low.startswith(prefix.lower()):
-            return fam
-    return "other"
+    return FAMILY.get(name, "other")
 
 
 def caption(name):

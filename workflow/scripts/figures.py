@@ -16,5 +16,5 @@ smk = snakemake  # noqa: F821  (injected by Snakemake)
 
 with _common.logged(smk):
     final, rounds = read_tidy(Path(smk.input.final).parent)
-    written = write_figures(final, rounds, smk.params.results_dir, smk.params.out_dir)
+    written = write_figures(final, rounds, smk.params.results_dir, smk.params.out_dir, dataset_map=smk.params.dataset_map)
     print("\n".join(map(str, written)))

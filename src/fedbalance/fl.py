@@ -17,6 +17,12 @@ One round t (0-based) of ``run_fedavg``:
    selected clients is computed here for evaluation only and never reaches the monitor;
 5. the test metrics of G_{t+1} are computed every ``eval_every`` rounds and at the last round.
 
+Per-round columns (``ROUND_COLUMNS``): ``weights`` is the pi the monitor derived in round t (used
+by the clients of round t+1); ``acknowledged`` is the acknowledger's state after round t, fed with
+the estimate of the first configured estimator (``monitor.estimators[0]``); ``emp_cos``/``emp_cv``
+(``empirical: true``) are ``empirical_y_stats`` of G_t, the model the clients start from, on the
+selected clients' data in local batches of ``batch_size``.
+
 Randomness: every random draw of a round comes from a generator seeded by a NumPy ``SeedSequence``
 of (job seed, purpose, round[, client id]), so numbers do not depend on the training path, on the
 order of the clients or on a resume from a checkpoint.

@@ -294,8 +294,10 @@ def run_job(
     def checkpoint(st: dict[str, Any], row: dict[str, Any]) -> None:
         st["extra"]["wall_time_s"] = elapsed0 + time.perf_counter() - start
         _atomic_write(ckpt_path, lambda fh: torch.save({"fingerprint": fp, "state": st}, fh), mode="wb")
+        cs = next((row[f"cs_{m}"] for m in spec["monitor"]["estimators"] if row.get(f"cs_{m}") is not None), None)
+        shown = {"loss": row["train_loss"], "acc": row["acc"], "cs": cs}
+        bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if v is not None}, refresh=False)
         bar.update(1)
-        bar.set_postfix({k: f"{row[c]:.3f}" for k, c in (("loss", "train_loss"), ("acc", "acc"), ("cs", "cs_paper")) if row.get(c) is not None})
         if on_round is not None:
             on_round(st, row)
 

@@ -47,10 +47,11 @@ class VectorisedOptions:
 
 
 class _Context:
-    """Per-call side channel: the current sample mask in, new batch-norm buffers out."""
+    """Per-call side channel: the sample mask (and whether it is all ones) in, new batch-norm buffers out."""
 
     def __init__(self) -> None:
         self.mask: torch.Tensor | None = None
+        self.full = False
         self.new_buffers: dict[str, torch.Tensor] = {}
 
 
@@ -78,25 +79,31 @@ class _MaskedBatchNorm(nn.Module):
                 self.register_buffer(key, torch.empty_like(getattr(bn, key), device="meta"))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Normalise ``x`` [B, C, ...] with the masked batch mean and biased variance."""
-        mask = self.ctx.mask
+        """Normalise ``x`` [B, C, ...] with the batch mean and biased variance of the real samples."""
         dims = [0, *range(2, x.dim())]
-        bshape = [-1] + [1] * (x.dim() - 1)
         cshape = [1, -1] + [1] * (x.dim() - 2)
         xf = x if x.dtype in (torch.float32, torch.float64) else x.float()
-        w = mask.to(xf.dtype).reshape(bshape)
-        count = mask.to(xf.dtype).sum() * math.prod(x.shape[2:])
-        denom = count.clamp(min=1.0)
-        mean = (xf * w).sum(dims) / denom
-        xc = xf - mean.reshape(cshape)
-        var = (xc * xc * w).sum(dims) / denom
-        out = xc * torch.rsqrt(var + self.eps).reshape(cshape)
-        if self.affine:
-            out = out * self.weight.reshape(cshape) + self.bias.reshape(cshape)
+        weight, bias = (self.weight, self.bias) if self.affine else (None, None)
+        if self.ctx.full:
+            out = F.batch_norm(xf, None, None, weight, bias, training=True, momentum=0.0, eps=self.eps)
+            var, mean = torch.var_mean(xf.detach(), dims, correction=0)
+            count = x.numel() // x.shape[1]
+            correction: torch.Tensor | float = count / max(count - 1, 1)
+        else:
+            w = self.ctx.mask.to(xf.dtype).reshape([-1] + [1] * (x.dim() - 1))
+            count = w.sum() * math.prod(x.shape[2:])
+            correction = count / (count - 1).clamp(min=1.0)
+            denom = count.clamp(min=1.0)
+            mean = (xf * w).sum(dims) / denom
+            xc = xf - mean.reshape(cshape)
+            var = (xc * xc * w).sum(dims) / denom
+            out = xc * torch.rsqrt(var + self.eps).reshape(cshape)
+            if self.affine:
+                out = out * weight.reshape(cshape) + bias.reshape(cshape)
         if self.track_running_stats:
             nbt = self.num_batches_tracked + 1
             factor = self.momentum if self.momentum is not None else 1.0 / nbt
-            unbiased = var.detach() * (count / (count - 1).clamp(min=1.0))
+            unbiased = var.detach() * correction
             rm = self.running_mean * (1 - factor) + mean.detach() * factor
             rv = self.running_var * (1 - factor) + unbiased * factor
             self.ctx.new_buffers[self.prefix + "running_mean"] = rm.to(self.running_mean.dtype)
@@ -343,6 +350,7 @@ def train_copies_vectorised(
     step = _make_step(twin, ctx, masked, cfg, options, device)
 
     idx, mask, n_steps = _schedules([len(y) for _, y in datasets], cfg, generators)
+    full = mask.all(-1)
     xs, ys = _pad_data(datasets)
     xs, ys, idx, mask = xs.to(device), ys.to(device), idx.to(device), mask.to(device)
     active = mask.any(-1)
@@ -360,8 +368,10 @@ def train_copies_vectorised(
             total = torch.zeros(c, device=device)
             rows = torch.arange(lo, hi, device=device).unsqueeze(1)
             last = int(n_steps[lo:hi].max()) if c else 0
+            full_steps = full[:, lo:hi].all(-1).tolist()
             for s in range(last):
                 sel = idx[s, lo:hi]
+                ctx.full = full_steps[s]
                 params, buffers, momenta, loss = step(
                     params, buffers, momenta, xs[rows, sel], ys[rows, sel], mask[s, lo:hi], active[s, lo:hi]
                 )

@@ -286,6 +286,9 @@ def run_job(
     loss_fn = get_loss(spec["loss"], q, **dict(spec.get("loss_params", {}).get(spec["loss"], {}))).to(dev)
     fp = fingerprint(spec, parts)
     ckpt_path = out / CHECKPOINT
+    for name in (CHECKPOINT, "metrics.json", "rounds.csv"):
+        for stale in out.glob(f".{name}.*.tmp"):
+            stale.unlink(missing_ok=True)
     state = _load_checkpoint(ckpt_path, fp, dev)
     elapsed0 = float(state["extra"].get("wall_time_s", 0.0)) if state is not None else 0.0
     total = num_epochs(spec) if spec["mode"] == "centralised" else int(spec["rounds"])

@@ -19,11 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
+from fedbalance.data import load_dataset
 from fedbalance.models import build_model
 from fedbalance.monitor import METHODS, aux_updates, class_ratios, cosine_similarity, estimate_composition, uniform_guess
 from fedbalance.train import SGDConfig, average_stacked, train_copies
@@ -33,27 +33,8 @@ MINORITY = (2, 4, 7)
 
 def load_mnist(data_dir: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(train_x, train_y, test_x, test_y): uint8 [N, 1, 28, 28] and int64 labels."""
-    try:
-        from fedbalance.data import load_dataset
-
-        tr, te = load_dataset("mnist", data_dir)[:2]
-        return tr[0], tr[1], te[0], te[1]
-    except Exception:
-        raw = Path(data_dir) / "MNIST" / "raw"
-
-        def images(name: str) -> torch.Tensor:
-            a = np.fromfile(raw / name, dtype=np.uint8, offset=16)
-            return torch.from_numpy(a.reshape(-1, 1, 28, 28).copy())
-
-        def labels(name: str) -> torch.Tensor:
-            return torch.from_numpy(np.fromfile(raw / name, dtype=np.uint8, offset=8).astype(np.int64))
-
-        return (
-            images("train-images-idx3-ubyte"),
-            labels("train-labels-idx1-ubyte"),
-            images("t10k-images-idx3-ubyte"),
-            labels("t10k-labels-idx1-ubyte"),
-        )
+    ds = load_dataset("mnist", data_dir)
+    return ds.x_train, ds.y_train, ds.x_test, ds.y_test
 
 
 def class_pools(y: torch.Tensor, q: int, rng: np.random.Generator) -> list[list[int]]:
@@ -69,7 +50,10 @@ def take(pools: list[list[int]], c: int, n: int) -> list[int]:
 
 
 def protocol_clients(y: torch.Tensor, q: int, n_clients: int, per_class: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """Paper monitor protocol: each client a random 1..Q classes with ``per_class`` samples each."""
+    """Paper monitor protocol: each client a random 1..Q classes with ``per_class`` samples each.
+
+    Same design as ``fedbalance.partition.monitor_partition`` (written alongside), drawn inline.
+    """
     pools = class_pools(y, q, rng)
     clients = []
     for _ in range(n_clients):

@@ -46,7 +46,12 @@ def _parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--aux", type=int, default=32, help="monitor: auxiliary samples per class")
     p.add_argument("--lr", type=float, default=0.001)
-    p.add_argument("--chunk-size", type=int, default=0, help="copies per vmap call (0 = --clients, so the monitor's Q copies use no more memory than the clients)")
+    p.add_argument(
+        "--chunk-size",
+        type=int,
+        default=0,
+        help="copies per vmap call (0 = --clients: the monitor's Q copies then need no more memory than the clients)",
+    )
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast (changes numbers)")
     p.add_argument("--tf32", action="store_true", help="allow TF32 (changes numbers)")
@@ -65,7 +70,15 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _datasets(n_sets: int, n: int, shape: tuple[int, ...], classes: int, device: torch.device, g: torch.Generator, one_class: bool = False):
+def _datasets(
+    n_sets: int,
+    n: int,
+    shape: tuple[int, ...],
+    classes: int,
+    device: torch.device,
+    g: torch.Generator,
+    one_class: bool = False,
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Synthetic uint8 images and labels on ``device``; ``one_class`` gives set k only class k."""
     out = []
     for k in range(n_sets):
@@ -75,7 +88,9 @@ def _datasets(n_sets: int, n: int, shape: tuple[int, ...], classes: int, device:
     return out
 
 
-def _flops_per_sample(model: nn.Module, loss_fn: nn.Module, shape: tuple[int, ...], classes: int, batch: int, device: torch.device) -> float:
+def _flops_per_sample(
+    model: nn.Module, loss_fn: nn.Module, shape: tuple[int, ...], classes: int, batch: int, device: torch.device
+) -> float:
     """FLOPs of one forward + backward of a full batch, per sample (FlopCounterMode)."""
     x = to_float(torch.randint(0, 256, (batch, *shape), dtype=torch.uint8, device=device))
     y = torch.randint(0, classes, (batch,), device=device)
@@ -86,7 +101,17 @@ def _flops_per_sample(model: nn.Module, loss_fn: nn.Module, shape: tuple[int, ..
     return counter.get_total_flops() / batch
 
 
-def _run(path: str, model, datasets, loss_fn, cfg, seed: int, options: VectorisedOptions, device: torch.device):
+def _run(
+    path: str,
+    model: nn.Module,
+    datasets: list[tuple[torch.Tensor, torch.Tensor]],
+    loss_fn: nn.Module,
+    cfg: SGDConfig,
+    seed: int,
+    options: VectorisedOptions,
+    device: torch.device,
+) -> tuple[tuple[dict[str, torch.Tensor], torch.Tensor], float]:
+    """One ``train_copies`` call on ``path`` with fresh generators; (its result, seconds)."""
     gens = [torch.Generator().manual_seed(seed + k) for k in range(len(datasets))]
     _sync(device)
     t0 = time.perf_counter()
@@ -110,6 +135,7 @@ def bench_model(name: str, args: argparse.Namespace, device: torch.device) -> li
     clients = _datasets(args.clients, args.samples, shape, q, device, g)
     aux = _datasets(q, args.aux, shape, q, device, g, one_class=True)
     cfg = SGDConfig(lr=args.lr, batch_size=args.batch_size, epochs=args.epochs)
+    warm_cfg = SGDConfig(lr=args.lr, batch_size=args.batch_size, epochs=1)
     options = VectorisedOptions(
         chunk_size=args.chunk_size or args.clients,
         channels_last=args.channels_last,
@@ -123,10 +149,12 @@ def bench_model(name: str, args: argparse.Namespace, device: torch.device) -> li
     for loss_name in args.losses.split(","):
         loss_fn = get_loss(loss_name, q, **({"weight": torch.linspace(1.0, 1.5, q)} if loss_name == "ratio" else {}))
         loss_fn = loss_fn.to(device)
-        jobs = [("clients", clients, loss_fn)] + ([("monitor", aux, nn.CrossEntropyLoss())] if loss_name == "ratio" else [])
+        jobs = [("clients", clients, loss_fn)]
+        if loss_name == "ratio":
+            jobs.append(("monitor", aux, nn.CrossEntropyLoss()))
         states: dict[str, dict[str, torch.Tensor]] = {}
         for path in args.paths.split(","):
-            _run(path, model, warm, loss_fn, SGDConfig(lr=args.lr, batch_size=args.batch_size, epochs=1), args.seed, options, device)
+            _run(path, model, warm, loss_fn, warm_cfg, args.seed, options, device)
             row: dict[str, Any] = {"model": name, "shape": dataset, "loss": loss_name, "path": path}
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
@@ -156,7 +184,8 @@ def bench_model(name: str, args: argparse.Namespace, device: torch.device) -> li
             seq, vec = states["sequential"], states["vectorised"]
             diff = max(float((seq[k].double() - vec[k].double()).abs().max()) for k in seq)
             t = {r["path"]: r["round_s"] for r in rows if r["loss"] == loss_name and "round_s" in r}
-            rows.append({"model": name, "loss": loss_name, "speedup": round(t["sequential"] / t["vectorised"], 3), "max_abs_diff": diff})
+            speedup = round(t["sequential"] / t["vectorised"], 3)
+            rows.append({"model": name, "loss": loss_name, "speedup": speedup, "max_abs_diff": diff})
     return rows
 
 

@@ -44,7 +44,9 @@ def _one_thread():
     torch.set_num_threads(old)
 
 
-def _data(sizes: tuple[int, ...], shape: tuple[int, ...], seed: int = 0, classes: list[int] | None = None):
+def _data(
+    sizes: tuple[int, ...], shape: tuple[int, ...], seed: int = 0, classes: list[int] | None = None
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     g = torch.Generator().manual_seed(seed)
     out = []
     for k, n in enumerate(sizes):
@@ -79,7 +81,8 @@ def _compare(model: nn.Module, datasets, loss_fn: nn.Module, cfg: SGDConfig = CF
     print(f"max abs diff {diff:.3g}")
     torch.testing.assert_close(vec_loss, seq_loss, atol=TOL, rtol=0)
     assert all(torch.equal(model.state_dict()[k], v) for k, v in start.items()), "model was changed"
-    moved = max(float((seq[k][0].double() - start[k].double()).abs().max()) for k in start if start[k].is_floating_point())
+    floats = [k for k in start if start[k].is_floating_point()]
+    moved = max(float((seq[k][0].double() - start[k].double()).abs().max()) for k in floats)
     assert moved > 100 * TOL, "training did not move the weights: the comparison would be vacuous"
     for a, b in zip(gs, gv, strict=True):
         assert torch.equal(torch.randperm(50, generator=a), torch.randperm(50, generator=b))

@@ -275,12 +275,21 @@ def _tf32(enabled: bool) -> Iterator[None]:
 
 
 def _make_step(
-    twin: nn.Module, ctx: _Context, loss_fn: MaskedLoss, cfg: SGDConfig, options: VectorisedOptions, device: torch.device
+    twin: nn.Module,
+    ctx: _Context,
+    loss_fn: MaskedLoss,
+    cfg: SGDConfig,
+    options: VectorisedOptions,
+    device: torch.device,
 ) -> Callable[..., tuple[dict[str, torch.Tensor], ...]]:
     """One batched SGD step: (params, buffers, momenta, x, y, mask, active) -> updated + step loss."""
 
     def loss_of(
-        params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
+        params: dict[str, torch.Tensor],
+        buffers: dict[str, torch.Tensor],
+        x: torch.Tensor,
+        y: torch.Tensor,
+        mask: torch.Tensor,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, dict[str, torch.Tensor]]]:
         ctx.mask, ctx.new_buffers = mask, {}
         x = to_float(x)

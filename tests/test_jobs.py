@@ -150,3 +150,11 @@ def test_run_job_centralised_and_bad_partition(quick, tmp_path):
     with pytest.raises(JobError, match="scheme"):
         run_job(spec, tmp_path / "e", device="cpu", progress=False, partitions={"main": other})
     assert not (tmp_path / "e" / "metrics.json").exists()
+
+
+def test_auto_path_is_vectorised_on_cuda_only() -> None:
+    from fedbalance.jobs import resolve_path
+
+    assert resolve_path("auto", torch.device("cuda")) == "vectorised"
+    assert resolve_path("auto", torch.device("cpu")) == "sequential"
+    assert resolve_path("sequential", torch.device("cuda")) == "sequential"

@@ -241,6 +241,17 @@ def _monitor_summary(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     return {"mean_cs": out}
 
 
+def resolve_path(path: str, device: torch.device) -> str:
+    """The training path: ``auto`` is the batched path on CUDA and the sequential one on the CPU.
+
+    Both give the same numbers (tests/test_vectorised.py); on the CPU the sequential path is the
+    faster (docs/performance.md).
+    """
+    if path == "auto":
+        return "vectorised" if device.type == "cuda" else "sequential"
+    return path
+
+
 def run_job(
     spec: Mapping[str, Any],
     out_dir: str | Path,
@@ -264,6 +275,7 @@ def run_job(
     start = time.perf_counter()
     out = Path(out_dir)
     dev = resolve_device(device)
+    spec = {**spec, "path": resolve_path(spec.get("path", "auto"), dev)}
     if deterministic:
         set_deterministic(dev)
     dataset = load_dataset(spec["source"], data_dir, download=download, **dict(spec.get("options") or {}))

@@ -42,28 +42,13 @@ from fedbalance.fl import (
 )
 from fedbalance.metrics import empirical_y_stats
 from fedbalance.partition import Partition
-from fedbalance.train import batch_schedule, make_optimizer, to_float
+from fedbalance.train import batch_schedule, make_optimizer, sgd_steps
 
 
 def num_epochs(spec: Mapping[str, Any]) -> int:
     """``centralised_epochs``, or ``rounds * local_epochs`` when it is null."""
     e = spec.get("centralised_epochs")
     return int(e) if e is not None else int(spec["rounds"]) * int(spec["local_epochs"])
-
-
-def _train_epoch(
-    model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, loss_fn: nn.Module, batches: list[torch.Tensor]
-) -> float:
-    model.train()
-    total = torch.zeros((), device=x.device)
-    for idx in batches:
-        idx = idx.to(x.device)
-        loss = loss_fn(model(to_float(x[idx])), y[idx])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        total += loss.detach()
-    return float(total) / max(len(batches), 1)
 
 
 def run_centralised(
@@ -118,7 +103,7 @@ def run_centralised(
         if shadow is not None:
             shadow.load_state_dict(model.state_dict())
         batches = batch_schedule(len(y), cfg, torch_generator(seed, TAG_EPOCH, t))
-        row["train_loss"] = _train_epoch(model, opt, x, y, loss_fn, batches)
+        row["train_loss"] = sgd_steps(model, opt, x, y, loss_fn, batches)
         if monitor is not None:
             totals = [len(y)]
             observed = monitor.observe(shadow, model.state_dict(), totals, torch_generator(seed, TAG_MONITOR, t))

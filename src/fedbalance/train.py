@@ -51,10 +51,20 @@ def local_sgd(
     ``x`` may be uint8 (converted per batch); the batch order is ``batch_schedule``'s, so any
     other path that uses the same generator state sees exactly the same batches.
     """
+    return sgd_steps(model, make_optimizer(model, cfg), x, y, loss_fn, batch_schedule(len(y), cfg, generator))
+
+
+def sgd_steps(
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    loss_fn: nn.Module,
+    batches: list[torch.Tensor],
+) -> float:
+    """One optimiser step per index batch (in train mode); return the mean batch loss."""
     model.train()
-    opt = make_optimizer(model, cfg)
     total = torch.zeros((), device=x.device)
-    batches = batch_schedule(len(y), cfg, generator)
     for idx in batches:
         idx = idx.to(x.device)
         loss = loss_fn(model(to_float(x[idx])), y[idx])

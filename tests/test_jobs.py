@@ -21,7 +21,7 @@ from fedbalance.jobs import (
     run_job,
     save_partitions,
 )
-from fedbalance.partition import make_partition
+from fedbalance.partition import PartitionError, make_partition
 
 torch.set_num_threads(1)
 
@@ -56,7 +56,7 @@ def test_build_save_load_partitions(quick, mnist5k, tmp_path):
     save_partitions(parts, tmp_path / "p.json")
     back = load_partitions(tmp_path / "p.json")
     assert back == parts
-    with pytest.raises(JobError, match="does not exist"):
+    with pytest.raises(PartitionError, match="does not exist"):
         load_partitions(tmp_path / "missing.json")
 
 

@@ -32,8 +32,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from torchvision.datasets import CIFAR10, MNIST
-from torchvision.datasets.utils import calculate_md5
 
 
 class DataError(ValueError):
@@ -90,7 +88,16 @@ MNIST_MD5 = {
     "t10k-images-idx3-ubyte": "2646ac647ad5339dbf082846283269ea",
     "t10k-labels-idx1-ubyte": "27ae3e4e09519cfbb04c329615203637",
 }
-CIFAR10_MD5 = dict(CIFAR10.train_list + CIFAR10.test_list)
+CIFAR10_FOLDER = "cifar-10-batches-py"
+# torchvision's recorded md5 of the official batches (torchvision.datasets.CIFAR10.train_list/test_list)
+CIFAR10_MD5 = {
+    "data_batch_1": "c99cafc152244af753f735de768cd75f",
+    "data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
+    "data_batch_3": "54ebc095f3ab1f0389bbae665268c751",
+    "data_batch_4": "634d18415352ddfa80567beed471001a",
+    "data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb",
+    "test_batch": "40351d587109b95175f43aff81a1287e",
+}
 FER2013_KAGGLE = "challenges-in-representation-learning-facial-expression-recognition-challenge"
 FER2013_USAGE = {"Training": "train", "PublicTest": "test", "PrivateTest": "test"}
 LEAF_HELP = (
@@ -105,7 +112,11 @@ STAGING_HELP = f"pass download=True, or {STAGE_HELP}"
 
 def _check_md5(path: Path, expected: str, name: str) -> None:
     """Raise DataError when the file's md5 differs from the official one."""
-    actual = calculate_md5(str(path))
+    digest = hashlib.md5()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    actual = digest.hexdigest()
     if actual != expected:
         raise DataError(
             f"{name}: {path} has md5 {actual}, expected the official {expected}; the file is corrupt or not "
@@ -183,6 +194,8 @@ def _prepare_mnist(root: Path, download: bool, verify: bool) -> list[Path]:
     files = [raw / f for f in MNIST_MD5]
 
     def fetch(missing: list[Path]) -> None:
+        from torchvision.datasets import MNIST
+
         _fetch(root, "mnist", lambda tmp: MNIST(str(tmp), download=True), "MNIST/raw",
                [f.name for f in missing], MNIST_MD5 if verify else None)
 
@@ -195,6 +208,8 @@ def _prepare_mnist(root: Path, download: bool, verify: bool) -> list[Path]:
 
 def _load_mnist(root: Path, files: list[Path], verify: bool) -> Dataset:
     """MNIST 60,000/10,000 read by torchvision from the IDX files."""
+    from torchvision.datasets import MNIST
+
     splits = []
     for train in (True, False):
         try:
@@ -207,10 +222,12 @@ def _load_mnist(root: Path, files: list[Path], verify: bool) -> Dataset:
 
 def _prepare_cifar10(root: Path, download: bool, verify: bool) -> list[Path]:
     """Ensure the six python batches exist (torchvision download) and match torchvision's md5."""
-    files = [root / CIFAR10.base_folder / f for f in CIFAR10_MD5]
+    files = [root / CIFAR10_FOLDER / f for f in CIFAR10_MD5]
 
     def fetch(missing: list[Path]) -> None:
-        _fetch(root, "cifar10", lambda tmp: CIFAR10(str(tmp), download=True), CIFAR10.base_folder,
+        from torchvision.datasets import CIFAR10
+
+        _fetch(root, "cifar10", lambda tmp: CIFAR10(str(tmp), download=True), CIFAR10_FOLDER,
                [f.name for f in missing], CIFAR10_MD5 if verify else None)
 
     _require(files, "cifar10", download, fetch)

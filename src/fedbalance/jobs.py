@@ -25,7 +25,6 @@ import json
 import math
 import os
 import platform
-import tempfile
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -43,7 +42,14 @@ from fedbalance.fl import ESTIMATORS, ROUND_COLUMNS, TAG_AUX, TAG_INIT, JobData,
 from fedbalance.losses import get_loss
 from fedbalance.metrics import evaluate
 from fedbalance.models import build_model
-from fedbalance.partition import Partition, PartitionError, make_partition, unused_writers
+from fedbalance.atomic import atomic_write
+from fedbalance.partition import (  # noqa: F401  (save/load re-exported for callers of the job API)
+    Partition,
+    job_partitions,
+    load_partitions,
+    save_partitions,
+    unused_writers,
+)
 
 CHECKPOINT = "checkpoint.pt"
 JOB_KEYS = ("experiment", "dataset", "setting", "loss", "seed")
@@ -51,18 +57,6 @@ JOB_KEYS = ("experiment", "dataset", "setting", "loss", "seed")
 
 class JobError(ValueError):
     """The job cannot run with this data/partition/spec; the message names the problem."""
-
-
-def _atomic_write(path: Path, write: Callable[[Any], None], mode: str = "w") -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, mode) as fh:
-            write(fh)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _clean(value: Any) -> Any:
@@ -81,38 +75,13 @@ def _clean(value: Any) -> Any:
 
 
 def build_partitions(spec: Mapping[str, Any], dataset: Dataset) -> dict[str, Partition]:
-    """{"main": the job's partition, "balanced": the same with gamma = 1 when ``switch_round`` is set}.
-
-    Both are drawn with the job's seed (Raises PartitionError when the data cannot supply them).
-    """
+    """The job's partitions ("main", and "balanced" when ``switch_round`` is set) on ``dataset``."""
     scheme, kwargs = partition_args(spec)
-    labels = dataset.y_train.numpy()
     writers = None if dataset.writers_train is None else dataset.writers_train.numpy()
-    common = dict(num_classes=dataset.num_classes, seed=int(spec["seed"]))
-    out = {"main": make_partition(scheme, labels, writers, **common, **kwargs)}
-    if spec.get("switch_round") is not None:
-        if "gamma" not in kwargs:
-            raise PartitionError(f"switch_round needs a partition scheme with gamma; {scheme!r} has none")
-        out["balanced"] = make_partition(scheme, labels, writers, **common, **{**kwargs, "gamma": 1})
-    return out
-
-
-def save_partitions(partitions: Mapping[str, Partition], path: str | Path) -> None:
-    """Write {name: Partition.to_json()} to ``path`` atomically."""
-    payload = {name: p.to_json() for name, p in partitions.items()}
-    _atomic_write(Path(path), lambda fh: json.dump(payload, fh))
-
-
-def load_partitions(path: str | Path) -> dict[str, Partition]:
-    """Read a file written by ``save_partitions``."""
-    path = Path(path)
-    if not path.is_file():
-        raise JobError(f"partition file {path} does not exist")
-    try:
-        payload = json.loads(path.read_text())
-        return {name: Partition.from_json(d) for name, d in payload.items()}
-    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
-        raise JobError(f"{path}: not a partition file ({exc})") from exc
+    return job_partitions(
+        scheme, kwargs, dataset.y_train.numpy(), writers, num_classes=dataset.num_classes, seed=int(spec["seed"]),
+        balanced=spec.get("switch_round") is not None,
+    )
 
 
 def _check_partitions(spec: Mapping[str, Any], partitions: Mapping[str, Partition], dataset: Dataset) -> None:
@@ -308,7 +277,7 @@ def run_job(
 
     def checkpoint(st: dict[str, Any], row: dict[str, Any]) -> None:
         st["extra"]["wall_time_s"] = elapsed0 + time.perf_counter() - start
-        _atomic_write(ckpt_path, lambda fh: torch.save({"fingerprint": fp, "state": st}, fh), mode="wb")
+        atomic_write(ckpt_path, lambda fh: torch.save({"fingerprint": fp, "state": st}, fh), mode="wb")
         cs = next((row[f"cs_{m}"] for m in spec["monitor"]["estimators"] if row.get(f"cs_{m}") is not None), None)
         shown = {"loss": row["train_loss"], "acc": row["acc"], "cs": cs}
         bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if v is not None}, refresh=False)
@@ -337,8 +306,8 @@ def run_job(
     }
     metrics = _clean(metrics)
     csv_text = rounds_csv(state["rows"])
-    _atomic_write(out / "rounds.csv", lambda fh: fh.write(csv_text))
-    _atomic_write(out / "metrics.json", lambda fh: json.dump(metrics, fh, indent=1))
+    atomic_write(out / "rounds.csv", lambda fh: fh.write(csv_text))
+    atomic_write(out / "metrics.json", lambda fh: json.dump(metrics, fh, indent=1))
     ckpt_path.unlink(missing_ok=True)
     return metrics
 

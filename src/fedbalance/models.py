@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-import torchvision
 from torch import nn
 
 LAST_LAYER = "classifier"
@@ -101,7 +100,7 @@ class ResNet(FedModel):
     (registered once, under that name only).
     """
 
-    def __init__(self, arch: Callable[..., torchvision.models.ResNet], in_channels: int, num_classes: int) -> None:
+    def __init__(self, arch: Callable[..., nn.Module], in_channels: int, num_classes: int) -> None:
         super().__init__()
         body = arch(weights=None, num_classes=num_classes)
         body.conv1 = nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1, bias=False)
@@ -125,11 +124,15 @@ def _cnn7(in_channels: int, num_classes: int, image_size: tuple[int, int]) -> Fe
 
 
 def _resnet18(in_channels: int, num_classes: int, image_size: tuple[int, int]) -> FedModel:
-    return ResNet(torchvision.models.resnet18, in_channels, num_classes)
+    from torchvision.models import resnet18
+
+    return ResNet(resnet18, in_channels, num_classes)
 
 
 def _resnet50(in_channels: int, num_classes: int, image_size: tuple[int, int]) -> FedModel:
-    return ResNet(torchvision.models.resnet50, in_channels, num_classes)
+    from torchvision.models import resnet50
+
+    return ResNet(resnet50, in_channels, num_classes)
 
 
 _BUILDERS: dict[str, Callable[[int, int, tuple[int, int]], FedModel]] = {

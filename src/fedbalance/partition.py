@@ -15,11 +15,15 @@ Imbalance measures (paper, "Monitoring Scheme"): local imbalance
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
+
+from fedbalance.atomic import atomic_write
 
 __all__ = [
     "PartitionError",
@@ -535,3 +539,38 @@ def make_partition(scheme: str, labels: Any, writers: Any = None, **params: Any)
             raise PartitionError("scheme 'writers' needs the writer id of every sample")
         return writer_partition(labels, writers, **params)
     return SCHEMES[scheme](labels, **params)
+
+
+def job_partitions(
+    scheme: str, params: Mapping[str, Any], labels: Any, writers: Any = None, *, num_classes: int, seed: int,
+    balanced: bool = False,
+) -> dict[str, Partition]:
+    """{"main": the job's partition, "balanced": the same with gamma = 1 when ``balanced``}.
+
+    ``balanced`` serves early acknowledgment (train on the balanced data from ``switch_round`` on);
+    both partitions are drawn with the job's seed.
+    """
+    out = {"main": make_partition(scheme, labels, writers, num_classes=num_classes, seed=seed, **params)}
+    if balanced:
+        if "gamma" not in params:
+            raise PartitionError(f"switch_round needs a partition scheme with gamma; {scheme!r} has none")
+        out["balanced"] = make_partition(scheme, labels, writers, num_classes=num_classes, seed=seed, **{**params, "gamma": 1})
+    return out
+
+
+def save_partitions(partitions: Mapping[str, Partition], path: str | Path) -> None:
+    """Write {name: Partition.to_json()} to ``path`` atomically."""
+    payload = {name: p.to_json() for name, p in partitions.items()}
+    atomic_write(path, lambda fh: json.dump(payload, fh))
+
+
+def load_partitions(path: str | Path) -> dict[str, Partition]:
+    """Read a file written by ``save_partitions``."""
+    path = Path(path)
+    if not path.is_file():
+        raise PartitionError(f"partition file {path} does not exist")
+    try:
+        payload = json.loads(path.read_text())
+        return {name: Partition.from_json(d) for name, d in payload.items()}
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        raise PartitionError(f"{path}: not a partition file ({exc})") from exc

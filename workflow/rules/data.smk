@@ -1,6 +1,7 @@
 # Stage 1: make sure each dataset's files are present and verified (download where allowed),
 # once per dataset, and record them in a manifest (path, size, md5). The embedded mnist5k has no
-# files: its manifest lists none. Runs on the submitting host (localrules): cluster compute nodes
+# files: its manifest lists none. The training labels (and writer ids) go to <dataset>.labels.npz
+# so that the partition jobs need neither torch nor the images. Runs on the submitting host (localrules): cluster compute nodes
 # often have no internet; point `data_dir` at a pre-staged copy where even that host has none.
 
 
@@ -11,6 +12,7 @@ localrules:
 rule prepare_data:
     output:
         manifest=result("data", "{dataset}.json"),
+        labels=result("data", "{dataset}.labels.npz"),
     params:
         source=lambda wc: dataset_source(wc.dataset),
         options=lambda wc: config["datasets"][wc.dataset].get("options", {}),

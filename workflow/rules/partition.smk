@@ -4,12 +4,11 @@
 
 rule partition:
     input:
-        manifest=result("data", "{dataset}.json"),
+        labels=result("data", "{dataset}.labels.npz"),
     output:
         partition=result("partitions", "{experiment}", "{dataset}", "{setting}", "seed{seed}.json"),
     params:
         spec=partition_spec,
-        data_dir=DATA_DIR,
     log:
         result("logs", "partition", "{experiment}", "{dataset}", "{setting}", "seed{seed}.log"),
     benchmark:

@@ -1,10 +1,12 @@
-"""Rule prepare_data: fetch/verify one dataset's files and write its manifest (path, size, md5)."""
+"""Rule prepare_data: fetch/verify one dataset's files; write its manifest (path, size, md5) and training labels."""
 
 from pathlib import Path
 
 import _common
+import numpy as np
 
-from fedbalance.data import prepare_dataset
+from fedbalance.atomic import atomic_write, write_json
+from fedbalance.data import load_dataset, prepare_dataset
 
 smk = snakemake  # noqa: F821  (injected by Snakemake)
 
@@ -22,4 +24,9 @@ with _common.logged(smk):
     }
     for f in manifest["files"]:
         print(f"{f['path']}  {f['size']} bytes  md5 {f['md5']}")
-    _common.write_json_atomic(manifest, smk.output.manifest)
+    ds = load_dataset(p.source, p.data_dir, **p.options)
+    arrays = {"labels": ds.y_train.numpy(), "num_classes": np.int64(ds.num_classes)}
+    if ds.writers_train is not None:
+        arrays["writers"] = ds.writers_train.numpy()
+    atomic_write(smk.output.labels, lambda fh: np.savez(fh, **arrays), mode="wb")
+    write_json(manifest, smk.output.manifest)

@@ -1,0 +1,28 @@
+"""Atomic file writes: a temporary file in the target's folder, then ``os.replace``."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+
+def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str = "w") -> None:
+    """Call ``write(fh)`` on a temporary file beside ``path`` and move it into place; nothing half-written remains."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode) as fh:
+            write(fh)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(obj: Any, path: str | Path, indent: int | None = 1) -> None:
+    """``json.dump`` to ``path`` atomically."""
+    atomic_write(path, lambda fh: json.dump(obj, fh, indent=indent))

@@ -187,10 +187,18 @@ def test_write_tables_outputs(frames: tuple[pd.DataFrame, pd.DataFrame], tmp_pat
         assert not re.search(r"\\(usepackage|multirow)", text) or p.name == "paper_tables.tex", p.name
 
 
+def test_summary_dir_inputs_tables_by_relative_path(frames: tuple[pd.DataFrame, pd.DataFrame], tmp_path: Path) -> None:
+    final, rounds = frames
+    write_tables(final, rounds, tmp_path / "tables", summary_dir=tmp_path)
+    doc = (tmp_path / "paper_tables.tex").read_text()
+    assert "\\input{tables/Res_3_datasets}" in doc and "\\input{tables/FL_FEMNIST_vs_paper}" in doc
+    assert (tmp_path / "claims.md").is_file() and not (tmp_path / "tables" / "claims.md").exists()
+
+
 @pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed")
 def test_paper_tables_compile(frames: tuple[pd.DataFrame, pd.DataFrame], tmp_path: Path) -> None:
     final, rounds = frames
-    write_tables(final, rounds, tmp_path)
+    write_tables(final, rounds, tmp_path / "tables", summary_dir=tmp_path)
     run = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "paper_tables.tex"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout[-2000:]

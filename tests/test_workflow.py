@@ -160,11 +160,11 @@ def test_quick_dag_end_to_end(tmp_path):
             assert p.is_file() and p.stat().st_size > 0, p
     assert (res / "figures" / "fig_monitoring.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (res / "figures" / "fig_monitoring.pdf").read_bytes()[:5] == b"%PDF-"
-    assert (tables / "claims.md").read_text().strip()
-    paper = (tables / "paper_tables.tex").read_text()
+    assert (res / "claims.md").read_text().strip()
+    paper = (res / "paper_tables.tex").read_text()
     assert r"\begin{document}" in paper
     for label in table_labels():
-        assert f"\\input{{{label}}}" in paper, label
+        assert f"\\input{{tables/{label}}}" in paper, label
 
     # the report holds every table and figure with captions
     rep = in_tmp(tmp_path, "--configfile", str(QUICK), "--report", str(tmp_path / "report.html"), timeout=600)

@@ -14,6 +14,7 @@ Outputs of :func:`write_tables`: ``<label>.tex``, ``<label>_std.tex``, ``<label>
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -623,10 +624,14 @@ def _env(templates: Path) -> jinja2.Environment:
 
 
 def write_tables(final: pd.DataFrame, rounds: pd.DataFrame, out_dir: str | Path, *, estimator: str = "released",
-                 templates: str | Path | None = None) -> list[Path]:
-    """Write every table (mean, std, comparison with the paper), ``claims.md`` and ``paper_tables.tex``."""
+                 templates: str | Path | None = None, summary_dir: str | Path | None = None) -> list[Path]:
+    """Write every table (mean, std, comparison with the paper) into ``out_dir``, and ``claims.md`` and
+    ``paper_tables.tex`` (which \\input's the tables by relative path) into ``summary_dir`` (default ``out_dir``)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    summary = Path(summary_dir) if summary_dir is not None else out
+    summary.mkdir(parents=True, exist_ok=True)
+    prefix = "" if summary.resolve() == out.resolve() else Path(os.path.relpath(out.resolve(), summary.resolve())).as_posix() + "/"
     env = _env(Path(templates) if templates else TEMPLATES)
     pub = published()
     paths: list[Path] = []
@@ -650,12 +655,12 @@ def write_tables(final: pd.DataFrame, rounds: pd.DataFrame, out_dir: str | Path,
         p = out / f"{label}_vs_paper.tex"
         p.write_text(env.get_template("vs_paper.tex.j2").render(title=label.replace("_", r"\_"), chunks=chunks))
         paths.append(p)
-    p = out / "claims.md"
+    p = summary / "claims.md"
     p.write_text(env.get_template("claims.md.j2").render(
         claims=claims(final, rounds, estimator, all_values), estimator=estimator))
     paths.append(p)
-    p = out / "paper_tables.tex"
-    items = [{"table": t, "std": f"{t}_std", "vs": f"{t}_vs_paper"} for t in TABLES]
+    p = summary / "paper_tables.tex"
+    items = [{"table": prefix + t, "std": f"{prefix}{t}_std", "vs": f"{prefix}{t}_vs_paper"} for t in TABLES]
     p.write_text(env.get_template("paper_tables.tex.j2").render(tables=items, estimator=estimator))
     paths.append(p)
     return paths

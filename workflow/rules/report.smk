@@ -21,7 +21,7 @@ FIGURE_FILES = [f"{FIGURES_DIR}/{name}.{ext}" for name in FIGURES for ext in ("p
 FIGURE_DATASETS = {
     name: (d if d in config["datasets"] else DATASETS[0]) for name, d in DEFAULT_DATASET.items()
 }
-SUMMARY_FILES = [f"{TABLES_DIR}/claims.md", f"{TABLES_DIR}/paper_tables.tex"]
+SUMMARY_FILES = [result("claims.md"), result("paper_tables.tex")]
 
 
 localrules:
@@ -39,12 +39,14 @@ rule tables:
             for label in TABLES
             for suffix in TABLE_SUFFIXES
         ],
-        claims=report(f"{TABLES_DIR}/claims.md", caption="../../report/claims.rst", category="summary"),
+        claims=report(result("claims.md"), caption="../../report/claims.rst", category="summary"),
         paper_tables=report(
-            f"{TABLES_DIR}/paper_tables.tex", caption="../../report/paper_tables.rst", category="summary"
+            result("paper_tables.tex"), caption="../../report/paper_tables.rst", category="summary"
         ),
     params:
-        out_dir=lambda wildcards, output: Path(output.claims).parent,
+        out_dir=TABLES_DIR,
+        summary_dir=RESULTS,
+        estimator=DEFAULT_ESTIMATOR,
     log:
         result("logs", "tables.log"),
     threads: 1
@@ -71,6 +73,7 @@ rule figures:
         results_dir=lambda wildcards, input: Path(input.final).parent.parent,
         out_dir=lambda wildcards, output: Path(output[0]).parent,
         dataset_map=FIGURE_DATASETS,
+        estimator=DEFAULT_ESTIMATOR,
     log:
         result("logs", "figures.log"),
     threads: 1

@@ -16,5 +16,6 @@ smk = snakemake  # noqa: F821  (injected by Snakemake)
 
 with _common.logged(smk):
     final, rounds = read_tidy(Path(smk.input.final).parent)
-    written = write_figures(final, rounds, smk.params.results_dir, smk.params.out_dir, dataset_map=smk.params.dataset_map)
+    p = smk.params
+    written = write_figures(final, rounds, p.results_dir, p.out_dir, dataset_map=p.dataset_map, estimator=p.estimator)
     print("\n".join(map(str, written)))

@@ -1,5 +1,5 @@
 """Rule tables: tidy CSVs -> one LaTeX table per paper table (+ _std, + _vs_paper), claims.md,
-paper_tables.tex (fedbalance.tables.write_tables, with its default monitor estimator)."""
+paper_tables.tex (fedbalance.tables.write_tables, with the config's default monitor estimator)."""
 
 from pathlib import Path
 
@@ -12,5 +12,6 @@ smk = snakemake  # noqa: F821  (injected by Snakemake)
 
 with _common.logged(smk):
     final, rounds = read_tidy(Path(smk.input.final).parent)
-    written = write_tables(final, rounds, smk.params.out_dir)
+    p = smk.params
+    written = write_tables(final, rounds, p.out_dir, estimator=p.estimator, summary_dir=p.summary_dir)
     print("\n".join(map(str, written)))

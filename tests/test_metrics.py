@@ -102,3 +102,21 @@ def test_empirical_identical_vectors():
     none = empirical_y_stats(FixedLogits(feats), _ids(6), torch.arange(6), batch_size=6)
     assert none["emp_cos"] is None and none["emp_cv"] is None
     assert not math.isnan(out["emp_cos"])
+
+
+def test_diverged_model_gets_nan_auc_not_an_error() -> None:
+    class NaNModel(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 3)
+            nn.init.constant_(self.fc.weight, float("nan"))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x.flatten(1))
+
+    x = torch.zeros(6, 1, 2, 2, dtype=torch.uint8)
+    y = torch.tensor([0, 1, 2, 0, 1, 2])
+    with pytest.warns(RuntimeWarning, match="diverged"):
+        out = evaluate(NaNModel(), x, y, 3, [2])
+    assert math.isnan(out["auc_micro"]) and math.isnan(out["auc_macro"])
+    assert out["acc"] == pytest.approx(2 / 6)

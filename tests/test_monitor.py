@@ -119,6 +119,21 @@ def test_exact_recovery(aggregation: str) -> None:
     torch.testing.assert_close(est.counts, n_true, rtol=1e-6, atol=1e-6)
 
 
+def test_nnls_drops_non_finite_weights() -> None:
+    gen = torch.Generator().manual_seed(1)
+    q, s, n_a, totals = 4, 8, 32, [200, 200]
+    n_true = torch.tensor([150.0, 100.0, 90.0, 60.0], dtype=torch.float64)
+    dw = torch.randn(q, q, s, generator=gen, dtype=torch.float64)
+    dg = torch.einsum("q,qps->ps", n_true, dw) / (n_a * len(totals))
+    dg[1, 3] = float("nan")
+    dw[2, 0, 5] = float("inf")
+    est = estimate_composition(dw, dg, n_aux=n_a, client_totals=totals, method="nnls")
+    torch.testing.assert_close(est.counts, n_true, rtol=1e-6, atol=1e-6)
+    assert est.dropped == 2 and int(est.kept[0]) == q * s - 2
+    est = estimate_composition(dw, torch.full_like(dg, float("nan")), n_aux=n_a, client_totals=totals, method="nnls")
+    assert bool(torch.isnan(est.counts).all())
+
+
 def test_released_drops_out_of_range() -> None:
     gen = torch.Generator().manual_seed(1)
     q, s, n_a, totals = 4, 8, 32, [250, 250]

@@ -134,8 +134,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         partitions=parts,
     )
     f = metrics["final"]
-    acc_m = "n/a" if f["acc_minority"] is None else f"{f['acc_minority']:.4f}"
-    print(f"{args.out}: acc {f['acc']:.4f}, Ac.M {acc_m}, AUC {f['auc_micro']:.4f}, {metrics['wall_time_s']:.1f} s")
+    acc_m, auc = ("n/a" if f[k] is None else f"{f[k]:.4f}" for k in ("acc_minority", "auc_micro"))
+    print(f"{args.out}: acc {f['acc']:.4f}, Ac.M {acc_m}, AUC {auc}, {metrics['wall_time_s']:.1f} s")
     return 0
 
 

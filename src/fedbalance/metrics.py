@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -56,9 +57,13 @@ def evaluate(
 
     Returns ``per_class_acc`` (list, NaN for a class absent from the test set), ``acc`` (over all
     samples), ``acc_minority`` (Ac.M), ``acc_majority`` (Ac.), ``auc_micro``, ``auc_macro``.
-    ``acc_minority`` is None when there is no minority class.
+    ``acc_minority`` is None when there is no minority class. A diverged model (non-finite outputs)
+    gets NaN AUCs and a warning; its accuracies are those of its (NaN-first) argmax.
     """
     probs = predict_proba(model, x_test, batch_size).numpy()
+    finite = bool(np.isfinite(probs).all())
+    if not finite:
+        warnings.warn("the model's outputs are not finite (training diverged): AUC is NaN", RuntimeWarning, stacklevel=2)
     y = y_test.cpu().numpy().astype(np.int64)
     pred = probs.argmax(1)
     correct = np.bincount(y, weights=(pred == y).astype(np.float64), minlength=num_classes)
@@ -72,8 +77,9 @@ def evaluate(
         "acc": float((pred == y).mean()),
         "acc_minority": _mean_or_none([per_class[q] for q in sorted(minority)]),
         "acc_majority": _mean_or_none([per_class[q] for q in range(num_classes) if q not in minority]),
-        "auc_micro": float(roc_auc_score(onehot, probs, average="micro")),
-        "auc_macro": float(np.mean([roc_auc_score(onehot[:, q], probs[:, q]) for q in present])) if present else None,
+        "auc_micro": float(roc_auc_score(onehot, probs, average="micro")) if finite else math.nan,
+        "auc_macro": (float(np.mean([roc_auc_score(onehot[:, q], probs[:, q]) for q in present])) if finite else math.nan)
+        if present else None,
     }
 
 

@@ -174,12 +174,18 @@ def _owner_mask(owner: Tensor, keep: Tensor, num_classes: int) -> Tensor:
     return (owner.unsqueeze(0) == classes) & keep.unsqueeze(0)
 
 
-def _nnls(u: Tensor, dG: Tensor, scale: float) -> Tensor:
-    """min ||sum_q N_q u[q] - scale dG|| over N >= 0, all last-layer weights at once."""
+def _nnls(u: Tensor, dG: Tensor, scale: float) -> tuple[Tensor, int]:
+    """min ||sum_q N_q u[q] - scale dG|| over N >= 0 on every finite last-layer weight; (N, weights dropped).
+
+    Weights with a non-finite update (a diverged model) are dropped; with none left, N is NaN.
+    """
     a = u.reshape(u.shape[0], -1).T.cpu().numpy()
     b = (scale * dG).reshape(-1).cpu().numpy()
-    x, _ = _scipy_nnls(a, b)
-    return torch.from_numpy(np.asarray(x, dtype=np.float64))
+    finite = np.isfinite(a).all(1) & np.isfinite(b)
+    if not finite.any():
+        return torch.full((u.shape[0],), float("nan"), dtype=torch.float64), int(len(b))
+    x, _ = _scipy_nnls(a[finite], b[finite])
+    return torch.from_numpy(np.asarray(x, dtype=np.float64)), int((~finite).sum())
 
 
 def estimate_composition(
@@ -211,9 +217,9 @@ def estimate_composition(
     u = _per_sample(dW, n_aux)
     g = dG.double().to(u.device)
     if method == "nnls":
-        counts = _nnls(u, g, scale)
-        kept = torch.full((q,), u[0].numel(), dtype=torch.long)
-        dropped, fallback = 0, 0
+        counts, dropped = _nnls(u, g, scale)
+        kept = torch.full((q,), u[0].numel() - dropped, dtype=torch.long)
+        fallback = 0
     elif method == "released":
         numbers = _numbers_all(u, g, scale, total)
         owner, keep = _released_keep(u)

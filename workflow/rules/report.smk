@@ -44,8 +44,8 @@ rule tables:
             result("paper_tables.tex"), caption="../../report/paper_tables.rst", category="summary"
         ),
     params:
-        out_dir=TABLES_DIR,
-        summary_dir=RESULTS,
+        out_dir=lambda wildcards, output: Path(output[0]).parent,
+        summary_dir=lambda wildcards, output: Path(output.claims).parent,
         estimator=DEFAULT_ESTIMATOR,
     log:
         result("logs", "tables.log"),

@@ -32,11 +32,13 @@ from fedbalance.fl import (
     RoundCallback,
     build_acknowledger,
     build_monitor,
+    close_round,
     empty_row,
     evaluate_into,
     fresh_state,
+    monitor_round,
     needs_monitor,
-    record_monitor,
+    restore_state,
     sgd_config,
     torch_generator,
 )
@@ -82,12 +84,9 @@ def run_centralised(
     ack = build_acknowledger(spec) if monitor is not None else None
     shadow = copy.deepcopy(model) if monitor is not None else None
     state = fresh_state(model, loss_fn, q) if state is None else state
-    model.load_state_dict(state["model"])
-    loss_fn.load_state_dict(state["loss_state"])
+    restore_state(state, model, loss_fn, ack)
     if "optimizer" in state["extra"]:
         opt.load_state_dict(state["extra"]["optimizer"])
-    if ack is not None and state["ack"] is not None:
-        ack.load_state_dict(state["ack"])
     epochs, eval_every = num_epochs(spec), int(spec.get("eval_every", 1))
     lead = tuple(spec["monitor"]["estimators"])[0] if monitor is not None else None
     for t in range(int(state["next_round"]), epochs):
@@ -107,19 +106,10 @@ def run_centralised(
         if monitor is not None:
             totals = [len(y)]
             observed = monitor.observe(shadow, model.state_dict(), totals, torch_generator(seed, TAG_MONITOR, t))
-            record_monitor(row, observed, true_counts, totals)
-            row["acknowledged"] = ack.update(observed["estimates"][lead].counts)
-            if row["acknowledged"] and state["ack_round"] is None:
-                state["ack_round"] = t
-            state["pi"] = observed["weights"].detach().cpu().double()
-            state["ack"] = ack.state_dict()
+            monitor_round(state, row, observed, ack, lead, true_counts, totals)
         if (t + 1) % eval_every == 0 or t == epochs - 1:
             evaluate_into(row, model, data)
-        row["seconds"] = time.perf_counter() - start
-        state["rows"].append(row)
-        state["next_round"] = t + 1
-        state["model"] = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        state["loss_state"] = {k: v.detach().clone() for k, v in loss_fn.state_dict().items()}
+        close_round(state, row, model, loss_fn, start)
         state["extra"]["optimizer"] = copy.deepcopy(opt.state_dict())
         if on_round is not None:
             on_round(state, row)

@@ -205,6 +205,41 @@ def fresh_state(model: nn.Module, loss_fn: nn.Module, num_classes: int) -> dict[
     }
 
 
+def restore_state(state: dict[str, Any], model: nn.Module, loss_fn: nn.Module, ack: Acknowledger | None) -> None:
+    """Load a (fresh or checkpointed) engine state into the model, the loss and the acknowledger."""
+    model.load_state_dict(state["model"])
+    loss_fn.load_state_dict(state["loss_state"])
+    if ack is not None and state["ack"] is not None:
+        ack.load_state_dict(state["ack"])
+
+
+def monitor_round(
+    state: dict[str, Any],
+    row: dict[str, Any],
+    observed: Mapping[str, Any],
+    ack: Acknowledger,
+    lead: str,
+    true_counts: np.ndarray,
+    totals: Sequence[int],
+) -> None:
+    """Record round ``row["round"]``'s estimates, update the acknowledgment and the next round's weights π."""
+    record_monitor(row, observed, true_counts, totals)
+    row["acknowledged"] = ack.update(observed["estimates"][lead].counts)
+    if row["acknowledged"] and state["ack_round"] is None:
+        state["ack_round"] = row["round"]
+    state["pi"] = observed["weights"].detach().cpu().double()
+    state["ack"] = ack.state_dict()
+
+
+def close_round(state: dict[str, Any], row: dict[str, Any], model: nn.Module, loss_fn: nn.Module, start: float) -> None:
+    """Append the finished round's row and snapshot what a checkpoint needs to resume after it."""
+    row["seconds"] = time.perf_counter() - start
+    state["rows"].append(row)
+    state["next_round"] = row["round"] + 1
+    state["model"] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    state["loss_state"] = {k: v.detach().clone() for k, v in loss_fn.state_dict().items()}
+
+
 def run_fedavg(
     spec: Mapping[str, Any],
     model: nn.Module,
@@ -235,10 +270,7 @@ def run_fedavg(
     monitor = build_monitor(spec, data.aux_x, data.aux_y, q, cfg) if needs_monitor(spec) else None
     ack = build_acknowledger(spec) if monitor is not None else None
     state = fresh_state(model, loss_fn, q) if state is None else state
-    model.load_state_dict(state["model"])
-    loss_fn.load_state_dict(state["loss_state"])
-    if ack is not None and state["ack"] is not None:
-        ack.load_state_dict(state["ack"])
+    restore_state(state, model, loss_fn, ack)
     rounds, k = int(spec["rounds"]), int(spec["clients_per_round"])
     eval_every = int(spec.get("eval_every", 1))
     weights_of_clients = spec["aggregation"] == "weighted"
@@ -264,20 +296,11 @@ def run_fedavg(
         row["train_loss"] = float((losses.double() * (w / w.sum() if w is not None else 1 / len(totals))).sum())
         if monitor is not None:
             observed = monitor.observe(model, new_state, totals, torch_generator(seed, TAG_MONITOR, t))
-            record_monitor(row, observed, true_counts, totals)
-            row["acknowledged"] = ack.update(observed["estimates"][lead].counts)
-            if row["acknowledged"] and state["ack_round"] is None:
-                state["ack_round"] = t
-            state["pi"] = observed["weights"].detach().cpu().double()
-            state["ack"] = ack.state_dict()
+            monitor_round(state, row, observed, ack, lead, true_counts, totals)
         model.load_state_dict(new_state)
         if (t + 1) % eval_every == 0 or t == rounds - 1:
             evaluate_into(row, model, data)
-        row["seconds"] = time.perf_counter() - start
-        state["rows"].append(row)
-        state["next_round"] = t + 1
-        state["model"] = {kk: v.detach().clone() for kk, v in model.state_dict().items()}
-        state["loss_state"] = {kk: v.detach().clone() for kk, v in loss_fn.state_dict().items()}
+        close_round(state, row, model, loss_fn, start)
         if on_round is not None:
             on_round(state, row)
     return state

@@ -110,13 +110,18 @@ STAGE_HELP = "stage a copy into data_dir as described in the README (Data)"
 STAGING_HELP = f"pass download=True, or {STAGE_HELP}"
 
 
-def _check_md5(path: Path, expected: str, name: str) -> None:
-    """Raise DataError when the file's md5 differs from the official one."""
+def md5sum(path: str | Path) -> str:
+    """Hex md5 of a file, read in 1 MiB chunks."""
     digest = hashlib.md5()
-    with path.open("rb") as fh:
+    with Path(path).open("rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
-    actual = digest.hexdigest()
+    return digest.hexdigest()
+
+
+def _check_md5(path: Path, expected: str, name: str) -> None:
+    """Raise DataError when the file's md5 differs from the official one."""
+    actual = md5sum(path)
     if actual != expected:
         raise DataError(
             f"{name}: {path} has md5 {actual}, expected the official {expected}; the file is corrupt or not "

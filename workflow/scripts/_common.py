@@ -9,7 +9,6 @@ starts with `import _common`.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import sys
 from pathlib import Path
@@ -49,11 +48,3 @@ def logged(smk):
             os.dup2(saved[1], 2)
             os.close(saved[0])
             os.close(saved[1])
-
-
-def md5sum(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.md5()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(chunk), b""):
-            h.update(block)
-    return h.hexdigest()

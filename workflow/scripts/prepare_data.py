@@ -6,7 +6,7 @@ import _common
 import numpy as np
 
 from fedbalance.atomic import atomic_write, write_json
-from fedbalance.data import load_dataset, prepare_dataset
+from fedbalance.data import load_dataset, md5sum, prepare_dataset
 
 smk = snakemake  # noqa: F821  (injected by Snakemake)
 
@@ -19,7 +19,7 @@ with _common.logged(smk):
         "options": dict(p.options),
         "data_dir": str(p.data_dir),
         "files": [
-            {"path": str(f), "size": Path(f).stat().st_size, "md5": _common.md5sum(Path(f))} for f in sorted(map(str, files))
+            {"path": str(f), "size": Path(f).stat().st_size, "md5": md5sum(f)} for f in sorted(map(str, files))
         ],
     }
     for f in manifest["files"]:

@@ -67,7 +67,7 @@ def test_deep_merge_does_not_mutate() -> None:
 @pytest.mark.parametrize(
     ("edit", "key"),
     [
-        (lambda c: c["experiments"]["losses"].update(losses=["ce", "hinge"]), "experiments.losses.losses.1"),
+        (lambda c: c["experiments"]["losses"].update(losses=["ce", "hinge"]), "experiments.losses.losses: unknown loss 'hinge'"),
         (lambda c: c["defaults"]["partition"].update(gamma=0.5), "defaults.partition.gamma"),
         (lambda c: c["defaults"].update(clients_per_round=50), "clients_per_round"),
         (lambda c: c["defaults"]["partition"].update(majority_samples=-3), "defaults.partition.majority_samples"),
@@ -95,3 +95,49 @@ def test_missing_and_malformed_files(tmp_path: Path) -> None:
     bad.write_text("datasets: [unclosed\n")
     with pytest.raises(ConfigError, match="bad.yaml"):
         load_config(bad)
+
+
+def test_loss_variant_resolves_to_its_base_loss(full: dict) -> None:
+    cfg = load_config(ROOT / "config" / "mnist.yaml")
+    spec = resolve_job(cfg, Job("losses", "mnist", "g10", "ratio_rel", 0))
+    assert spec["loss"] == "ratio_rel" and spec["base_loss"] == "ratio"
+    assert spec["monitor"]["variant"] == "released"
+    assert spec["loss_params"]["ratio"]["weighting"] == "batch_mean"
+    assert spec["partition"]["gamma"] == 10
+    plain = resolve_job(cfg, Job("losses", "mnist", "g10", "ratio", 0))
+    assert (plain["base_loss"], plain["monitor"]["variant"], plain["loss_params"]["ratio"]["weighting"]) == (
+        "ratio", "paper", "per_sample")
+    # the paper's competitor settings are the authors' GHM-C
+    assert full["defaults"]["loss_params"]["ghmc"] == {"bins": 30, "momentum": 0.0, "g": "sigmoid"}
+
+
+def test_unknown_or_shadowing_loss_names_the_key(full: dict) -> None:
+    bad = copy.deepcopy(full)
+    bad["experiments"]["losses"]["losses"] = ["ce", "ratio_paper"]
+    with pytest.raises(ConfigError, match=r"experiments\.losses\.losses: unknown loss 'ratio_paper'"):
+        load_config(bad)
+    bad = copy.deepcopy(full)
+    bad["loss_variants"]["ce"] = {"loss": "ratio"}
+    with pytest.raises(ConfigError, match=r"loss_variants\.ce"):
+        load_config(bad)
+    bad = copy.deepcopy(full)
+    bad["loss_variants"]["ratio_rel"]["params"]["loss_params"]["ratio"]["weighting"] = "per_class"
+    with pytest.raises(ConfigError, match=r"loss_variants\.ratio_rel\.params\.loss_params\.ratio\.weighting"):
+        load_config(bad)
+
+
+def test_mnist_config_is_the_full_protocol_on_mnist(full: dict) -> None:
+    mnist = yaml.safe_load((ROOT / "config" / "mnist.yaml").read_text())
+    assert mnist["defaults"] == full["defaults"] and mnist["loss_variants"] == full["loss_variants"]
+    assert mnist["datasets"] == {"mnist": full["datasets"]["mnist"]}
+    expected = {name for name, e in full["experiments"].items() if "mnist" in e["datasets"]}
+    assert set(mnist["experiments"]) == expected
+    for name in expected:
+        cfg_m, cfg_f = load_config(mnist), load_config(full)
+        assert settings(cfg_m, name) == settings(cfg_f, name), name
+        for s in settings(cfg_f, name):
+            fm = resolve_job(cfg_m, Job(name, "mnist", s, "ce", 0))
+            ff = resolve_job(cfg_f, Job(name, "mnist", s, "ce", 0))
+            extra = {"monitor", "save_trajectory"} if name == "losses" else set()
+            assert {k: v for k, v in fm.items() if k not in extra} == {k: v for k, v in ff.items() if k not in extra}
+    assert mnist["experiments"]["losses"]["losses"] == ["ce", "focal", "ghmc", "ratio", "ratio_rel"]

@@ -158,3 +158,33 @@ def test_auto_path_is_vectorised_on_cuda_only() -> None:
     assert resolve_path("auto", torch.device("cuda")) == "vectorised"
     assert resolve_path("auto", torch.device("cpu")) == "sequential"
     assert resolve_path("sequential", torch.device("cuda")) == "sequential"
+
+
+def test_auxiliary_data_first_training_samples_as_released(quick, mnist5k):
+    spec = tiny(quick)
+    spec["monitor"] = {**spec["monitor"], "aux_source": "train", "aux_selection": "first", "aux_per_class": 5}
+    parts = build_partitions(spec, mnist5k)
+    ax, ay = auxiliary_data(spec, mnist5k, parts)
+    y = mnist5k.y_train.numpy()
+    # the released ratio_loss_data: np.where(label_train == c)[0][0:k] for every class c
+    expected = np.concatenate([np.where(y == c)[0][:5] for c in range(10)])
+    assert torch.equal(ay, mnist5k.y_train[expected]) and torch.equal(ax, mnist5k.x_train[expected])
+    assert torch.equal(auxiliary_data({**spec, "seed": 3}, mnist5k, parts)[0], ax)  # no randomness
+    random_train = {**spec, "monitor": {**spec["monitor"], "aux_selection": "random"}}
+    rx, ry = auxiliary_data(random_train, mnist5k, parts)
+    assert torch.bincount(ry, minlength=10).tolist() == [5] * 10 and not torch.equal(rx, ax)
+
+
+def test_trajectory_replays_the_monitor_inputs(quick, tmp_path):
+    spec = tiny(quick, save_trajectory=True)
+    metrics = run_job(spec, tmp_path / "job")
+    traj = torch.load(tmp_path / "job" / "trajectory.pt", weights_only=False)
+    assert [r["round"] for r in traj["rounds"]] == list(range(spec["rounds"]))
+    assert all(sum(r["totals"]) > 0 and len(r["totals"]) == spec["clients_per_round"] for r in traj["rounds"])
+    rows = list(csv.DictReader(open(tmp_path / "job" / "rounds.csv")))
+    assert traj["true_composition"] == [json.loads(r["true_composition"]) for r in rows]
+    assert sum(traj["true_composition"][0]) == sum(traj["rounds"][0]["totals"])
+    # G_{t+1} of round t is G of round t+1; the last one is the final model
+    key = next(iter(traj["final"]))
+    assert not torch.equal(traj["rounds"][0]["model"][key], traj["rounds"][1]["model"][key])
+    assert metrics["rounds"] == spec["rounds"]

@@ -249,3 +249,82 @@ def test_vmap_ratio_with_per_client_weights() -> None:
     w = torch.tensor([[1.0, 2.0, 3.0], [0.5, 1.0, 1.5]], dtype=torch.float64)
     batched = torch.func.vmap(ratio_loss)(z, y, w)
     torch.testing.assert_close(batched, torch.stack([ratio_loss(z[i], y[i], w[i]) for i in range(2)]))
+
+
+def _released_ghmc(pred: torch.Tensor, label: torch.Tensor, bins: int = 30) -> torch.Tensor:
+    """The authors' GHMC.forward (FEMNIST-4-Losses/models/Update.py, momentum 0), written out on the CPU."""
+    edges = torch.arange(bins + 1).float() / bins
+    edges[-1] += 1e-6
+    n, c = pred.shape
+    p = F.softmax(pred, dim=1)
+    class_mask = torch.zeros(n, c, dtype=pred.dtype)
+    class_mask.scatter_(1, label.view(-1, 1), 1.0)
+    target = class_mask.clone()  # label_binarize of the labels
+    g = torch.abs(pred.sigmoid().detach() - target)
+    g = (g * class_mask).sum(1).view(-1, 1)
+    weights = torch.zeros_like(g)
+    tot = pred.size(0)
+    valid = 0
+    for i in range(bins):
+        inds = (g >= edges[i]) & (g < edges[i + 1])
+        num = inds.sum().item()
+        if num > 0:
+            weights[inds] = tot / num
+            valid += 1
+    if valid > 0:
+        weights = weights / valid
+    probs = (p * class_mask).sum(1).view(-1, 1)
+    return (-probs.log() * weights / tot).sum()
+
+
+def test_ghmc_sigmoid_30_bins_equals_released_formula() -> None:
+    gen = torch.Generator().manual_seed(11)
+    for trial in range(5):
+        z = torch.randn(64, 26, generator=gen) * (1 + 2 * trial)
+        y = torch.randint(0, 26, (64,), generator=gen)
+        ours = ghmc_loss(z, y, bins=30, g="sigmoid")
+        torch.testing.assert_close(ours, _released_ghmc(z, y), rtol=1e-5, atol=1e-6)
+        module = GHMCLoss(bins=30, g="sigmoid")
+        torch.testing.assert_close(module(z, y), ours)
+    # the softmax reading bins differently on the same logits (the issue's 57 of 64 samples)
+    assert not torch.allclose(ghmc_loss(z, y, bins=30, g="softmax"), ours)
+
+
+def test_ghmc_sigmoid_hand_binned() -> None:
+    # target logits 0, 2, -2, 0 -> g = 0.5, 0.1192, 0.8808, 0.5; 2 bins: [0, .5) and [.5, 1]
+    z = torch.tensor([[0.0, 1.0], [2.0, 0.0], [-2.0, 0.0], [0.0, -1.0]], dtype=torch.float64)
+    y = torch.tensor([0, 0, 0, 0])
+    w = ghmc_weights(z, y, bins=2, g="sigmoid")
+    # bin 1 holds g = 0.5, 0.8808, 0.5 (3 samples), bin 0 holds 0.1192 (1); N = 4, 2 non-empty bins
+    torch.testing.assert_close(w, torch.tensor([4 / 6, 4 / 2, 4 / 6, 4 / 6], dtype=torch.float64))
+    with pytest.raises(ValueError, match="g must be one of"):
+        ghmc_loss(z, y, g="tanh")
+
+
+def test_ratio_batch_mean_equals_released_broadcast() -> None:
+    z, y = _t(LOGITS, TARGET)
+    pi = torch.tensor([1.3, 0.7, 2.0, 1.1], dtype=torch.float64)
+    # released Ratio_Cross_Entropy: alpha[ids] [N] times log p [N, 1] broadcasts to [N, N]; mean
+    log_p = F.log_softmax(z, dim=1).gather(1, y.view(-1, 1))
+    released = (-pi[y] * log_p).mean()
+    assert (-pi[y] * log_p).shape == (5, 5)
+    _close(ratio_loss(z, y, pi, weighting="batch_mean"), released.numpy())
+    by_hand = pi[y].mean() * _np_ce(LOGITS, TARGET).mean()
+    # the module stores pi in the default dtype (float32)
+    np.testing.assert_allclose(RatioLoss(pi, weighting="batch_mean")(z, y).numpy(), by_hand.numpy(), rtol=1e-6)
+    # the paper's per-sample reading differs whenever the batch's classes have different pi
+    assert not torch.allclose(ratio_loss(z, y, pi), released)
+    with pytest.raises(ValueError, match="weighting"):
+        RatioLoss(pi, weighting="per_class")
+
+
+def test_masks_ignore_padding() -> None:
+    z, y = _t(LOGITS, TARGET)
+    pad_z = torch.cat([z, torch.randn(3, 4, dtype=z.dtype) * 9])
+    pad_y = torch.cat([y, torch.tensor([2, 2, 1])])
+    mask = torch.tensor([1] * 5 + [0] * 3, dtype=torch.bool)
+    pi = torch.tensor([1.3, 0.7, 2.0, 1.1], dtype=torch.float64)
+    for weighting in ("per_sample", "batch_mean"):
+        torch.testing.assert_close(ratio_loss(pad_z, pad_y, pi, weighting=weighting, mask=mask), ratio_loss(z, y, pi, weighting=weighting))
+    for g in ("softmax", "sigmoid"):
+        torch.testing.assert_close(ghmc_loss(pad_z, pad_y, bins=3, g=g, mask=mask), ghmc_loss(z, y, bins=3, g=g))

@@ -42,6 +42,7 @@ from fedbalance.fl import (
     sgd_config,
     torch_generator,
 )
+from fedbalance.config import base_loss
 from fedbalance.metrics import empirical_y_stats
 from fedbalance.partition import Partition
 from fedbalance.train import batch_schedule, make_optimizer, sgd_steps
@@ -97,7 +98,7 @@ def run_centralised(
         row["true_composition"] = [float(c) for c in true_counts]
         if spec.get("empirical"):
             row.update(empirical_y_stats(model, x, y, cfg.batch_size))
-        if spec["loss"] == "ratio":
+        if base_loss(spec) == "ratio":
             loss_fn.set_weight(state["pi"])
         if shadow is not None:
             shadow.load_state_dict(model.state_dict())

@@ -90,14 +90,32 @@ def settings(cfg: Mapping[str, Any], experiment: str) -> dict[str, dict[str, Any
     return out
 
 
+def base_losses() -> tuple[str, ...]:
+    """The registered loss names (``fedbalance.losses.LOSSES``), as the schema lists them."""
+    return tuple(schema()["properties"]["loss_variants"]["additionalProperties"]["properties"]["loss"]["enum"])
+
+
+def base_loss(spec: Mapping[str, Any]) -> str:
+    """The registered loss a job trains with: its ``loss``, or the base of a ``loss_variants`` entry."""
+    return str(spec.get("base_loss", spec["loss"]))
+
+
 def resolve_job(cfg: Mapping[str, Any], job: Job) -> dict[str, Any]:
-    """The full parameter set of one job (a plain dict; see the schema's ``job``)."""
+    """The full parameter set of one job (a plain dict; see the schema's ``job``).
+
+    A loss named under ``loss_variants`` trains its base loss (``base_loss``) with the variant's
+    ``params`` merged last, after the setting.
+    """
     exp = cfg["experiments"][job.experiment]
     spec = deep_merge(cfg.get("defaults", {}), cfg["datasets"][job.dataset])
     spec = deep_merge(spec, exp.get("params", {}))
     spec = deep_merge(spec, exp.get("dataset_params", {}).get(job.dataset, {}))
     spec = deep_merge(spec, settings(cfg, job.experiment)[job.setting])
+    variant = (cfg.get("loss_variants") or {}).get(job.loss)
+    if variant is not None:
+        spec = deep_merge(spec, variant.get("params", {}))
     spec.update(dataset=job.dataset, experiment=job.experiment, setting=job.setting, loss=job.loss, seed=job.seed)
+    spec["base_loss"] = variant["loss"] if variant is not None else job.loss
     return spec
 
 
@@ -171,6 +189,18 @@ def validate(cfg: Mapping[str, Any]) -> dict[str, Any]:
         if "default" in prop:
             out.setdefault(k, prop["default"])
     job_schema = {"$defs": s["$defs"], **s["$defs"]["job"]}
+    registered = base_losses()
+    variants = out.get("loss_variants") or {}
+    for name in variants:
+        if name in registered:
+            raise ConfigError(f"loss_variants.{name}: the name of a registered loss; choose another name")
+    for name, exp in out["experiments"].items():
+        for loss in exp["losses"]:
+            if loss not in registered and loss not in variants:
+                raise ConfigError(
+                    f"experiments.{name}.losses: unknown loss {loss!r}; registered: {list(registered)}, "
+                    f"loss_variants: {sorted(variants)}"
+                )
     for name, exp in out["experiments"].items():
         for d in exp["datasets"]:
             if d not in out["datasets"]:
@@ -182,9 +212,11 @@ def validate(cfg: Mapping[str, Any]) -> dict[str, Any]:
             err = next(iter(jsonschema.Draft202012Validator(job_schema).iter_errors(over)), None)
             if err is not None:
                 raise ConfigError(f"experiments.{name}.{setting}.{_key(err.absolute_path)}: {err.message}")
-            for d in exp["datasets"]:
-                spec = resolve_job(out, Job(name, d, setting, exp["losses"][0], 0))
-                _check_job(spec, f"experiments.{name}[{d}, {setting}]")
+            for d, loss in itertools.product(exp["datasets"], exp["losses"]):
+                if loss != exp["losses"][0] and loss not in variants:
+                    continue
+                spec = resolve_job(out, Job(name, d, setting, loss, 0))
+                _check_job(spec, f"experiments.{name}[{d}, {setting}{', ' + loss if loss in variants else ''}]")
     return out
 
 

@@ -17,6 +17,9 @@ One round t (0-based) of ``run_fedavg``:
    selected clients is computed here for evaluation only and never reaches the monitor;
 5. the test metrics of G_{t+1} are computed every ``eval_every`` rounds and at the last round.
 
+With ``save_trajectory`` the state's ``extra["trajectory"]`` keeps G_t and the selected clients'
+totals of every round (the monitor's inputs), so estimators can be replayed offline.
+
 Per-round columns (``ROUND_COLUMNS``): ``weights`` is the pi the monitor derived in round t (used
 by the clients of round t+1); ``acknowledged`` is the acknowledger's state after round t, fed with
 the estimate of the first configured estimator (``monitor.estimators[0]``); ``emp_cos``/``emp_cv``
@@ -39,6 +42,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from fedbalance.config import base_loss
 from fedbalance.metrics import empirical_y_stats, evaluate
 from fedbalance.monitor import Acknowledger, Monitor, cosine_similarity, uniform_guess
 from fedbalance.partition import Partition
@@ -112,7 +116,7 @@ def select_clients(selection: str, num_clients: int, k: int, seed: int, round_in
 
 def needs_monitor(spec: Mapping[str, Any]) -> bool:
     """The monitor runs for Ratio-Loss jobs (it makes the weights) and when ``monitor.record`` is set."""
-    return spec["loss"] == "ratio" or bool(spec.get("monitor", {}).get("record", False))
+    return base_loss(spec) == "ratio" or bool(spec.get("monitor", {}).get("record", False))
 
 
 def build_monitor(spec: Mapping[str, Any], aux_x: Tensor, aux_y: Tensor, num_classes: int, cfg: SGDConfig) -> Monitor:
@@ -287,8 +291,11 @@ def run_fedavg(
         if spec.get("empirical"):
             pooled = torch.cat([indices[j] for j in chosen])
             row.update(empirical_y_stats(model, data.x_train[pooled], data.y_train[pooled], cfg.batch_size))
-        if spec["loss"] == "ratio":
+        if base_loss(spec) == "ratio":
             loss_fn.set_weight(state["pi"])
+        if spec.get("save_trajectory"):
+            snapshot = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+            state["extra"].setdefault("trajectory", []).append({"round": t, "model": snapshot, "totals": totals})
         gens = [torch_generator(seed, TAG_CLIENT, t, int(j)) for j in chosen]
         stacked, losses = train_copies(model, datasets, loss_fn, cfg, gens, path=spec["path"])
         w = torch.tensor(totals, dtype=torch.float64) if weights_of_clients else None

@@ -12,7 +12,11 @@
   cells are JSON lists, cells not recorded that round are empty.
 * ``checkpoint.pt`` after every round (engine state: global model, round, loss state, Ratio-Loss
   weights, acknowledger, rows so far, optimiser for centralised runs); a re-run of the same job
-  resumes from it and it is deleted once metrics.json is written. All other randomness is derived
+  resumes from it and it is deleted once metrics.json is written.
+* ``trajectory.pt`` with ``save_trajectory: true``: {"spec", "rounds": [{"round", "model": G_t,
+  "totals": selected clients' sample counts}], "final": the last global model, "true_composition"
+  per round} -- the monitor's inputs of every round, to replay estimators offline
+  (benchmarks/monitor_accuracy.py --trajectory). All other randomness is derived
   from (seed, round, client), so a resumed run gives the same numbers as an uninterrupted one.
 """
 
@@ -36,7 +40,7 @@ import torch
 
 import fedbalance
 from fedbalance.centralised import num_epochs, run_centralised
-from fedbalance.config import partition_args
+from fedbalance.config import base_loss, partition_args
 from fedbalance.data import Dataset, load_dataset
 from fedbalance.fl import ESTIMATORS, ROUND_COLUMNS, TAG_AUX, TAG_INIT, JobData, derive_seed, needs_monitor, run_fedavg
 from fedbalance.losses import get_loss
@@ -52,6 +56,7 @@ from fedbalance.partition import (  # noqa: F401  (save/load re-exported for cal
 )
 
 CHECKPOINT = "checkpoint.pt"
+TRAJECTORY = "trajectory.pt"
 JOB_KEYS = ("experiment", "dataset", "setting", "loss", "seed")
 
 
@@ -102,36 +107,48 @@ def _check_partitions(spec: Mapping[str, Any], partitions: Mapping[str, Partitio
             raise JobError(f"partition {name!r} has {p.num_clients} clients < clients_per_round = {spec['clients_per_round']}")
 
 
-def _draw_per_class(labels: np.ndarray, candidates: np.ndarray, num_classes: int, k: int, rng: np.random.Generator, where: str) -> np.ndarray:
+def _draw_per_class(
+    labels: np.ndarray, candidates: np.ndarray, num_classes: int, k: int, rng: np.random.Generator, where: str, first: bool
+) -> np.ndarray:
     picked = []
     for c in range(num_classes):
         pool = candidates[labels[candidates] == c]
         if pool.size < k:
             raise JobError(f"monitor.aux_per_class = {k} but {where} has only {pool.size} samples of class {c}")
-        picked.append(np.sort(rng.choice(pool, size=k, replace=False)))
+        picked.append(np.sort(pool)[:k] if first else np.sort(rng.choice(pool, size=k, replace=False)))
     return np.concatenate(picked)
 
 
 def auxiliary_data(spec: Mapping[str, Any], dataset: Dataset, partitions: Mapping[str, Partition]) -> tuple[torch.Tensor, torch.Tensor]:
-    """The monitor's auxiliary data: ``monitor.aux_per_class`` seeded random samples per class.
+    """The monitor's auxiliary data: ``monitor.aux_per_class`` samples of every class.
 
-    From the test split (paper, Supplementary "Auxiliary Data"; they stay in the test set, as in
-    the paper), or, for datasets with writer ids (FEMNIST), from the training samples of writers
-    no client uses.
+    ``monitor.aux_source``: ``test`` (default; the paper, Supplementary "Auxiliary Data") takes them
+    from the test split, where they stay, or, for datasets with writer ids (FEMNIST), from the
+    training samples of writers no client uses; ``train`` from the whole training split, as the
+    released code (``ratio_loss_data``: the first 63 or ``local_bs`` training samples of each
+    class, which clients may also hold). ``monitor.aux_selection``: ``random`` (default; the
+    paper) is a seeded draw, ``first`` the lowest indices of each class (the released code).
     """
-    k = int(spec["monitor"]["aux_per_class"])
+    m = spec["monitor"]
+    k = int(m["aux_per_class"])
+    source, first = m.get("aux_source", "test"), m.get("aux_selection", "random") == "first"
     rng = np.random.default_rng(derive_seed(int(spec["seed"]), TAG_AUX))
     q = dataset.num_classes
+    if source == "train":
+        labels = dataset.y_train.numpy()
+        idx = _draw_per_class(labels, np.arange(len(labels)), q, k, rng, "the training split", first)
+        return dataset.x_train[idx], dataset.y_train[idx]
     if dataset.writers_train is None:
         labels = dataset.y_test.numpy()
-        idx = _draw_per_class(labels, np.arange(len(labels)), q, k, rng, "the test split")
+        idx = _draw_per_class(labels, np.arange(len(labels)), q, k, rng, "the test split", first)
         return dataset.x_test[idx], dataset.y_test[idx]
     writers = dataset.writers_train.numpy()
     free = np.asarray(unused_writers(partitions["main"], writers))
     for p in partitions.values():
         free = np.intersect1d(free, unused_writers(p, writers))
     candidates = np.flatnonzero(np.isin(writers, free))
-    idx = _draw_per_class(dataset.y_train.numpy(), candidates, q, k, rng, f"the {free.size} writers no client uses")
+    where = f"the {free.size} writers no client uses"
+    idx = _draw_per_class(dataset.y_train.numpy(), candidates, q, k, rng, where, first)
     return dataset.x_train[idx], dataset.y_train[idx]
 
 
@@ -264,10 +281,10 @@ def run_job(
     )
     torch.manual_seed(derive_seed(int(spec["seed"]), TAG_INIT))
     model = build_model(spec["model"], dataset.in_channels, q, dataset.image_size).to(dev)
-    loss_fn = get_loss(spec["loss"], q, **dict(spec.get("loss_params", {}).get(spec["loss"], {}))).to(dev)
+    loss_fn = get_loss(base_loss(spec), q, **dict(spec.get("loss_params", {}).get(base_loss(spec), {}))).to(dev)
     fp = fingerprint(spec, parts)
     ckpt_path = out / CHECKPOINT
-    for name in (CHECKPOINT, "metrics.json", "rounds.csv"):
+    for name in (CHECKPOINT, TRAJECTORY, "metrics.json", "rounds.csv"):
         for stale in out.glob(f".{name}.*.tmp"):
             stale.unlink(missing_ok=True)
     state = _load_checkpoint(ckpt_path, fp, dev)
@@ -307,6 +324,10 @@ def run_job(
     metrics = _clean(metrics)
     csv_text = rounds_csv(state["rows"])
     atomic_write(out / "rounds.csv", lambda fh: fh.write(csv_text))
+    if spec.get("save_trajectory"):
+        trajectory = {"spec": _clean(spec), "rounds": state["extra"].get("trajectory", []), "final": state["model"],
+                      "true_composition": [r["true_composition"] for r in state["rows"]]}
+        atomic_write(out / TRAJECTORY, lambda fh: torch.save(trajectory, fh), mode="wb")
     atomic_write(out / "metrics.json", lambda fh: json.dump(metrics, fh, indent=1))
     ckpt_path.unlink(missing_ok=True)
     return metrics

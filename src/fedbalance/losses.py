@@ -66,45 +66,114 @@ def focal_loss(
     return _reduce(-alpha * one_minus_pt.pow(gamma) * log_pt, reduction)
 
 
-def _ghm_bins(logits: torch.Tensor, target: torch.Tensor, bins: int) -> torch.Tensor:
-    """Bin index [N] of the gradient norm g = 1 - p_target (detached) among ``bins`` equal bins on [0, 1]."""
-    g = -torch.expm1(_log_p_target(logits.detach(), target))
-    return (g * bins).floor().long().clamp(0, bins - 1)
+GHM_G = ("softmax", "sigmoid")
+RATIO_WEIGHTING = ("per_sample", "batch_mean")
 
 
-def ghmc_weights(logits: torch.Tensor, target: torch.Tensor, bins: int = 10) -> torch.Tensor:
-    """GHM-C weights (Li et al. 2019): w_i = N / (count of i's bin * number of non-empty bins), shape [N].
+def ghm_gradient_norm(logits: torch.Tensor, target: torch.Tensor, g: str = "softmax") -> torch.Tensor:
+    """GHM-C's gradient norm g per sample [N], detached.
 
-    g = 1 - p_target is the norm of the CE gradient w.r.t. the target logit; g == 1 falls in the
-    last bin. Weights are detached (no gradient flows through the density estimate).
+    ``"softmax"``: g = 1 - softmax(z)_y, the norm of the multi-class CE gradient w.r.t. the target
+    logit. ``"sigmoid"``: g = 1 - sigmoid(z_y), as the authors' released GHMC computes it
+    (``FEMNIST-4-Losses/models/Update.py``: ``|pred.sigmoid() - target|`` on the target class).
     """
-    idx = _ghm_bins(logits, target, bins)
-    counts = _one_hot(idx, bins, logits.dtype).sum(0)
+    if g not in GHM_G:
+        raise ValueError(f"GHM-C g must be one of {GHM_G}, got {g!r}")
+    z = logits.detach()
+    if g == "softmax":
+        return -torch.expm1(_log_p_target(z, target))
+    return 1.0 - torch.sigmoid(z.gather(-1, target.long().unsqueeze(-1)).squeeze(-1))
+
+
+def ghm_bin_index(g: torch.Tensor, bins: int) -> torch.Tensor:
+    """Bin [N] of g among ``bins`` equal bins on [0, 1]: edges_i <= g < edges_{i+1}, edges as mmdetection's.
+
+    The edges are ``arange(bins + 1) / bins`` in float32 with the last raised by 1e-6, so g = 1
+    falls in the last bin; counting the inner edges below g is vmap-safe and bins exactly as the
+    released loop over ``(g >= edges[i]) & (g < edges[i + 1])``.
+    """
+    edges = torch.arange(bins + 1, dtype=torch.float32, device=g.device) / bins
+    return (g.float().unsqueeze(-1) >= edges[1:bins]).sum(-1)
+
+
+def ghmc_weights(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    bins: int = 10,
+    g: str = "softmax",
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """GHM-C weights (Li et al. 2019, Eq. 4 and 7): w_i = N / (count of i's bin * number of non-empty bins), [N].
+
+    ``g`` is ``ghm_gradient_norm``'s definition. With ``mask`` [N] (1 = real sample) the counts,
+    N and the non-empty bins are taken over the real samples only. Detached weights.
+    """
+    idx = ghm_bin_index(ghm_gradient_norm(logits, target, g), bins)
+    m = torch.ones(idx.shape[-1], dtype=logits.dtype, device=logits.device) if mask is None else mask.to(logits.dtype)
+    counts = (_one_hot(idx, bins, logits.dtype) * m.unsqueeze(-1)).sum(0)
     nonempty = (counts > 0).to(logits.dtype).sum()
-    n = torch.tensor(idx.shape[-1], dtype=logits.dtype, device=logits.device)
-    return n / (counts.gather(0, idx) * nonempty)
+    return m.sum() / (counts.gather(0, idx).clamp_min(1.0) * nonempty.clamp_min(1.0))
 
 
-def ghmc_loss(logits: torch.Tensor, target: torch.Tensor, bins: int = 10, reduction: str = "mean") -> torch.Tensor:
+def _masked(per_sample: torch.Tensor, mask: torch.Tensor | None, reduction: str) -> torch.Tensor:
+    """``_reduce`` over the real samples (``mask`` 1); a mean over none is 0."""
+    if mask is None:
+        return _reduce(per_sample, reduction)
+    _check_reduction(reduction)
+    m = mask.to(per_sample.dtype)
+    if reduction == "none":
+        return per_sample * m
+    total = (per_sample * m).sum()
+    return total if reduction == "sum" else total / m.sum().clamp_min(1.0)
+
+
+def ghmc_loss(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    bins: int = 10,
+    reduction: str = "mean",
+    g: str = "softmax",
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
     """GHM-C Loss (Li et al. 2019) on multi-class CE: w_i * CE_i with ``ghmc_weights``.
 
-    'mean' is sum_i(w_i CE_i) / N, as in mmdetection's GHMC (which divides the weighted sum by
-    the number of samples, not by the sum of the weights).
+    'mean' is sum_i(w_i CE_i) / N, as in mmdetection's GHMC and the authors' released GHMC
+    (``-log_p * weights / tot`` summed), which divide by the number of samples, not the weights' sum.
+    The paper's tables use the released form: ``bins=30, g="sigmoid"``.
     """
-    return _reduce(ghmc_weights(logits, target, bins) * -_log_p_target(logits, target), reduction)
+    w = ghmc_weights(logits, target, bins, g, mask)
+    return _masked(w * -_log_p_target(logits, target), mask, reduction)
 
 
 def ratio_loss(
-    logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor, reduction: str = "mean"
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    weight: torch.Tensor,
+    reduction: str = "mean",
+    weighting: str = "per_sample",
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Ratio Loss, paper Eq. L_RL(X^(p)) = -(alpha + beta Ra_p) log f_(p)^(p).
 
-    ``weight`` is the per-class pi = alpha + beta Ra [Q] from the monitor. 'mean' is
-    sum_i(pi_{y_i} CE_i) / N -- NOT divided by sum_i pi_{y_i} as ``F.cross_entropy(weight=...)``
-    does, so the weights scale the loss (and the gradients) as in the paper. pi = 1 is exactly CE.
+    ``weight`` is the per-class pi = alpha + beta Ra [Q] from the monitor. ``weighting``:
+
+    * ``"per_sample"`` (the paper's equation): sample i weighs pi_{y_i}; 'mean' is
+      sum_i(pi_{y_i} CE_i) / N -- NOT divided by sum_i pi_{y_i} as ``F.cross_entropy(weight=...)``
+      does, so the weights scale the loss as in the paper.
+    * ``"batch_mean"`` (the authors' released code): ``Ratio_Cross_Entropy`` multiplies the weights
+      [N] by the log-probabilities [N, 1], which broadcasts to [N, N]; its mean is
+      mean_i(pi_{y_i}) * mean_i(CE_i). Every sample gets the batch's mean weight, so classes are not
+      weighted against each other; each batch's step is rescaled. 'none' gives mean(pi) * CE_i.
+
+    pi = 1 is exactly CE in both readings. ``mask`` [N] restricts everything to the real samples.
     """
+    if weighting not in RATIO_WEIGHTING:
+        raise ValueError(f"ratio weighting must be one of {RATIO_WEIGHTING}, got {weighting!r}")
     pi = weight.to(logits.dtype).gather(-1, target.long())
-    return _reduce(-pi * _log_p_target(logits, target), reduction)
+    if weighting == "batch_mean":
+        m = torch.ones_like(pi) if mask is None else mask.to(pi.dtype)
+        pi = ((pi * m).sum() / m.sum().clamp_min(1.0)).expand_as(pi)
+    return _masked(-pi * _log_p_target(logits, target), mask, reduction)
 
 
 def _squared_errors(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -179,28 +248,38 @@ class FocalLoss(_Loss):
 class GHMCLoss(_Loss):
     """Module form of ``ghmc_loss``; ``momentum`` > 0 smooths the bin counts across calls.
 
-    With momentum m > 0 the buffer ``acc_sum`` [bins] is updated on every call, as in mmdetection's
-    GHMC, for the non-empty bins only: acc_sum = m * acc_sum + (1 - m) * count; then
-    w_i = N / (acc_sum[bin_i] * number of non-empty bins). The update is in place, so use
-    momentum 0 (the stateless function) under ``torch.func.vmap``.
+    ``bins`` and ``g`` choose the reading: the paper's tables use the authors' ``bins=30,
+    g="sigmoid"``; Li et al.'s multi-class form is ``g="softmax"``. With momentum m > 0 the buffer
+    ``acc_sum`` [bins] is updated on every call, as in mmdetection's GHMC, for the non-empty bins
+    only: acc_sum = m * acc_sum + (1 - m) * count; then w_i = N / (acc_sum[bin_i] * number of
+    non-empty bins). The update is in place, so use momentum 0 (the stateless function) under
+    ``torch.func.vmap``.
     """
 
     acc_sum: torch.Tensor
 
-    def __init__(self, bins: int = 10, momentum: float = 0.0, reduction: str = "mean") -> None:
+    def __init__(self, bins: int = 10, momentum: float = 0.0, g: str = "softmax", reduction: str = "mean") -> None:
         super().__init__(reduction)
         if bins < 1:
             raise ValueError(f"bins must be >= 1, got {bins}")
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+        if g not in GHM_G:
+            raise ValueError(f"GHM-C g must be one of {GHM_G}, got {g!r}")
         self.bins = bins
         self.momentum = momentum
+        self.g = g
         self.register_buffer("acc_sum", torch.zeros(bins))
 
-    def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    def extra_repr(self) -> str:
+        return f"bins={self.bins}, momentum={self.momentum}, g={self.g!r}, reduction={self.reduction!r}"
+
+    def forward(self, logits: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         if self.momentum == 0.0:
-            return ghmc_loss(logits, target, self.bins, self.reduction)
-        idx = _ghm_bins(logits, target, self.bins)
+            return ghmc_loss(logits, target, self.bins, self.reduction, self.g, mask)
+        if mask is not None:
+            raise ValueError("GHMCLoss with momentum > 0 does not take a mask (use momentum 0)")
+        idx = ghm_bin_index(ghm_gradient_norm(logits, target, self.g), self.bins)
         counts = _one_hot(idx, self.bins, logits.dtype).sum(0)
         with torch.no_grad():
             smoothed = self.momentum * self.acc_sum + (1.0 - self.momentum) * counts
@@ -213,6 +292,7 @@ class GHMCLoss(_Loss):
 class RatioLoss(_Loss):
     """Module form of ``ratio_loss``; the per-class weights pi live in the buffer ``weight``.
 
+    ``weighting``: ``"per_sample"`` (the paper's equation) or ``"batch_mean"`` (the released code).
     ``weight=None`` means all ones (plain CE: round 0 of the paper); ``set_weight`` installs the
     monitor's pi for the next round.
     """
@@ -223,9 +303,13 @@ class RatioLoss(_Loss):
         self,
         weight: torch.Tensor | None = None,
         num_classes: int | None = None,
+        weighting: str = "per_sample",
         reduction: str = "mean",
     ) -> None:
         super().__init__(reduction)
+        if weighting not in RATIO_WEIGHTING:
+            raise ValueError(f"ratio weighting must be one of {RATIO_WEIGHTING}, got {weighting!r}")
+        self.weighting = weighting
         if weight is None and num_classes is not None:
             weight = torch.ones(num_classes)
         self.num_classes = num_classes
@@ -242,10 +326,12 @@ class RatioLoss(_Loss):
         w = self._validate(pi)
         self.weight = w if self.weight is None else w.to(self.weight.device)
 
-    def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        if self.weight is None:
-            return cross_entropy(logits, target, self.reduction)
-        return ratio_loss(logits, target, self.weight, self.reduction)
+    def extra_repr(self) -> str:
+        return f"weighting={self.weighting!r}, reduction={self.reduction!r}"
+
+    def forward(self, logits: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        weight = torch.ones(logits.shape[-1], device=logits.device) if self.weight is None else self.weight
+        return ratio_loss(logits, target, weight, self.reduction, self.weighting, mask)
 
 
 class MSELoss(_Loss):

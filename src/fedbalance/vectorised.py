@@ -165,26 +165,16 @@ def _torch_ce_loss(loss_fn: nn.CrossEntropyLoss) -> MaskedLoss:
     return fn
 
 
-def _ghmc_loss(loss_fn: losses.GHMCLoss) -> MaskedLoss:
-    """GHM-C (momentum 0): bin counts, non-empty bins and N taken over the real samples only."""
-    if loss_fn.momentum != 0:
+def _mask_aware_loss(loss_fn: nn.Module) -> MaskedLoss:
+    """Losses whose forward takes a sample mask (GHM-C with momentum 0, the Ratio Loss): losses.py does the masking."""
+    if isinstance(loss_fn, losses.GHMCLoss) and loss_fn.momentum != 0:
         raise ValueError(
             "GHMCLoss with momentum > 0 keeps state across batches; the vectorised path supports "
             "momentum 0 only (use training path 'sequential')"
         )
-    bins, reduction = loss_fn.bins, loss_fn.reduction
 
     def fn(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        ce = losses.cross_entropy(logits, y, reduction="none")
-        g = -torch.expm1(-ce.detach())
-        idx = (g * bins).floor().long().clamp(0, bins - 1)
-        m = mask.to(logits.dtype)
-        counts = (_one_hot(idx, bins, logits.dtype) * m.unsqueeze(-1)).sum(0)
-        nonempty = (counts > 0).to(logits.dtype).sum()
-        n = m.sum()
-        w = n / (counts.gather(0, idx).clamp(min=1.0) * nonempty.clamp(min=1.0))
-        total = (w * ce * m).sum()
-        return total if reduction == "sum" else total / n.clamp(min=1.0)
+        return loss_fn(logits, y, mask)
 
     return fn
 
@@ -217,8 +207,8 @@ def make_masked_loss(loss_fn: nn.Module) -> MaskedLoss:
     reduction = getattr(loss_fn, "reduction", None)
     if reduction not in ("mean", "sum"):
         raise ValueError(f"the vectorised path needs a scalar loss (reduction 'mean' or 'sum'), got {reduction!r}")
-    if isinstance(loss_fn, losses.GHMCLoss):
-        return _ghmc_loss(loss_fn)
+    if isinstance(loss_fn, (losses.GHMCLoss, losses.RatioLoss)):
+        return _mask_aware_loss(loss_fn)
     if isinstance(loss_fn, losses.MFELoss):
         return _mfe_loss(loss_fn)
     if isinstance(loss_fn, nn.CrossEntropyLoss):
@@ -227,11 +217,11 @@ def make_masked_loss(loss_fn: nn.Module) -> MaskedLoss:
         return _per_sample_loss(loss_fn)
     raise NotImplementedError(
         f"no masked form of {type(loss_fn).__name__} for the vectorised path; supported: "
-        f"{sorted(c.__name__ for c in (*_PER_SAMPLE, losses.GHMCLoss, losses.MFELoss, nn.CrossEntropyLoss))}"
+        f"{sorted(c.__name__ for c in (*_PER_SAMPLE, losses.GHMCLoss, losses.RatioLoss, losses.MFELoss, nn.CrossEntropyLoss))}"
     )
 
 
-_PER_SAMPLE = (losses.CrossEntropyLoss, losses.FocalLoss, losses.RatioLoss, losses.MSELoss)
+_PER_SAMPLE = (losses.CrossEntropyLoss, losses.FocalLoss, losses.MSELoss)
 
 
 def _schedules(

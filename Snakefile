@@ -72,6 +72,7 @@ rule all:
         TABLE_FILES,
         FIGURE_FILES,
         SUMMARY_FILES,
+        FIDELITY_FILES,
         f"{RESULTS}/aggregate/final.csv",
         f"{RESULTS}/aggregate/rounds.csv",
     default_target: True

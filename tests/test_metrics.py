@@ -54,6 +54,12 @@ def test_evaluate_hand_values():
         per.append(np.mean([(a > b) + 0.5 * (a == b) for a in pq for b in nq]))
     assert m["auc_macro"] == pytest.approx(np.mean(per))
     assert all(0 <= m[k] <= 1 for k in ("acc", "acc_minority", "acc_majority", "auc_micro", "auc_macro"))
+    # the released code's "AUC Score New": micro AUC of the one-hot predictions, by pair counting
+    hard = np.eye(3)[np.array([0, 1, 1, 1, 0, 2])]
+    hpos, hneg = hard[onehot == 1], hard[onehot == 0]
+    assert m["auc_hard"] == pytest.approx(np.mean([(a > b) + 0.5 * (a == b) for a in hpos for b in hneg]))
+    # ... which is (1 + acc - (1 - acc) / (Q - 1)) / 2
+    assert m["auc_hard"] == pytest.approx((1 + 4 / 6 - (2 / 6) / 2) / 2)
 
 
 def test_evaluate_no_minority_and_mode_restored():

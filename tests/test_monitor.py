@@ -17,7 +17,10 @@ from fedbalance.monitor import (
     class_ratios,
     cosine_similarity,
     estimate_composition,
+    estimate_simulated,
+    momentum_weights,
     number_estimates,
+    simulated_estimate,
     ratio_weights,
     uniform_guess,
     unit_ratios,
@@ -148,7 +151,12 @@ def test_released_drops_out_of_range() -> None:
 def test_estimator_signature_has_no_class_counts() -> None:
     params = set(inspect.signature(estimate_composition).parameters)
     assert params == {"dW", "dG", "n_aux", "client_totals", "method", "t_ra", "aggregation", "rescale"}
-    assert set(inspect.signature(Monitor.observe).parameters) == {"self", "model_t", "state_t1", "client_totals", "generator", "dW"}
+    assert set(inspect.signature(Monitor.observe).parameters) == {
+        "self", "model_t", "state_t1", "client_totals", "generator", "dW", "methods"}
+    assert set(inspect.signature(estimate_simulated).parameters) == {
+        "model_t", "state_t1", "aux_x", "aux_y", "num_classes", "cfg", "client_totals", "generator", "aggregation",
+        "iterations", "mix"}
+    assert set(inspect.signature(simulated_estimate).parameters) == {"a", "dG", "w_mid", "client_totals", "cfg", "aggregation"}
 
 
 def test_uniform_cosine_and_weights() -> None:
@@ -269,3 +277,39 @@ def test_theorem2_minority_ratios_larger() -> None:
     for variant in ("paper", "released"):
         ra = class_ratios(dw, variant=variant)
         assert ra[2:].min() > ra[:2].max(), (variant, ra)
+
+
+def test_momentum_weights_match_torch_sgd() -> None:
+    # a constant gradient g for S steps of SGD with momentum mu moves a parameter by -lr g sum_s w_s
+    for mu, steps in ((0.9, 37), (0.0, 5), (0.5, 1)):
+        p = torch.zeros(1, requires_grad=True, dtype=torch.float64)
+        opt = torch.optim.SGD([p], lr=0.1, momentum=mu)
+        for _ in range(steps):
+            p.grad = torch.full_like(p, 3.0)
+            opt.step()
+        closed = steps / (1 - mu) - mu * (1 - mu**steps) / (1 - mu) ** 2
+        assert float(momentum_weights(steps, mu).sum()) == pytest.approx(closed)
+        assert float(p) == pytest.approx(-0.1 * 3.0 * closed)
+
+
+@pytest.mark.parametrize("aggregation", ["mean", "weighted"])
+def test_simulated_estimate_exact_where_linear(aggregation: str) -> None:
+    gen = torch.Generator().manual_seed(3)
+    q, s = 4, 6
+    a = torch.randn(q, q, s + 1, generator=gen, dtype=torch.float64)
+    counts = torch.tensor([300.0, 20.0, 180.0, 500.0], dtype=torch.float64)
+    totals = [400, 350, 250]
+    cfg = SGDConfig(lr=0.01, momentum=0.9, weight_decay=5e-4, batch_size=32, epochs=3)
+    w_mid = torch.randn(q, s + 1, generator=gen, dtype=torch.float64)
+    steps = [3 * -(-n // 32) for n in totals]
+    decay_per = [n / 0.1 - 0.9 * (1 - 0.9**n) / 0.01 for n in steps]
+    if aggregation == "mean":
+        scale, decay = len(totals), sum(decay_per) / len(totals)
+    else:
+        scale, decay = sum(totals), sum(n * d for n, d in zip(totals, decay_per)) / sum(totals)
+    dG = -(cfg.lr * cfg.epochs / (cfg.batch_size * scale)) * torch.einsum("q,qps->ps", counts, a)
+    dG = dG - cfg.lr * cfg.weight_decay * decay * w_mid
+    est = simulated_estimate(a, dG, w_mid=w_mid, client_totals=totals, cfg=cfg, aggregation=aggregation)
+    torch.testing.assert_close(est.counts, counts * (sum(totals) / counts.sum()))
+    nan = simulated_estimate(a, dG * float("nan"), w_mid=w_mid, client_totals=totals, cfg=cfg)
+    assert bool(torch.isnan(nan.counts).all()) and nan.dropped == a[0].numel()

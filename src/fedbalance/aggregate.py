@@ -15,10 +15,13 @@ from typing import Any, Iterable
 import pandas as pd
 
 from fedbalance.config import Job
+from fedbalance.records import ESTIMATORS as RECORDED
+from fedbalance.records import ROUND_COLUMNS as RECORD_COLUMNS
+from fedbalance.records import UNIFORM
 
 JOB_COLUMNS = ["experiment", "dataset", "setting", "loss", "seed"]
-FINAL_METRICS = ["acc", "acc_minority", "acc_majority", "auc_micro", "auc_macro", "train_loss"]
-ESTIMATORS = ["paper", "released", "nnls", "uniform"]
+FINAL_METRICS = ["acc", "acc_minority", "acc_majority", "auc_micro", "auc_macro", "auc_hard", "train_loss"]
+ESTIMATORS = [*RECORDED, UNIFORM]
 FINAL_COLUMNS = (
     JOB_COLUMNS
     + FINAL_METRICS
@@ -26,11 +29,7 @@ FINAL_COLUMNS = (
     + [f"mon_cs_{e}" for e in ESTIMATORS]
     + ["acknowledged_round", "wall_time_s"]
 )
-ROUND_COLUMNS = [
-    "round", "train_loss", "acc", "acc_minority", "acc_majority", "auc_micro", "seconds", "true_composition",
-    "est_paper", "est_released", "est_nnls", "cs_paper", "cs_released", "cs_nnls", "cs_uniform", "weights",
-    "acknowledged", "emp_cos", "emp_cv",
-]
+ROUND_COLUMNS = list(RECORD_COLUMNS)
 FINAL_CSV = "final.csv"
 ROUNDS_CSV = "rounds.csv"
 

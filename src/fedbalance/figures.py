@@ -20,8 +20,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from fedbalance.records import ESTIMATORS  # noqa: E402
+
 DATASETS = ("mnist", "cifar10", "fer2013", "femnist")
-ESTIMATORS = ("paper", "released", "nnls")
 LOSSES = ("ce", "focal", "ghmc", "ratio")
 LOSS_NAME = {"ce": "CE", "focal": "Focal", "ghmc": "GHMC", "ratio": "Ratio (ours)"}
 GAMMAS = ((1, "B."), (10, "10:1"), (20, "20:1"), (50, "50:1"), (100, "100:1"))

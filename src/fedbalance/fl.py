@@ -46,30 +46,9 @@ from fedbalance.config import base_loss
 from fedbalance.metrics import empirical_y_stats, evaluate
 from fedbalance.monitor import Acknowledger, Monitor, cosine_similarity, uniform_guess
 from fedbalance.partition import Partition
+from fedbalance.records import ESTIMATORS, ROUND_COLUMNS, UNIFORM
 from fedbalance.train import SGDConfig, average_stacked, train_copies
 
-ESTIMATORS = ("paper", "released", "nnls")
-ROUND_COLUMNS = (
-    "round",
-    "train_loss",
-    "acc",
-    "acc_minority",
-    "acc_majority",
-    "auc_micro",
-    "seconds",
-    "true_composition",
-    "est_paper",
-    "est_released",
-    "est_nnls",
-    "cs_paper",
-    "cs_released",
-    "cs_nnls",
-    "cs_uniform",
-    "weights",
-    "acknowledged",
-    "emp_cos",
-    "emp_cv",
-)
 TAG_INIT, TAG_SELECT, TAG_CLIENT, TAG_MONITOR, TAG_AUX, TAG_EPOCH = 1, 2, 3, 4, 5, 6
 
 RoundCallback = Callable[[dict[str, Any], dict[str, Any]], None]
@@ -175,14 +154,14 @@ def record_monitor(row: dict[str, Any], observed: Mapping[str, Any], true_counts
         if method in ESTIMATORS:
             row[f"est_{method}"] = _list(est.counts)
             row[f"cs_{method}"] = cosine_similarity(est.counts, torch.as_tensor(true_counts, dtype=torch.float64))
-    row["cs_uniform"] = cosine_similarity(uniform_guess(totals, q), torch.as_tensor(true_counts, dtype=torch.float64))
+    row[f"cs_{UNIFORM}"] = cosine_similarity(uniform_guess(totals, q), torch.as_tensor(true_counts, dtype=torch.float64))
     row["weights"] = _list(observed["weights"])
 
 
 def evaluate_into(row: dict[str, Any], model: nn.Module, data: JobData) -> dict[str, Any]:
     """Evaluate ``model`` on the test set and copy the per-round columns into ``row``."""
     metrics = evaluate(model, data.x_test, data.y_test, data.num_classes, data.minority_classes)
-    for k in ("acc", "acc_minority", "acc_majority", "auc_micro"):
+    for k in ("acc", "acc_minority", "acc_majority", "auc_micro", "auc_hard"):
         row[k] = metrics[k]
     return metrics
 

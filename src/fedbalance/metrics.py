@@ -1,8 +1,11 @@
 """Test metrics of the paper (Ac.M, Ac., AUC, per-class accuracy) and its empirical study of Y.
 
 * Ac.M: mean over the minority classes of the per-class test accuracy; Ac.: the same over the
-  other (majority) classes; AUC: micro-averaged one-vs-rest ROC AUC of the softmax scores over the
-  whole test set (``auc_macro``: the unweighted mean of the per-class one-vs-rest AUCs).
+  other (majority) classes; ``auc_micro``: micro-averaged one-vs-rest ROC AUC of the softmax scores
+  over the whole test set (``auc_macro``: the unweighted mean of the per-class one-vs-rest AUCs);
+  ``auc_hard``: the same micro AUC of the one-hot *predictions*, the released code's "AUC Score
+  New" (``models/test.py``), which the paper's tables report (docs/fidelity.md). For Q classes it
+  equals (1 + acc - (1 - acc) / (Q - 1)) / 2.
 * Empirical study (Supplementary "Empirical Study"): within every batch, the pairwise cosine
   similarity and the pairwise products ``Y_i . Y_j`` of the hidden-layer outputs Y of samples of the
   same class.
@@ -56,7 +59,7 @@ def evaluate(
     """Accuracy and AUC of ``model`` on the test set; all values are fractions in [0, 1].
 
     Returns ``per_class_acc`` (list, NaN for a class absent from the test set), ``acc`` (over all
-    samples), ``acc_minority`` (Ac.M), ``acc_majority`` (Ac.), ``auc_micro``, ``auc_macro``.
+    samples), ``acc_minority`` (Ac.M), ``acc_majority`` (Ac.), ``auc_micro``, ``auc_macro``, ``auc_hard``.
     ``acc_minority`` is None when there is no minority class. A diverged model (non-finite outputs)
     gets NaN AUCs and a warning; its accuracies are those of its (NaN-first) argmax.
     """
@@ -78,6 +81,7 @@ def evaluate(
         "acc_minority": _mean_or_none([per_class[q] for q in sorted(minority)]),
         "acc_majority": _mean_or_none([per_class[q] for q in range(num_classes) if q not in minority]),
         "auc_micro": float(roc_auc_score(onehot, probs, average="micro")) if finite else math.nan,
+        "auc_hard": float(roc_auc_score(onehot, np.eye(num_classes)[pred], average="micro")),
         "auc_macro": (float(np.mean([roc_auc_score(onehot[:, q], probs[:, q]) for q in present])) if finite else math.nan)
         if present else None,
     }

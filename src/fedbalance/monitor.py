@@ -12,10 +12,14 @@ sample counts. Notation (shapes):
 Three estimators of the round's class counts solve n_a * scale * dG ~ sum_q N_q dW[q]:
 ``paper`` (per-unit ratio filter + Eq. number calculation), ``released`` (the authors' code),
 ``nnls`` (ours: non-negative least squares over all last-layer weights). See docs/deviations.md.
+A fourth, ``simulated`` (ours, docs/monitor.md), replaces the per-class copies by the per-class
+gradients along a simulated client's whole local trajectory, so it holds when the clients' many
+local steps saturate their updates.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,9 +30,10 @@ from scipy.optimize import nnls as _scipy_nnls
 from torch import Tensor, nn
 
 from fedbalance.models import LAST_LAYER
-from fedbalance.train import SGDConfig, train_copies
+from fedbalance.train import SGDConfig, make_optimizer, to_float, train_copies
 
-METHODS = ("paper", "paper_signed", "released", "nnls")
+METHODS = ("paper", "paper_signed", "released", "nnls", "simulated")
+UPDATE_METHODS = ("paper", "paper_signed", "released", "nnls")
 RELEASED_NEIGHBOUR = 0.8
 RELEASED_UPPER = 1.5
 RELEASED_NAN_RATIO = 10.0
@@ -205,8 +210,9 @@ def estimate_composition(
     "weighted" (FedAvg weighted by N^j / N) uses scale N. ``rescale`` scales the result to sum to
     N. Methods: "paper", "paper_signed" (literal signed Eq. ratio), "released", "nnls".
     """
-    if method not in METHODS:
-        raise ValueError(f"monitor method must be one of {METHODS}, got {method!r}")
+    if method not in UPDATE_METHODS:
+        extra = " ('simulated' needs the models: estimate_simulated)" if method == "simulated" else ""
+        raise ValueError(f"monitor method must be one of {UPDATE_METHODS}, got {method!r}{extra}")
     if aggregation not in ("mean", "weighted"):
         raise ValueError(f"aggregation must be 'mean' or 'weighted', got {aggregation!r}")
     q = dW.shape[0]
@@ -238,6 +244,166 @@ def estimate_composition(
     if rescale and float(counts.sum()) > 0:
         counts = counts * (total / counts.sum())
     return Estimate(counts=counts, kept=kept.cpu(), method=method, dropped=dropped, fallback=fallback)
+
+
+def _last_layer(model: nn.Module) -> nn.Linear:
+    layer = getattr(model, LAST_LAYER)
+    if not isinstance(layer, nn.Linear):
+        raise TypeError(f"the model's {LAST_LAYER!r} must be nn.Linear, got {type(layer).__name__}")
+    return layer
+
+
+def class_gradients(model: nn.Module, aux_x: Tensor, aux_y: Tensor, num_classes: int) -> Tensor:
+    """g_q = mean over the aux samples of class q of (softmax(z) - onehot(q)) [Y, 1]^T: [Q, Q, s + 1], float64.
+
+    The gradient of one sample's CE w.r.t. the last layer's weights (and bias, the last column),
+    averaged per class, at the model's current weights (no update).
+    """
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        h = model.features(to_float(aux_x)).double()
+        layer = _last_layer(model)
+        z = h @ layer.weight.double().T + (layer.bias.double() if layer.bias is not None else 0.0)
+        r = torch.softmax(z, -1) - (aux_y.unsqueeze(-1) == torch.arange(num_classes, device=aux_y.device)).double()
+        h1 = torch.cat([h, torch.ones_like(h[:, :1])], 1)
+        per = r.unsqueeze(-1) * h1.unsqueeze(1)
+        sums = torch.zeros(num_classes, *per.shape[1:], dtype=torch.float64, device=per.device).index_add_(0, aux_y, per)
+        counts = torch.bincount(aux_y, minlength=num_classes)[:num_classes].clamp_min(1).double()
+    model.train(was_training)
+    return sums / counts.reshape(-1, 1, 1)
+
+
+def momentum_weights(steps: int, momentum: float) -> Tensor:
+    """w_s = (1 - mu^(S - s)) / (1 - mu): how much of step s's gradient SGD with momentum mu has applied after S steps."""
+    remaining = torch.arange(steps, 0, -1, dtype=torch.float64)
+    return torch.ones_like(remaining) if momentum == 0 else (1 - momentum**remaining) / (1 - momentum)
+
+
+def simulated_updates(
+    model: nn.Module,
+    aux_x: Tensor,
+    aux_y: Tensor,
+    num_classes: int,
+    cfg: SGDConfig,
+    steps: int,
+    proportions: Tensor,
+    generator: torch.Generator,
+    *,
+    probes: int = 30,
+) -> Tensor:
+    """a_q = (1/S) sum_s w_s g_q(theta_s) along a simulated client's trajectory: [Q, Q, s + 1], float64.
+
+    A copy of ``model`` takes ``steps`` SGD steps (the client's optimiser and batch size) on
+    auxiliary batches whose classes are drawn with ``proportions`` [Q]; at ``probes`` evenly spaced
+    steps the per-class gradients ``class_gradients`` are read on all auxiliary samples and
+    weighted by ``momentum_weights``. A client of n_q samples of class q, E epochs and batch B then
+    moves its last layer by about -(lr E / B) sum_q n_q a_q (docs/monitor.md). ``model`` is unchanged.
+    """
+    sim = copy.deepcopy(model)
+    sim.train()
+    opt = make_optimizer(sim, cfg)
+    w = momentum_weights(steps, cfg.momentum)
+    probe_at = torch.linspace(0, steps - 1, min(probes, steps)).round().long().unique().tolist()
+    stride = steps / len(probe_at)
+    by_class = [torch.nonzero(aux_y == q).flatten().cpu() for q in range(num_classes)]
+    p = torch.as_tensor(proportions, dtype=torch.float64).clamp_min(0).cpu()
+    p = p / p.sum()
+    acc = torch.zeros(num_classes, num_classes, _last_layer(model).in_features + 1, dtype=torch.float64, device=aux_x.device)
+    for step in range(steps):
+        if probe_at and step == probe_at[0]:
+            acc += stride * w[step] * class_gradients(sim, aux_x, aux_y, num_classes)
+            probe_at.pop(0)
+        classes = torch.multinomial(p, cfg.batch_size, replacement=True, generator=generator)
+        picks = torch.randint(0, 2**62, (cfg.batch_size,), generator=generator)
+        idx = torch.stack([by_class[int(c)][int(k) % len(by_class[int(c)])] for c, k in zip(classes, picks)]).to(aux_x.device)
+        loss = nn.functional.cross_entropy(sim(to_float(aux_x[idx])), aux_y[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    return acc / steps
+
+
+def client_steps(client_totals: Sequence[int], cfg: SGDConfig) -> list[int]:
+    """S_j = E * ceil(N^j / B): the SGD steps each selected client takes (known to the server)."""
+    return [cfg.epochs * -(-int(n) // cfg.batch_size) for n in client_totals]
+
+
+def simulated_estimate(
+    a: Tensor,
+    dG: Tensor,
+    *,
+    w_mid: Tensor,
+    client_totals: Sequence[int],
+    cfg: SGDConfig,
+    aggregation: str = "mean",
+) -> Estimate:
+    """Solve -scale B dG' / (lr E) = sum_q N_q a_q for N >= 0 (nnls), rescaled to N (docs/monitor.md).
+
+    ``dG`` [Q, s + 1] is the last layer's change (weights and bias) over the round, ``w_mid``
+    [Q, s + 1] its value mid-round; dG' = dG minus the weight decay's share, -lr wd w_mid times the
+    clients' mean momentum-weighted step count. ``scale`` is K ("mean") or N ("weighted").
+    """
+    total = float(sum(client_totals))
+    steps = client_steps(client_totals, cfg)
+    decay_steps = [float(momentum_weights(n, cfg.momentum).sum()) for n in steps]
+    if aggregation == "weighted":
+        decay = sum(n * d for n, d in zip(client_totals, decay_steps, strict=True)) / total
+        scale = total
+    else:
+        decay = sum(decay_steps) / len(decay_steps)
+        scale = float(len(client_totals))
+    g = dG.double() + cfg.lr * cfg.weight_decay * decay * w_mid.double()
+    target = -scale * cfg.batch_size * g / (cfg.lr * cfg.epochs)
+    counts, dropped = _nnls(a, target.to(a.device), 1.0)
+    counts = counts.cpu()
+    if float(counts.sum()) > 0:
+        counts = counts * (total / counts.sum())
+    q = a.shape[0]
+    return Estimate(counts=counts, kept=torch.full((q,), a[0].numel() - dropped, dtype=torch.long), method="simulated", dropped=dropped)
+
+
+def last_layer_with_bias(state: dict[str, Tensor]) -> Tensor:
+    """[W | b] of a state dict's last layer, shape [Q, s + 1] (b = 0 without a bias)."""
+    w = state[_weight_key()].detach()
+    b = state.get(f"{LAST_LAYER}.bias")
+    b = torch.zeros(w.shape[0], dtype=w.dtype, device=w.device) if b is None else b.detach().to(w.device)
+    return torch.cat([w, b.unsqueeze(1)], 1)
+
+
+def estimate_simulated(
+    model_t: nn.Module,
+    state_t1: dict[str, Tensor],
+    aux_x: Tensor,
+    aux_y: Tensor,
+    num_classes: int,
+    cfg: SGDConfig,
+    client_totals: Sequence[int],
+    generator: torch.Generator,
+    *,
+    aggregation: str = "mean",
+    iterations: int = 2,
+    mix: float = 0.1,
+) -> Estimate:
+    """The ``simulated`` estimator: simulate the average client, estimate, re-simulate with the estimate.
+
+    The first simulated client draws its classes uniformly; each further iteration draws them
+    with the previous estimate's proportions mixed with ``mix`` of the uniform, so every class
+    is probed along a trajectory like the round's. Sees G_t, G_{t+1}, the aux data, the protocol
+    and the clients' totals only.
+    """
+    w_t = last_layer_with_bias(model_t.state_dict())
+    w_t1 = last_layer_with_bias(state_t1).to(w_t.device)
+    steps = max(1, round(sum(client_steps(client_totals, cfg)) / len(client_totals)))
+    props = torch.full((num_classes,), 1.0 / num_classes, dtype=torch.float64)
+    est = None
+    for _ in range(max(1, iterations)):
+        a = simulated_updates(model_t, aux_x, aux_y, num_classes, cfg, steps, props, generator)
+        est = simulated_estimate(a, w_t1 - w_t, w_mid=(w_t + w_t1) / 2, client_totals=client_totals, cfg=cfg, aggregation=aggregation)
+        share = est.counts / est.counts.sum() if float(est.counts.sum()) > 0 else props
+        props = (1 - mix) * share + mix / num_classes
+    assert est is not None
+    return est
 
 
 def class_ratios(dW: Tensor, *, t_ra: float = 1.25, variant: str = "paper", clip: float | None = RATIO_CLIP) -> Tensor:
@@ -363,19 +529,26 @@ class Monitor:
         generator: torch.Generator,
         *,
         dW: Tensor | None = None,
+        methods: Sequence[str] | None = None,
     ) -> dict[str, object]:
         """Round t+1: {"estimates": {method: Estimate}, "ratios": R [Q], "weights": pi [Q]}.
 
-        ``dW`` may be passed when already computed on ``model_t`` this round (then ``generator`` is unused).
+        ``dW`` may be passed when already computed on ``model_t`` this round; ``generator`` then
+        feeds only the ``simulated`` estimator. ``methods`` overrides the monitor's estimators.
         """
         dW = self.updates(model_t, generator) if dW is None else dW
         w_t = model_t.state_dict()[_weight_key()].detach()
         dG = state_t1[_weight_key()].detach().to(w_t.device) - w_t
-        estimates = {
-            m: estimate_composition(
-                dW, dG, n_aux=self.n_aux, client_totals=client_totals, method=m, t_ra=self.t_ra, aggregation=self.aggregation
-            )
-            for m in self.methods
-        }
+        estimates = {}
+        for m in self.methods if methods is None else methods:
+            if m == "simulated":
+                estimates[m] = estimate_simulated(
+                    model_t, state_t1, self.aux_x, self.aux_y, self.num_classes, self.cfg, client_totals, generator,
+                    aggregation=self.aggregation,
+                )
+            else:
+                estimates[m] = estimate_composition(
+                    dW, dG, n_aux=self.n_aux, client_totals=client_totals, method=m, t_ra=self.t_ra, aggregation=self.aggregation
+                )
         ratios, weights = self.weights(dW)
         return {"estimates": estimates, "ratios": ratios, "weights": weights}

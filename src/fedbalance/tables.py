@@ -22,12 +22,15 @@ from typing import Iterable
 import jinja2
 import pandas as pd
 
+from fedbalance.records import ESTIMATORS as RECORDED
+from fedbalance.records import UNIFORM
+
 PUBLISHED = Path(__file__).with_name("published") / "paper_numbers.csv"
 TEMPLATES = Path(__file__).resolve().parents[2] / "report" / "templates"
 KEY = ["experiment", "dataset", "setting", "loss"]
 CELL_KEY = ["metric", "dataset", "column", "row"]
 MISSING = "--"
-ESTIMATORS = ("paper", "released", "nnls", "uniform")
+ESTIMATORS = (*RECORDED, UNIFORM)
 
 DATASET_NAME = {"mnist": "MNIST", "cifar10": "CIFAR10", "fer2013": "Fer2013", "femnist": "FEMNIST"}
 LOSS_LABEL = {
@@ -38,7 +41,7 @@ METRIC_LABEL = {
     "acm": r"Ac.M \%", "auc": "AUC", "acc_majority": r"Ac. \%", "cs_mean": "Mean", "cs_var": r"Var. ($\times10^{-5}$)",
 }
 PLAIN_METRIC = {"acm": "Ac.M", "auc": "AUC", "acc_majority": "Ac.", "cs_mean": "mean CS", "cs_var": "CS variance"}
-FINAL_SOURCE = {"acm": ("acc_minority", 100.0), "auc": ("auc_micro", 1.0), "acc_majority": ("acc_majority", 100.0)}
+FINAL_SOURCE = {"acm": ("acc_minority", 100.0), "auc": ("auc_hard", 1.0), "acc_majority": ("acc_majority", 100.0)}
 GAMMAS = (("B.", 1), ("10:1", 10), ("20:1", 20), ("50:1", 50), ("100:1", 100))
 FOUR_LOSSES = ("ce", "focal", "ghmc", "ratio")
 CS_LEVELS = {  # classes per client -> the paper's CS level

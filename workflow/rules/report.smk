@@ -22,11 +22,14 @@ FIGURE_DATASETS = {
     name: (d if d in config["datasets"] else DATASETS[0]) for name, d in DEFAULT_DATASET.items()
 }
 SUMMARY_FILES = [result("claims.md"), result("paper_tables.tex")]
+FIDELITY_FILES = [f"{TABLES_DIR}/Fidelity.md", f"{TABLES_DIR}/Fidelity.csv"]
+LOSS_BASES = {name: v["loss"] for name, v in (config.get("loss_variants") or {}).items()}
 
 
 localrules:
     tables,
     figures,
+    fidelity,
 
 
 rule tables:
@@ -84,3 +87,24 @@ rule figures:
         "../../envs/report.yaml"
     script:
         "../scripts/figures.py"
+
+
+rule fidelity:
+    input:
+        final=result("aggregate", "final.csv"),
+        rounds=result("aggregate", "rounds.csv"),
+    output:
+        markdown=report(f"{TABLES_DIR}/Fidelity.md", caption="../../report/Fidelity.rst", category="summary"),
+        csv=f"{TABLES_DIR}/Fidelity.csv",
+    params:
+        bases=LOSS_BASES,
+    log:
+        result("logs", "fidelity.log"),
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    conda:
+        "../../envs/report.yaml"
+    script:
+        "../scripts/fidelity.py"

@@ -1,0 +1,100 @@
+"""Per-round CS of every composition estimator at the paper's protocol, from saved trajectories.
+
+Two ways in:
+
+* ``--trajectory A/trajectory.pt B/trajectory.pt ...``: replay saved jobs (``save_trajectory:
+  true``, e.g. the loss-comparison jobs of config/mnist.yaml);
+* ``--run --seed S``: first train the five jobs of the paper's protocol on real MNIST
+  (``losses`` at Γ = 10 and 50 with CE and the Ratio Loss; the ``monitor`` experiment with random
+  selection) from ``--config`` with ``save_trajectory``, into ``--out``, then replay them
+  (``--rounds`` shortens them for a smoke run).
+
+Prints one JSON document: for each job and estimator (and the uniform guess) the CS per round,
+its minimum and mean, and the estimator's mean seconds per round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from fedbalance.config import Job, load_config, resolve_job
+from fedbalance.jobs import run_job
+from fedbalance.records import ESTIMATORS, UNIFORM
+from fedbalance.replay import load_trajectory, replay
+
+PAPER_JOBS = (
+    Job("losses", "mnist", "g10", "ce", 0),
+    Job("losses", "mnist", "g10", "ratio", 0),
+    Job("losses", "mnist", "g50", "ce", 0),
+    Job("losses", "mnist", "g50", "ratio", 0),
+    Job("monitor", "mnist", "default", "ce", 0),
+)
+
+
+def summarise(rows: list[dict], estimators: list[str]) -> dict:
+    """CS per round, minimum and mean for each estimator and the uniform guess."""
+    out = {}
+    for m in [*estimators, UNIFORM]:
+        cs = [r[f"cs_{m}"] for r in rows]
+        entry = {"per_round": [round(c, 4) for c in cs], "min": round(min(cs), 4), "mean": round(sum(cs) / len(cs), 4)}
+        if m != UNIFORM:
+            entry["seconds_per_round"] = round(sum(r[f"seconds_{m}"] for r in rows) / len(rows), 3)
+        out[m] = entry
+    return out
+
+
+def train(config: str, data_dir: str, out: Path, seed: int, rounds: int | None) -> list[Path]:
+    """Train the paper-protocol jobs with save_trajectory; return their trajectory files."""
+    cfg = load_config(config)
+    paths = []
+    for job in PAPER_JOBS:
+        job = Job(job.experiment, job.dataset, job.setting, job.loss, seed)
+        spec = resolve_job(cfg, job)
+        spec["save_trajectory"] = True
+        spec["monitor"] = {**spec["monitor"], "record": True}
+        if rounds is not None:
+            spec["rounds"] = rounds
+        folder = out / job.path
+        if not (folder / "trajectory.pt").is_file():
+            run_job(spec, folder, data_dir=data_dir, device="cpu", progress=False)
+        paths.append(folder / "trajectory.pt")
+    return paths
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trajectory", nargs="*", default=[], help="trajectory.pt files to replay")
+    ap.add_argument("--run", action="store_true", help="train the paper-protocol jobs first")
+    ap.add_argument("--config", default="config/mnist.yaml")
+    ap.add_argument("--data-dir", default="data")
+    ap.add_argument("--out", default="benchmarks/out/monitor_replay")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rounds", type=int, default=None, help="shorten the trained jobs (smoke runs)")
+    ap.add_argument("--estimators", nargs="+", default=list(ESTIMATORS))
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    paths = [Path(p) for p in args.trajectory]
+    if args.run:
+        paths += train(args.config, args.data_dir, Path(args.out), args.seed, args.rounds)
+    if not paths:
+        ap.error("give --trajectory files or --run")
+    start = time.perf_counter()
+    report = {"estimators": args.estimators, "jobs": {}}
+    for p in paths:
+        traj = load_trajectory(p)
+        spec = traj["spec"]
+        name = f"{spec['experiment']}/{spec['dataset']}/{spec['setting']}/{spec['loss']}/seed{spec['seed']}"
+        rows = replay(traj, args.estimators, data_dir=args.data_dir)
+        report["jobs"][name] = {"rounds": len(rows), "selection": spec["selection"], **summarise(rows, args.estimators)}
+    report["replay_seconds"] = round(time.perf_counter() - start, 1)
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+"""Names the engine writes and the report reads: estimators and the per-round columns (torch-free).
+
+Defined once here; ``fl``, ``jobs``, ``aggregate``, ``tables`` and ``figures`` import them.
+"""
+
+from __future__ import annotations
+
+ESTIMATORS: tuple[str, ...] = ("paper", "released", "nnls", "simulated")
+"""Composition estimators recorded per round (``fedbalance.monitor``); a config lists a subset, the first is its default."""
+
+UNIFORM = "uniform"
+"""The no-information baseline N/Q reported beside every estimator."""
+
+ROUND_COLUMNS: tuple[str, ...] = (
+    "round",
+    "train_loss",
+    "acc",
+    "acc_minority",
+    "acc_majority",
+    "auc_micro",
+    "auc_hard",
+    "seconds",
+    "true_composition",
+    *(f"est_{e}" for e in ESTIMATORS),
+    *(f"cs_{e}" for e in ESTIMATORS),
+    f"cs_{UNIFORM}",
+    "weights",
+    "acknowledged",
+    "emp_cos",
+    "emp_cv",
+)
+"""Columns of a job's rounds.csv, in order (``fedbalance.fl.run_fedavg`` documents each)."""

@@ -1,0 +1,40 @@
+"""fidelity_frame: final, last-k mean and best round per cell, beside the published numbers."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from fedbalance.fidelity import fidelity_frame, fidelity_markdown
+
+
+def _frames() -> tuple[pd.DataFrame, pd.DataFrame]:
+    finals, rounds = [], []
+    for loss in ("ce", "ratio_rel"):
+        for seed in (0, 1):
+            accs = [0.1 * (k + 1) + 0.01 * seed + (0.05 if loss == "ce" else 0.0) for k in range(8)]
+            accs[3] = 0.95  # the best round is not the last
+            for k, a in enumerate(accs):
+                rounds.append({"experiment": "losses", "dataset": "mnist", "setting": "g10", "loss": loss, "seed": seed,
+                               "round": k, "acc_minority": a, "auc_hard": 0.5 + a / 2})
+            finals.append({"experiment": "losses", "dataset": "mnist", "setting": "g10", "loss": loss, "seed": seed,
+                           "acc_minority": accs[-1], "auc_hard": 0.5 + accs[-1] / 2, "auc_micro": 0.99,
+                           "wall_time_s": 600.0 * (seed + 1)})
+    return pd.DataFrame(finals), pd.DataFrame(rounds)
+
+
+def test_fidelity_frame_by_hand() -> None:
+    final, rounds = _frames()
+    f = fidelity_frame(final, rounds, last=3, base={"ratio_rel": "ratio"}).set_index("loss")
+    ce = f.loc["ce"]
+    # last three rounds 5, 6, 7: (0.6, 0.7, 0.8) + 0.05 + seed offsets 0 and 0.01 -> mean 0.755
+    assert ce.acm_last == pytest.approx(100 * (0.65 + 0.75 + 0.85 + 0.005 * 3) / 3)
+    assert ce.acm_final == pytest.approx(100 * (0.85 + 0.86) / 2)
+    assert (ce.acm_best, ce.best_round) == (pytest.approx(95.0), 3)
+    assert ce.auc_last == pytest.approx(0.5 + ce.acm_last / 200)
+    assert ce.seeds == 2 and ce.wall_time_min == pytest.approx(15.0)
+    # published: Res_3_datasets, MNIST, 10:1; the variant is compared with the Ratio Loss's cell
+    assert (ce.paper_acm, ce.paper_auc) == (90.19, 0.978)
+    assert (f.loc["ratio_rel"].paper_acm, f.loc["ratio_rel"].paper_auc) == (92.05, 0.9815)
+    md = fidelity_markdown(f.reset_index()[list(fidelity_frame(final, rounds).columns)])
+    assert "| mnist | g10 | ce | 2 | 85.50 |" in md and "95.00 (3)" in md

@@ -11,12 +11,9 @@ import pytest
 
 from fedbalance.aggregate import AggregateError, collect, parse_list, read_tidy, write_tidy
 from fedbalance.config import Job
+from fedbalance.records import ROUND_COLUMNS
 
-ROUND_HEADER = [
-    "round", "train_loss", "acc", "acc_minority", "acc_majority", "auc_micro", "seconds", "true_composition",
-    "est_paper", "est_released", "est_nnls", "cs_paper", "cs_released", "cs_nnls", "cs_uniform", "weights",
-    "acknowledged", "emp_cos", "emp_cv",
-]
+ROUND_HEADER = list(ROUND_COLUMNS)
 
 
 def write_job(
@@ -44,7 +41,7 @@ def write_job(
                 "seed": job.seed},
         "config": {"partition": {"scheme": "imbalance"}, "minority_classes": [2], "monitor": {}},
         "final": {"acc": 0.9, "acc_minority": acm, "acc_majority": acc_majority, "auc_micro": auc,
-                  "auc_macro": auc - 0.01, "per_class_acc": [0.9, 0.9, acm], "train_loss": train_loss[-1]},
+                  "auc_hard": auc, "auc_macro": auc - 0.01, "per_class_acc": [0.9, 0.9, acm], "train_loss": train_loss[-1]},
         "partition": {"class_counts": counts, "global_counts": list(np.sum(counts, axis=0).tolist()), "gamma": 5.0,
                       "cs": [mean_cs, mean_cs], "mean_cs": mean_cs, "num_samples": int(np.sum(counts))},
         "monitor": {"mean_cs": monitor} if monitor else None,
@@ -59,7 +56,7 @@ def write_job(
     for i in range(n):
         row = {k: "" for k in ROUND_HEADER}
         row.update(round=i + 1, train_loss=train_loss[i], acc=0.9, acc_minority=acm, acc_majority=acc_majority,
-                   auc_micro=auc, seconds=0.1, true_composition=json.dumps([10, 6, 2]))
+                   auc_micro=auc, auc_hard=auc, seconds=0.1, true_composition=json.dumps([10, 6, 2]))
         for k, v in (cs or {}).items():
             row[f"cs_{k}"] = v[i]
         if emp:

@@ -289,7 +289,7 @@ def test_momentum_weights_match_torch_sgd() -> None:
             opt.step()
         closed = steps / (1 - mu) - mu * (1 - mu**steps) / (1 - mu) ** 2
         assert float(momentum_weights(steps, mu).sum()) == pytest.approx(closed)
-        assert float(p) == pytest.approx(-0.1 * 3.0 * closed)
+        assert float(p.detach()) == pytest.approx(-0.1 * 3.0 * closed)
 
 
 @pytest.mark.parametrize("aggregation", ["mean", "weighted"])

@@ -297,3 +297,22 @@ def test_centralised_local_counts_are_the_pool_and_la_gets_the_prior(data):
     state, _, loss = run(spec(mode="centralised", loss="la", rounds=2, local_epochs=1), data, {"main": p})
     lead = spec()["monitor"]["estimators"][0]
     torch.testing.assert_close(loss.counts.double(), torch.tensor(state["rows"][0][f"est_{lead}"], dtype=torch.float64), rtol=1e-6, atol=1e-4)
+
+
+def test_la_resume_is_bit_identical(data):
+    """The monitor's prior is part of the checkpointed state: a resumed la run equals an uninterrupted one."""
+    s = spec(loss="la", rounds=3, selection="random")
+    parts = {"main": partition()}
+    full, m_full, _ = run(s, data, parts)
+    saved = {}
+
+    def keep(state, row):
+        if row["round"] == 1:
+            saved.update(copy.deepcopy(state))
+
+    run(s, data, parts, on_round=keep)
+    assert not torch.equal(saved["prior"], torch.ones(Q, dtype=torch.float64))
+    resumed, m_res, _ = run(s, data, parts, state=saved)
+    for k, v in m_full.state_dict().items():
+        assert torch.equal(v, m_res.state_dict()[k]), k
+    assert [r["train_loss"] for r in full["rows"]] == [r["train_loss"] for r in resumed["rows"]]

@@ -504,7 +504,7 @@ def fedrs_loss(
     return _masked(-_log_p_target(logits * s, target), mask, reduction)
 
 
-class _CountsLoss(_Loss):
+class CountsLoss(_Loss):
     """Base of the losses that read per-class counts, kept in the buffer ``counts`` [Q] (default all ones).
 
     ``uses_monitor_prior``: the engine installs the monitor's estimate with ``set_prior`` every round.
@@ -561,7 +561,7 @@ class _CountsLoss(_Loss):
         raise NotImplementedError
 
 
-class LogitAdjustedLoss(_CountsLoss):
+class LogitAdjustedLoss(CountsLoss):
     """Module form of ``logit_adjusted_loss`` with the monitor's estimate as the prior pi (``la``).
 
     The prior is the server's: the monitor's estimate of the previous round's class counts,
@@ -600,7 +600,7 @@ class LogitAdjustedLocalLoss(LogitAdjustedLoss):
     uses_client_counts = True
 
 
-class BalancedSoftmaxLoss(_CountsLoss):
+class BalancedSoftmaxLoss(CountsLoss):
     """Module form of ``balanced_softmax_loss`` with the monitor's estimate as n (``bsm``)."""
 
     uses_monitor_prior = True
@@ -633,7 +633,7 @@ class BalancedSoftmaxLocalLoss(BalancedSoftmaxLoss):
     uses_client_counts = True
 
 
-class FedLCLoss(_CountsLoss):
+class FedLCLoss(CountsLoss):
     """Module form of ``fedlc_loss`` (``fedlc``): local label counts, tau = 1 by default."""
 
     uses_client_counts = True
@@ -661,7 +661,7 @@ class FedLCLoss(_CountsLoss):
         return fedlc_loss(logits, target, counts, self.tau, self.min_count, self.reduction, mask)
 
 
-class FedRSLoss(_CountsLoss):
+class FedRSLoss(CountsLoss):
     """Module form of ``fedrs_loss`` (``fedrs``): local label counts, alpha = 0.5, the paper's hard scaling."""
 
     uses_client_counts = True

@@ -198,7 +198,7 @@ def _mfe_loss(loss_fn: losses.MFELoss) -> MaskedLoss:
     return fn
 
 
-def _counts_loss(loss_fn: losses._CountsLoss) -> Callable[..., torch.Tensor]:
+def _counts_loss(loss_fn: losses.CountsLoss) -> Callable[..., torch.Tensor]:
     """Losses that read class counts: ``(logits, y, mask, counts)`` with each copy's own local counts
     (``uses_client_counts``), ``(logits, y, mask)`` with the loss's buffer (the monitor's prior)."""
     if loss_fn.uses_client_counts:
@@ -216,7 +216,7 @@ def _counts_loss(loss_fn: losses._CountsLoss) -> Callable[..., torch.Tensor]:
 
 def takes_client_counts(loss_fn: nn.Module) -> bool:
     """Whether ``make_masked_loss(loss_fn)`` takes a fourth argument, the copy's own label counts [Q]."""
-    return isinstance(loss_fn, losses._CountsLoss) and loss_fn.uses_client_counts
+    return isinstance(loss_fn, losses.CountsLoss) and loss_fn.uses_client_counts
 
 
 def make_masked_loss(loss_fn: nn.Module) -> MaskedLoss:
@@ -230,7 +230,7 @@ def make_masked_loss(loss_fn: nn.Module) -> MaskedLoss:
     reduction = getattr(loss_fn, "reduction", None)
     if reduction not in ("mean", "sum"):
         raise ValueError(f"the vectorised path needs a scalar loss (reduction 'mean' or 'sum'), got {reduction!r}")
-    if isinstance(loss_fn, losses._CountsLoss):
+    if isinstance(loss_fn, losses.CountsLoss):
         return _counts_loss(loss_fn)
     if isinstance(loss_fn, (losses.GHMCLoss, losses.RatioLoss)):
         return _mask_aware_loss(loss_fn)
@@ -247,7 +247,7 @@ def make_masked_loss(loss_fn: nn.Module) -> MaskedLoss:
 
 
 _PER_SAMPLE = (losses.CrossEntropyLoss, losses.FocalLoss, losses.MSELoss)
-_COUNTS = tuple(c for c in losses.LOSSES.values() if issubclass(c, losses._CountsLoss))
+_COUNTS = tuple(c for c in losses.LOSSES.values() if issubclass(c, losses.CountsLoss))
 
 
 def _schedules(

@@ -141,3 +141,21 @@ def test_mnist_config_is_the_full_protocol_on_mnist(full: dict) -> None:
             extra = {"monitor", "save_trajectory"} if name == "losses" else set()
             assert {k: v for k, v in fm.items() if k not in extra} == {k: v for k, v in ff.items() if k not in extra}
     assert mnist["experiments"]["losses"]["losses"] == ["ce", "focal", "ghmc", "ratio", "ratio_rel"]
+
+
+def test_beyond_family(full: dict, quick: dict) -> None:
+    from fedbalance.fl import needs_monitor
+
+    cfg = load_config(full)
+    beyond = [j for j in jobs(cfg) if j.experiment == "beyond"]
+    assert len(beyond) == 2 * 5 * 6 * 5  # MNIST + CIFAR10, 5 Γ, 6 losses, 5 seeds
+    for loss, monitored in (("la", True), ("ratio", True), ("la_local", False), ("fedlc", False), ("fedrs", False)):
+        spec = resolve_job(cfg, Job("beyond", "cifar10", "g50", loss, 0))
+        assert needs_monitor(spec) is monitored, loss
+        # the same protocol and partition as the paper's loss comparison
+        ref = resolve_job(cfg, Job("losses", "cifar10", "g50", "ce", 0))
+        drop = {"experiment", "loss", "base_loss"}
+        assert {k: v for k, v in spec.items() if k not in drop} == {k: v for k, v in ref.items() if k not in drop}
+    assert spec["loss_params"]["fedrs"] == {"alpha": 0.5, "scaling": "hard"}
+    q = load_config(quick)
+    assert {j.loss for j in jobs(q, ["beyond"])} == {"ce", "ratio", "la", "la_local", "fedlc", "fedrs"}

@@ -11,7 +11,9 @@ from test_aggregate import write_job
 
 from fedbalance.aggregate import collect
 from fedbalance.config import Job
-from fedbalance.figures import FIGURES, make_fig_monitoring, make_Res_mismatch, make_Sup_data_splitting, write_figures
+from fedbalance.figures import (
+    FIGURES, make_Beyond_paper, make_fig_monitoring, make_Res_mismatch, make_Sup_data_splitting, write_figures,
+)
 
 CS0 = {"paper": [0.90, 0.92], "released": [0.95, 0.97], "nnls": [0.80, 0.99], "uniform": [0.85, 0.86]}
 CS1 = {"paper": [0.70, 0.72], "released": [0.85, 0.89], "nnls": [0.60, 0.91], "uniform": [0.75, 0.80]}
@@ -66,3 +68,20 @@ def test_write_figures_makes_valid_pdf_and_png(results: tuple[Path, pd.DataFrame
     for name in FIGURES:
         assert (tmp_path / "fig" / f"{name}.pdf").read_bytes().startswith(b"%PDF")
         assert (tmp_path / "fig" / f"{name}.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_beyond_paper_points_are_acm_per_gamma(tmp_path: Path) -> None:
+    root = tmp_path / "res"
+    for g, seed, a in ((1, 0, 0.8), (1, 1, 0.9), (50, 0, 0.3)):
+        write_job(root, Job("beyond", "mnist", f"g{g}", "la", seed), acm=a)
+    write_job(root, Job("beyond", "mnist", "g50", "ce", 0), acm=0.1)
+    final, rounds = collect(root)
+    fig = make_Beyond_paper(final, rounds)
+    lines = {c.get_label(): c.lines[0] for c in fig.axes[0].containers}
+    assert set(lines) == {"CE", "LA, monitor prior"}
+    np.testing.assert_allclose(np.asarray(lines["LA, monitor prior"].get_xdata(), float), [0, 3])  # B. and 50:1
+    np.testing.assert_allclose(np.asarray(lines["LA, monitor prior"].get_ydata(), float), [85.0, 30.0])
+    np.testing.assert_allclose(np.asarray(lines["CE"].get_ydata(), float), [10.0])
+    assert "Beyond_paper" in FIGURES
+    empty = make_Beyond_paper(final[final.experiment != "beyond"], rounds)
+    assert "no data for beyond" in " ".join(t.get_text() for t in empty.axes[0].texts)

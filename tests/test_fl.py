@@ -16,12 +16,13 @@ from fedbalance.fl import (
     FLError,
     JobData,
     derive_seed,
+    needs_monitor,
     run_fedavg,
     select_clients,
     sgd_config,
     torch_generator,
 )
-from fedbalance.losses import get_loss
+from fedbalance.losses import LogitAdjustedLoss, get_loss
 from fedbalance.models import build_model
 from fedbalance.partition import make_partition
 from fedbalance.train import local_sgd
@@ -227,3 +228,91 @@ def test_centralised_pooled_epochs_ratio_and_resume(data):
     for k, v in m_full.state_dict().items():
         assert torch.equal(v, m_res.state_dict()[k]), k
     assert [r["train_loss"] for r in resumed["rows"]] == [r["train_loss"] for r in rows]
+
+
+# ---------------------------------------------------------------- beyond the paper (issue 14)
+
+
+def test_la_prior_is_the_monitors_estimate_handed_over(data, monkeypatch):
+    s = spec(loss="la", rounds=2, selection="random")
+    assert needs_monitor(s) and not needs_monitor(spec(loss="la_local")) and not needs_monitor(spec(loss="fedrs"))
+    installed = []
+    original = LogitAdjustedLoss.set_prior
+
+    def spy(self, counts):
+        installed.append(torch.as_tensor(counts, dtype=torch.float64).clone())
+        original(self, counts)
+
+    monkeypatch.setattr(LogitAdjustedLoss, "set_prior", spy)
+    state, _, loss = run(s, data, {"main": partition()})
+    rows = state["rows"]
+    lead = s["monitor"]["estimators"][0]
+    # round 0: uniform; round 1: the lead estimator's estimate of round 0's composition
+    assert len(installed) == 2
+    assert torch.equal(installed[0], torch.ones(Q, dtype=torch.float64))
+    torch.testing.assert_close(installed[1], torch.tensor(rows[0][f"est_{lead}"], dtype=torch.float64))
+    torch.testing.assert_close(loss.counts.double(), installed[1], rtol=1e-6, atol=1e-4)
+    torch.testing.assert_close(state["prior"], torch.tensor(rows[1][f"est_{lead}"], dtype=torch.float64))
+    # the estimate is the monitor's, not the truth: it differs from the true composition
+    assert rows[0][f"est_{lead}"] != rows[0]["true_composition"]
+
+
+def test_la_round0_uniform_prior_is_ce(data):
+    s = spec(rounds=1)
+    _, m_ce, _ = run(s, data, {"main": partition()})
+    _, m_la, _ = run({**s, "loss": "la"}, data, {"main": partition()})
+    for k, v in m_ce.state_dict().items():
+        assert torch.allclose(v, m_la.state_dict()[k], atol=1e-5), k
+
+
+@pytest.mark.parametrize("name", ["fedrs", "fedlc", "la_local"])
+def test_local_counts_per_client_and_paths_agree(data, name, monkeypatch):
+    s = spec(loss=name, rounds=1)
+    p = partition()
+    seen = []
+    cls = type(get_loss(name, Q))
+    original = cls.set_client_counts
+
+    def spy(self, counts):
+        seen.append(torch.as_tensor(counts).tolist())
+        original(self, counts)
+
+    with monkeypatch.context() as mp:
+        mp.setattr(cls, "set_client_counts", spy)
+        _, m_seq, _ = run(s, data, {"main": p})
+    chosen = select_clients("fixed", 4, 3, s["seed"], 0)
+    assert seen == p.class_counts(data.y_train.numpy())[chosen].astype(float).tolist()
+    _, m_vec, _ = run({**s, "path": "vectorised"}, data, {"main": p})
+    _, m_ce, _ = run({**s, "loss": "ce"}, data, {"main": p})
+    for k, v in m_seq.state_dict().items():
+        assert torch.allclose(v, m_vec.state_dict()[k], atol=1e-5), k
+    assert not torch.allclose(m_seq.state_dict()["classifier.weight"], m_ce.state_dict()["classifier.weight"], atol=1e-4)
+
+
+def test_centralised_local_counts_are_the_pool_and_la_gets_the_prior(data):
+    p = partition()
+    pooled = np.bincount(data.y_train.numpy()[p.pooled()], minlength=Q).astype(float)
+    _, _, loss = run(spec(mode="centralised", loss="la_local", rounds=1, local_epochs=1), data, {"main": p})
+    assert loss.counts.tolist() == pooled.tolist()
+    state, _, loss = run(spec(mode="centralised", loss="la", rounds=2, local_epochs=1), data, {"main": p})
+    lead = spec()["monitor"]["estimators"][0]
+    torch.testing.assert_close(loss.counts.double(), torch.tensor(state["rows"][0][f"est_{lead}"], dtype=torch.float64), rtol=1e-6, atol=1e-4)
+
+
+def test_la_resume_is_bit_identical(data):
+    """The monitor's prior is part of the checkpointed state: a resumed la run equals an uninterrupted one."""
+    s = spec(loss="la", rounds=3, selection="random")
+    parts = {"main": partition()}
+    full, m_full, _ = run(s, data, parts)
+    saved = {}
+
+    def keep(state, row):
+        if row["round"] == 1:
+            saved.update(copy.deepcopy(state))
+
+    run(s, data, parts, on_round=keep)
+    assert not torch.equal(saved["prior"], torch.ones(Q, dtype=torch.float64))
+    resumed, m_res, _ = run(s, data, parts, state=saved)
+    for k, v in m_full.state_dict().items():
+        assert torch.equal(v, m_res.state_dict()[k]), k
+    assert [r["train_loss"] for r in full["rows"]] == [r["train_loss"] for r in resumed["rows"]]

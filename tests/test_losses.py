@@ -19,6 +19,11 @@ from fedbalance.losses import (
     mfe_loss,
     mse_loss,
     ratio_loss,
+    balanced_softmax_loss,
+    fedlc_loss,
+    fedrs_loss,
+    logit_adjusted_loss,
+    uses_monitor_prior,
 )
 
 LOGITS = np.array(
@@ -186,6 +191,7 @@ ALL = {
     "ratio": {"weight": [1.3, 0.7, 2.0, 1.1]},
     "mse": {},
     "mfe": {},
+    **{name: {"counts": [40.0, 3.0, 0.0, 12.0]} for name in ("la", "la_local", "bsm", "bsm_local", "fedlc", "fedrs")},
 }
 
 
@@ -218,7 +224,7 @@ def test_reduction_semantics(name: str) -> None:
 
 
 def test_get_loss_errors_and_defaults() -> None:
-    assert set(LOSSES) == {"ce", "focal", "ghmc", "ratio", "mse", "mfe"}
+    assert set(LOSSES) == {"ce", "focal", "ghmc", "ratio", "mse", "mfe", "la", "la_local", "bsm", "bsm_local", "fedlc", "fedrs"}
     with pytest.raises(ValueError, match="hinge"):
         get_loss("hinge", 10)
     with pytest.raises(ValueError, match="gama"):
@@ -328,3 +334,114 @@ def test_masks_ignore_padding() -> None:
         torch.testing.assert_close(ratio_loss(pad_z, pad_y, pi, weighting=weighting, mask=mask), ratio_loss(z, y, pi, weighting=weighting))
     for g in ("softmax", "sigmoid"):
         torch.testing.assert_close(ghmc_loss(pad_z, pad_y, bins=3, g=g, mask=mask), ghmc_loss(z, y, bins=3, g=g))
+
+
+# ---------------------------------------------------------------- beyond the paper (issue 14)
+
+COUNTS = np.array([40.0, 3.0, 0.0, 12.0])  # a client (or the monitor's estimate) without class 2
+
+
+def _np_adjusted_ce(z: np.ndarray, y: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    """-log softmax(z + shift)_y written out with exp/log in numpy."""
+    a = z + shift
+    return -(a[np.arange(len(y)), y] - np.log(np.exp(a).sum(axis=1)))
+
+
+def test_logit_adjusted_matches_numpy() -> None:
+    z, y = _t(LOGITS, TARGET)
+    n = np.maximum(COUNTS, 1.0)  # min_count 1: class 2 counts as seen once
+    for tau in (1.0, 0.5, 2.0):
+        expected = _np_adjusted_ce(LOGITS, TARGET, tau * np.log(n / n.sum()))
+        _close(logit_adjusted_loss(z, y, torch.tensor(COUNTS), tau=tau, reduction="none"), expected)
+        _close(logit_adjusted_loss(z, y, torch.tensor(COUNTS), tau=tau), expected.mean())
+    # a uniform prior (round 0) is plain CE, whatever its scale
+    _close(logit_adjusted_loss(z, y, torch.full((4,), 7.0)), _np_ce(LOGITS, TARGET).mean())
+    # the floor: min_count 0.01 gives class 2 a prior of 0.01 / 55.01
+    n2 = np.where(COUNTS > 0, COUNTS, 0.01)
+    _close(logit_adjusted_loss(z, y, torch.tensor(COUNTS), min_count=0.01, reduction="sum"),
+           _np_adjusted_ce(LOGITS, TARGET, np.log(n2 / n2.sum())).sum())
+    # non-finite or negative estimates count as min_count
+    bad = torch.tensor([40.0, 3.0, float("nan"), 12.0], dtype=torch.float64)
+    _close(logit_adjusted_loss(z, y, bad), logit_adjusted_loss(z, y, torch.tensor(COUNTS)).numpy())
+
+
+def test_balanced_softmax_matches_numpy_and_equals_la_tau1() -> None:
+    z, y = _t(LOGITS, TARGET)
+    n = np.maximum(COUNTS, 1.0)
+    # Ren et al.: -log(n_y e^{z_y} / sum_j n_j e^{z_j})
+    expected = -np.log(n[TARGET] * np.exp(LOGITS[np.arange(5), TARGET]) / (n * np.exp(LOGITS)).sum(axis=1))
+    _close(balanced_softmax_loss(z, y, torch.tensor(COUNTS), reduction="none"), expected)
+    _close(get_loss("bsm", 4, counts=torch.tensor(COUNTS)).double()(z, y), expected.mean())
+    torch.testing.assert_close(balanced_softmax_loss(z, y, torch.tensor(COUNTS)),
+                               logit_adjusted_loss(z, y, torch.tensor(COUNTS), tau=1.0))
+
+
+def test_fedlc_matches_numpy() -> None:
+    z, y = _t(LOGITS, TARGET)
+    n = np.where(COUNTS > 0, COUNTS, 1e-8)  # the reference implementations' floor for absent classes
+    for tau in (1.0, 0.1):
+        expected = _np_adjusted_ce(LOGITS, TARGET, -tau * n ** -0.25)
+        _close(fedlc_loss(z, y, torch.tensor(COUNTS), tau=tau, reduction="none"), expected)
+    # class 2 (absent, margin 100) gets almost no probability: sample 1 (target 2) has a huge loss
+    assert fedlc_loss(z, y, torch.tensor(COUNTS), reduction="none")[1] > 90
+    # tau = 0 is CE
+    _close(fedlc_loss(z, y, torch.tensor(COUNTS), tau=0.0), _np_ce(LOGITS, TARGET).mean())
+
+
+def test_fedrs_matches_numpy() -> None:
+    z, y = _t(LOGITS, TARGET)
+    hard = np.array([1.0, 1.0, 0.5, 1.0])  # class 2 absent -> alpha 0.5
+    _close(fedrs_loss(z, y, torch.tensor(COUNTS), reduction="none"), _np_ce(LOGITS * hard, TARGET))
+    prop = 0.3 + 0.7 * COUNTS / COUNTS.max()  # the released code's soft form, alpha 0.3
+    _close(fedrs_loss(z, y, torch.tensor(COUNTS), alpha=0.3, scaling="proportional", reduction="none"),
+           _np_ce(LOGITS * prop, TARGET))
+    # every class present, or alpha 1: CE
+    _close(fedrs_loss(z, y, torch.ones(4)), _np_ce(LOGITS, TARGET).mean())
+    _close(fedrs_loss(z, y, torch.tensor(COUNTS), alpha=1.0), _np_ce(LOGITS, TARGET).mean())
+    with pytest.raises(ValueError, match="scaling"):
+        fedrs_loss(z, y, torch.tensor(COUNTS), scaling="soft")
+    with pytest.raises(ValueError, match="alpha"):
+        get_loss("fedrs", 4, alpha=1.5)
+
+
+COUNT_LOSSES = ("la", "la_local", "bsm", "bsm_local", "fedlc", "fedrs")
+
+
+def test_counts_modules_setters_and_sources() -> None:
+    prior = {"la": True, "bsm": True, "la_local": False, "bsm_local": False, "fedlc": False, "fedrs": False}
+    z, y = _t(LOGITS, TARGET)
+    for name in COUNT_LOSSES:
+        loss = get_loss(name, 4)
+        assert torch.equal(loss.counts, torch.ones(4)) and loss.num_classes == 4
+        assert uses_monitor_prior(name) is prior[name] and loss.uses_monitor_prior is prior[name]
+        assert loss.uses_client_counts is not prior[name]
+        good, bad = (loss.set_prior, loss.set_client_counts) if prior[name] else (loss.set_client_counts, loss.set_prior)
+        good(torch.tensor(COUNTS))
+        assert torch.equal(loss.counts, torch.tensor(COUNTS, dtype=torch.float32))
+        with pytest.raises(ValueError, match="does not take"):
+            bad(torch.tensor(COUNTS))
+        with pytest.raises(ValueError, match="shape"):
+            good(torch.ones(5))
+        # the module reads its buffer; forward_counts takes explicit counts
+        torch.testing.assert_close(loss.double()(z, y), loss.forward_counts(z, y, torch.tensor(COUNTS)))
+        assert "counts" in loss.state_dict()
+    assert not uses_monitor_prior("ratio") and not uses_monitor_prior("ce")
+
+
+@pytest.mark.parametrize("name", COUNT_LOSSES)
+def test_counts_losses_mask_and_vmap_per_client_counts(name: str) -> None:
+    z, y = _t(LOGITS, TARGET)
+    loss = get_loss(name, 4).double()
+    pad_z = torch.cat([z, torch.randn(3, 4, dtype=z.dtype) * 9])
+    pad_y = torch.cat([y, torch.tensor([2, 2, 1])])
+    mask = torch.tensor([1] * 5 + [0] * 3, dtype=torch.bool)
+    c = torch.tensor(COUNTS)
+    torch.testing.assert_close(loss.forward_counts(pad_z, pad_y, c, mask), loss.forward_counts(z, y, c))
+    # per-client counts under vmap (the vectorised path's form)
+    zz = torch.randn(2, 6, 4, generator=torch.Generator().manual_seed(5), dtype=torch.float64) * 3
+    yy = torch.tensor([[0, 0, 1, 3, 0, 3], [1, 1, 1, 2, 2, 0]])
+    cc = torch.tensor([[5.0, 1.0, 0.0, 2.0], [1.0, 7.0, 3.0, 0.0]], dtype=torch.float64)
+    batched = torch.func.vmap(lambda a, b, n: loss.forward_counts(a, b, n))(zz, yy, cc)
+    torch.testing.assert_close(batched, torch.stack([loss.forward_counts(zz[i], yy[i], cc[i]) for i in range(2)]))
+    assert not torch.allclose(batched[0], batched[1])
+

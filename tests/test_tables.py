@@ -15,7 +15,7 @@ from test_aggregate import write_job
 from fedbalance.aggregate import collect
 from fedbalance.config import Job
 from fedbalance.tables import (
-    TABLES, bold_mask, cell_values, claims, fmt, fmt_diff, published, table_labels, vs_paper, write_tables,
+    TABLES, bold_mask, cell_values, claims, fmt, fmt_diff, layout, published, table_labels, vs_paper, write_tables,
 )
 
 PAPER_LABELS = [
@@ -203,3 +203,28 @@ def test_paper_tables_compile(frames: tuple[pd.DataFrame, pd.DataFrame], tmp_pat
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout[-2000:]
     assert (tmp_path / "paper_tables.pdf").is_file()
+
+
+def test_beyond_paper_table(tmp_path: Path) -> None:
+    root = tmp_path / "res"
+    acm = {("la", 0): 0.30, ("la", 1): 0.36, ("fedrs", 0): 0.20, ("ce", 0): 0.10, ("ratio", 0): 0.25}
+    for (loss, seed), a in acm.items():
+        write_job(root, Job("beyond", "cifar10", "g50", loss, seed), acm=a, auc=0.7 if loss == "fedrs" else 0.6)
+    write_job(root, Job("losses", "cifar10", "g50", "ce", 0), acm=0.99)  # another family: not in this table
+    final, rounds = collect(root)
+    spec = TABLES["Beyond_paper"]
+    assert "Beyond_paper" in table_labels()
+    assert [r for r, _ in spec.rows] == ["ce", "ratio", "la", "la_local", "fedlc", "fedrs"]
+    values = cell_values(spec, final, rounds)
+    assert len(values) == 2 * 2 * 5 * 6  # metrics x datasets x Γ x losses
+    v = values.set_index(["metric", "dataset", "column", "row"])
+    assert v.loc[("acm", "cifar10", "50:1", "la"), "mean"] == pytest.approx(33.0)
+    assert v.loc[("acm", "cifar10", "50:1", "la"), "n"] == 2
+    assert v.loc[("acm", "cifar10", "50:1", "ce"), "mean"] == pytest.approx(10.0)
+    assert np.isnan(v.loc[("acm", "cifar10", "50:1", "la_local"), "mean"])
+    bold = values[bold_mask(spec, values)]
+    assert bold.loc[bold.metric == "acm", "row"].tolist() == ["la"]
+    assert bold.loc[bold.metric == "auc", "row"].tolist() == ["fedrs"]
+    _, lines = layout(spec, values, final)
+    la_row = next(line for line in lines if line != "hline" and line[1] == spec.rows[2][1])  # the Ac.M block's
+    assert sum(cell.startswith(r"\textbf{33") for cell in la_row) == 1

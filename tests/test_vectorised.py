@@ -169,3 +169,44 @@ def test_refuses_what_it_cannot_batch(lenet: nn.Module, client_data) -> None:
         make_masked_loss(nn.NLLLoss())
     with pytest.raises(ValueError, match="generators"):
         train_copies_vectorised(lenet, client_data, get_loss("ce", Q), CFG, _gens(2))
+
+
+COUNT_LOSSES = ["la", "la_local", "bsm", "bsm_local", "fedlc", "fedrs"]
+
+
+@pytest.mark.parametrize("name", COUNT_LOSSES)
+def test_lenet5_counts_losses_label_skewed_clients(lenet: nn.Module, name: str) -> None:
+    """Each copy trains with its own label counts (local losses) or the shared monitor prior (la, bsm)."""
+    datasets = _data(SIZES, (1, 16, 16), seed=2)
+    # skew the labels: client 0 holds classes 0-3 only, client 2 class 7 only
+    datasets[0] = (datasets[0][0], datasets[0][1] % 4)
+    datasets[2] = (datasets[2][0], torch.full_like(datasets[2][1], 7))
+    loss = get_loss(name, Q)
+    if loss.uses_monitor_prior:
+        loss.set_prior(torch.linspace(1.0, 50.0, Q))
+    _compare(lenet, datasets, loss)
+
+
+def test_vectorised_hands_each_copy_its_own_counts(lenet: nn.Module) -> None:
+    """Counts are per copy: FedRS on a one-class client differs from FedRS with the pooled counts."""
+    datasets = _data((20, 20), (1, 16, 16), seed=3, classes=[1, 8])
+    loss = get_loss("fedrs", Q, alpha=0.1)
+    seq, _ = train_copies(lenet, datasets, loss, CFG, _gens(2), path="sequential")
+    vec, _ = train_copies(lenet, datasets, loss, CFG, _gens(2), path="vectorised")
+    assert _max_diff(seq, vec) < TOL
+    # the loss's buffer holds the last client's counts after the sequential path: its own, class 8 only
+    assert loss.counts.tolist() == [0.0] * 8 + [20.0, 0.0]
+    ce, _ = train_copies(lenet, datasets, get_loss("ce", Q), CFG, _gens(2), path="vectorised")
+    assert _max_diff(ce, vec) > 100 * TOL
+
+
+def test_masked_counts_losses_ignore_padding() -> None:
+    g = torch.Generator().manual_seed(6)
+    logits, y = torch.randn(12, Q, generator=g), torch.randint(0, 3, (12,), generator=g)
+    mask = torch.arange(12) < 7
+    counts = torch.arange(Q, dtype=torch.float32)
+    for name in COUNT_LOSSES:
+        fn = get_loss(name, Q, counts=counts)
+        padded = torch.cat([logits[:7], torch.randn(5, Q, generator=g)]), torch.cat([y[:7], y[:5] * 0 + 9])
+        args = (counts,) if vec_mod.takes_client_counts(fn) else ()
+        torch.testing.assert_close(make_masked_loss(fn)(*padded, mask, *args), fn(logits[:7], y[:7]))

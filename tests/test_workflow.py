@@ -62,7 +62,7 @@ def test_dry_run_full_protocol_plans_every_job(tmp_path):
     r = in_tmp(tmp_path, "-n", "--quiet", "rules", "--configfile", str(FULL))
     assert r.returncode == 0, r.stdout + r.stderr
     counts = job_stats(r.stdout + r.stderr)
-    assert counts["train"] == len(expected) == 2490
+    assert counts["train"] == len(expected) == 2790  # 2490 of the paper + 300 of beyond
     partitions = {(j.experiment, j.dataset, j.setting, j.seed) for j in expected}
     assert counts["partition"] == len(partitions)
     assert counts["prepare_data"] == len(cfg["datasets"])
@@ -77,7 +77,7 @@ def test_dry_run_quick_protocol(tmp_path):
     r = in_tmp(tmp_path, "-n", "--quiet", "rules", "--configfile", str(QUICK))
     assert r.returncode == 0, r.stdout + r.stderr
     counts = job_stats(r.stdout + r.stderr)
-    assert counts["train"] == len(jobs(load_config(QUICK))) == 51
+    assert counts["train"] == len(jobs(load_config(QUICK))) == 63
     assert counts["prepare_data"] == 1
 
 
@@ -85,7 +85,7 @@ def test_slurm_profile_parses(tmp_path):
     r = snakemake("--profile", "profiles/slurm", "-n", "--quiet", "rules", "--configfile", str(QUICK),
                   "--directory", str(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
-    assert job_stats(r.stdout + r.stderr)["train"] == 51
+    assert job_stats(r.stdout + r.stderr)["train"] == 63
 
 
 def _bad_config(tmp: Path, edit) -> Path:
@@ -139,7 +139,7 @@ def test_quick_dag_end_to_end(tmp_path):
 
     res = tmp_path / "results"
     final, rounds = read_tidy(res / "aggregate")
-    assert len(final) == len(jobs(load_config(QUICK))) == 51
+    assert len(final) == len(jobs(load_config(QUICK))) == 63
     tables = res / "tables"
     for label in table_labels():
         for name, what in ((label, "mean"), (f"{label}_std", "std")):

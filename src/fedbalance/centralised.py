@@ -11,6 +11,8 @@ trained for one epoch from the model at the start of the epoch, it compares them
 the end of the epoch (client total = the pooled size, K = 1), and its weights pi are used in the next
 epoch; epoch 0 uses pi = 1. The optimiser's momentum carries over between epochs, which the
 monitor's one-step-from-G_t picture ignores; this only affects the estimates, not the method.
+``la``/``bsm`` take the monitor's estimate as their prior the same way (uniform in epoch 0); the
+losses that read local label counts (FedLC, FedRS, ``*_local``) get the pooled data's counts.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from fedbalance.fl import (
     empty_row,
     evaluate_into,
     fresh_state,
+    hand_over_prior,
     monitor_round,
     needs_monitor,
     restore_state,
@@ -100,6 +103,9 @@ def run_centralised(
             row.update(empirical_y_stats(model, x, y, cfg.batch_size))
         if base_loss(spec) == "ratio":
             loss_fn.set_weight(state["pi"])
+        hand_over_prior(state, loss_fn, q)
+        if getattr(loss_fn, "uses_client_counts", False):
+            loss_fn.set_client_counts(torch.as_tensor(true_counts, dtype=torch.float32))
         if shadow is not None:
             shadow.load_state_dict(model.state_dict())
         batches = batch_schedule(len(y), cfg, torch_generator(seed, TAG_EPOCH, t))

@@ -275,6 +275,37 @@ def make_Monitor_under_imbalance(final: pd.DataFrame, rounds: pd.DataFrame, resu
     return fig
 
 
+BEYOND_LOSSES = ("ce", "ratio", "la", "la_local", "fedlc", "fedrs")
+BEYOND_NAME = {"ce": "CE", "ratio": "Ratio (paper)", "la": "LA, monitor prior", "la_local": "LA, local prior",
+               "fedlc": "FedLC", "fedrs": "FedRS"}
+
+
+def make_Beyond_paper(final: pd.DataFrame, rounds: pd.DataFrame, results_dir: Path | None = None, *,
+                      dataset: str | None = None, estimator: str = "released") -> Figure:
+    """Ac.M (%) against Γ per loss, mean ± std over seeds, one panel per dataset (``beyond``)."""
+    sel = _select(final, experiment="beyond")
+    ds = _datasets(sel, "beyond")
+    fig, axes = _grid(max(len(ds), 1), "Beyond the paper: minority-class accuracy against Γ")
+    if not ds:
+        _no_data(axes[0], "beyond/<any dataset>")
+    for ax, d in zip(axes, ds):
+        sub = sel[sel.dataset == d]
+        losses = [loss for loss in BEYOND_LOSSES if loss in set(sub.loss)] + sorted(set(sub.loss) - set(BEYOND_LOSSES))
+        for loss in losses:
+            pts = [(i, 100 * sub.loc[(sub.loss == loss) & (sub.setting == f"g{g}"), "acc_minority"].dropna())
+                   for i, (g, _) in enumerate(GAMMAS)]
+            pts = [(i, v) for i, v in pts if len(v)]
+            if pts:
+                ax.errorbar([i for i, _ in pts], [v.mean() for _, v in pts],
+                            yerr=[v.std() if len(v) > 1 else 0.0 for _, v in pts], marker="o", capsize=3,
+                            linestyle="--" if loss in ("ce", "ratio") else "-", label=BEYOND_NAME.get(loss, loss))
+        ax.set_xticks(range(len(GAMMAS)), [lab for _, lab in GAMMAS])
+        ax.set(title=d, xlabel="Γ", ylabel="Ac.M (%)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
 MAKERS: dict[str, Callable[..., Figure]] = {
     "fig_monitoring": make_fig_monitoring,
     "Res_mismatch": make_Res_mismatch,
@@ -288,6 +319,7 @@ MAKERS: dict[str, Callable[..., Figure]] = {
     "Sup_curve_femnist_four_losses": make_Sup_curve_femnist_four_losses,
     "Sup_data_splitting": make_Sup_data_splitting,
     "Monitor_under_imbalance": make_Monitor_under_imbalance,
+    "Beyond_paper": make_Beyond_paper,
 }
 FIGURES: list[str] = list(MAKERS)
 

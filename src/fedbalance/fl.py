@@ -8,10 +8,12 @@ One round t (0-based) of ``run_fedavg``:
 2. every selected client trains a copy of G_t on its data (``train_copies`` with the job's
    ``path``; SGD with the job's lr, momentum, weight decay, batch size and local epochs; the job's
    loss, Ratio Loss with the weights pi handed over by the previous round's monitor, pi = 1 in
-   round 0);
+   round 0; ``la``/``bsm`` with the monitor's estimate of the previous round's composition as their
+   prior, uniform in round 0; FedLC, FedRS and the ``*_local`` controls with each client's own
+   label counts, which never leave the client);
 3. the server averages the copies (``aggregation``: ``mean`` = the paper's unweighted FedAvg,
    ``weighted`` = by sample count), batch-norm buffers included, giving G_{t+1};
-4. the monitor (Ratio-Loss jobs, and any job with ``monitor.record``) trains per-class copies of
+4. the monitor (Ratio-Loss and ``la``/``bsm`` jobs, and any job with ``monitor.record``) trains per-class copies of
    G_t on its auxiliary data, estimates the round's class counts from (G_t, G_{t+1}, the clients'
    totals only) and derives the Ratio-Loss weights pi for round t+1. The true composition of the
    selected clients is computed here for evaluation only and never reaches the monitor;
@@ -43,6 +45,7 @@ import torch
 from torch import Tensor, nn
 
 from fedbalance.config import base_loss
+from fedbalance.losses import uses_monitor_prior
 from fedbalance.metrics import empirical_y_stats, evaluate
 from fedbalance.monitor import Acknowledger, Monitor, cosine_similarity, uniform_guess
 from fedbalance.partition import Partition
@@ -94,8 +97,21 @@ def select_clients(selection: str, num_clients: int, k: int, seed: int, round_in
 
 
 def needs_monitor(spec: Mapping[str, Any]) -> bool:
-    """The monitor runs for Ratio-Loss jobs (it makes the weights) and when ``monitor.record`` is set."""
-    return base_loss(spec) == "ratio" or bool(spec.get("monitor", {}).get("record", False))
+    """The monitor runs for Ratio-Loss jobs (it makes the weights), for losses that train with its
+    composition estimate as their prior (``la``, ``bsm``) and when ``monitor.record`` is set."""
+    return (
+        base_loss(spec) == "ratio"
+        or uses_monitor_prior(base_loss(spec))
+        or bool(spec.get("monitor", {}).get("record", False))
+    )
+
+
+def hand_over_prior(state: Mapping[str, Any], loss_fn: nn.Module, num_classes: int) -> None:
+    """Install the monitor's estimate of the previous round's class counts as the prior of a loss
+    with ``uses_monitor_prior`` (uniform in round 0), as the Ratio-Loss weights are handed over."""
+    if getattr(loss_fn, "uses_monitor_prior", False):
+        prior = state.get("prior")
+        loss_fn.set_prior(torch.ones(num_classes, dtype=torch.float64) if prior is None else prior)
 
 
 def build_monitor(spec: Mapping[str, Any], aux_x: Tensor, aux_y: Tensor, num_classes: int, cfg: SGDConfig) -> Monitor:
@@ -181,6 +197,7 @@ def fresh_state(model: nn.Module, loss_fn: nn.Module, num_classes: int) -> dict[
         "model": {k: v.detach().clone() for k, v in model.state_dict().items()},
         "loss_state": {k: v.detach().clone() for k, v in loss_fn.state_dict().items()},
         "pi": torch.ones(num_classes, dtype=torch.float64),
+        "prior": torch.ones(num_classes, dtype=torch.float64),
         "ack": None,
         "ack_round": None,
         "rows": [],
@@ -205,12 +222,14 @@ def monitor_round(
     true_counts: np.ndarray,
     totals: Sequence[int],
 ) -> None:
-    """Record round ``row["round"]``'s estimates, update the acknowledgment and the next round's weights π."""
+    """Record round ``row["round"]``'s estimates, update the acknowledgment and the next round's weights π
+    and prior (the lead estimator's composition estimate, for ``la``/``bsm``)."""
     record_monitor(row, observed, true_counts, totals)
     row["acknowledged"] = ack.update(observed["estimates"][lead].counts)
     if row["acknowledged"] and state["ack_round"] is None:
         state["ack_round"] = row["round"]
     state["pi"] = observed["weights"].detach().cpu().double()
+    state["prior"] = torch.as_tensor(observed["estimates"][lead].counts).detach().cpu().double()
     state["ack"] = ack.state_dict()
 
 
@@ -272,6 +291,7 @@ def run_fedavg(
             row.update(empirical_y_stats(model, data.x_train[pooled], data.y_train[pooled], cfg.batch_size))
         if base_loss(spec) == "ratio":
             loss_fn.set_weight(state["pi"])
+        hand_over_prior(state, loss_fn, q)
         if spec.get("save_trajectory"):
             snapshot = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
             state["extra"].setdefault("trajectory", []).append({"round": t, "model": snapshot, "totals": totals})

@@ -1,4 +1,5 @@
-"""The paper's Ratio Loss and its competitors: CE, Focal, GHM-C, MSE and MFE.
+"""The paper's Ratio Loss and its competitors: CE, Focal, GHM-C, MSE and MFE; beyond the paper,
+logit adjustment, Balanced Softmax, FedLC and FedRS (docs/baselines.md).
 
 Each loss is a ``torch.nn.functional``-style function plus an ``nn.Module`` with torch-style
 ``reduction`` ('mean' | 'sum' | 'none'). Inputs are logits [N, Q] and integer targets [N].
@@ -377,3 +378,332 @@ def get_loss(name: str, num_classes: int, **params: Any) -> nn.Module:
     if "num_classes" in accepted:
         params["num_classes"] = num_classes
     return cls(**params)
+
+
+# ---------------------------------------------------------------- beyond the paper (issue 14)
+#
+# Newer class-imbalance losses, each reading per-class counts n [Q]:
+#
+# * from the monitor (server-side, ``uses_monitor_prior``): the engine calls ``set_prior`` with the
+#   monitor's estimate of the previous round's composition before the clients train (uniform in
+#   round 0), exactly as it hands the Ratio-Loss weights over with ``set_weight``;
+# * from the client's own labels (``uses_client_counts``): the engine calls ``set_client_counts``
+#   with the training client's local label counts before that client trains (sequential path), or
+#   hands every copy its own counts (vectorised path, ``vectorised.make_masked_loss``). The counts
+#   stay on the client: nothing per class is ever sent to the server.
+
+PRIOR_SOURCES = ("monitor", "local")
+FEDRS_SCALING = ("hard", "proportional")
+
+
+def log_prior(counts: torch.Tensor, min_count: float = 1.0) -> torch.Tensor:
+    """log pi_j = log(n_j / sum_k n_k) [Q] with every n_j floored at ``min_count`` (> 0).
+
+    Non-finite or negative counts (a failed estimate) count as ``min_count``; the floor keeps
+    log pi finite, so a class the prior has never seen is strongly, not infinitely, adjusted.
+    """
+    if min_count <= 0:
+        raise ValueError(f"min_count must be > 0, got {min_count}")
+    n = torch.nan_to_num(counts, nan=0.0, posinf=0.0, neginf=0.0).clamp_min(min_count)
+    return n.log() - n.sum(-1, keepdim=True).log()
+
+
+def logit_adjusted_loss(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    counts: torch.Tensor,
+    tau: float = 1.0,
+    min_count: float = 1.0,
+    reduction: str = "mean",
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Logit-adjusted softmax cross-entropy (Menon et al., "Long-tail learning via logit adjustment", ICLR 2021).
+
+    l(y, z) = -log( exp(z_y + tau log pi_y) / sum_j exp(z_j + tau log pi_j) ),  pi = n / sum(n)
+    (``log_prior`` with the floor ``min_count``); tau = 1 is the paper's default and makes this
+    Balanced Softmax. A uniform prior gives exactly CE. ``mask`` [N] keeps the real samples only.
+    """
+    adjusted = logits + tau * log_prior(counts.to(logits.dtype), min_count)
+    return _masked(-_log_p_target(adjusted, target), mask, reduction)
+
+
+def balanced_softmax_loss(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    counts: torch.Tensor,
+    min_count: float = 1.0,
+    reduction: str = "mean",
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Balanced Softmax (Ren et al., "Balanced Meta-Softmax for Long-Tailed Visual Recognition", NeurIPS 2020).
+
+    l(y, z) = -log( n_y exp(z_y) / sum_j n_j exp(z_j) ), the softmax re-weighted by the class
+    counts n (floored at ``min_count``), computed as z_y + log n_y - logsumexp_j(z_j + log n_j).
+    It equals ``logit_adjusted_loss`` with tau = 1 (tests/test_losses.py checks it).
+    """
+    log_n = torch.nan_to_num(counts.to(logits.dtype), nan=0.0, posinf=0.0, neginf=0.0).clamp_min(min_count).log()
+    shifted = logits + log_n
+    log_p = shifted.gather(-1, target.long().unsqueeze(-1)).squeeze(-1) - torch.logsumexp(shifted, dim=-1)
+    return _masked(-log_p, mask, reduction)
+
+
+def fedlc_loss(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    counts: torch.Tensor,
+    tau: float = 1.0,
+    min_count: float = 1e-8,
+    reduction: str = "mean",
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """FedLC's calibrated loss (Zhang et al., "Federated Learning with Label Distribution Skew via Logits Calibration", ICML 2022).
+
+    l(y, z) = -log( exp(z_y - tau n_{c,y}^{-1/4}) / sum_j exp(z_j - tau n_{c,j}^{-1/4}) ), with n_c
+    the client's own label counts: the pairwise label margin tau n^{-1/4} pushes the logits of the
+    client's rare classes down during local training. A class the client lacks has n = 0, floored at
+    ``min_count`` = 1e-8 as the public reference implementations do (FL-bench, fluke), i.e. a margin
+    of 100 tau. The denominator runs over all classes, as in those implementations.
+    """
+    n = torch.nan_to_num(counts.to(logits.dtype), nan=0.0, posinf=0.0, neginf=0.0).clamp_min(min_count)
+    return _masked(-_log_p_target(logits - tau * n.pow(-0.25), target), mask, reduction)
+
+
+def fedrs_scale(counts: torch.Tensor, alpha: float = 0.5, scaling: str = "hard") -> torch.Tensor:
+    """FedRS's per-class logit scale s [Q] from a client's label counts n_c.
+
+    ``"hard"`` (the paper): s_k = 1 if n_{c,k} > 0 else alpha. ``"proportional"`` (the authors'
+    released code): s_k = alpha + (1 - alpha) n_{c,k} / max_j n_{c,j}, so rare local classes are
+    restricted partly and absent ones by alpha.
+    """
+    if scaling not in FEDRS_SCALING:
+        raise ValueError(f"FedRS scaling must be one of {FEDRS_SCALING}, got {scaling!r}")
+    n = torch.nan_to_num(counts, nan=0.0, posinf=0.0, neginf=0.0).clamp_min(0.0)
+    if scaling == "hard":
+        return torch.where(n > 0, torch.ones_like(n), torch.full_like(n, alpha))
+    return alpha + (1.0 - alpha) * n / n.max(-1, keepdim=True).values.clamp_min(torch.finfo(n.dtype).tiny)
+
+
+def fedrs_loss(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    counts: torch.Tensor,
+    alpha: float = 0.5,
+    scaling: str = "hard",
+    reduction: str = "mean",
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """FedRS, restricted softmax (Li & Zhan, "FedRS: Federated Learning with Restricted Softmax for Label Distribution Non-IID Data", KDD 2021).
+
+    l(y, z) = -log( exp(s_y z_y) / sum_j exp(s_j z_j) ), s = ``fedrs_scale(n_c, alpha, scaling)``:
+    the logits of the classes missing from the client are scaled by alpha (default 0.5), which
+    restricts the update of their last-layer weights. The paper scales the missing classes' weight
+    vectors w_k (logit w_k . h); we scale the logit z_k = w_k . h + b_k, i.e. the bias too (our
+    classifiers have one); without a bias the two are identical.
+    """
+    s = fedrs_scale(counts.to(logits.dtype), alpha, scaling)
+    return _masked(-_log_p_target(logits * s, target), mask, reduction)
+
+
+class CountsLoss(_Loss):
+    """Base of the losses that read per-class counts, kept in the buffer ``counts`` [Q] (default all ones).
+
+    ``uses_monitor_prior``: the engine installs the monitor's estimate with ``set_prior`` every round.
+    ``uses_client_counts``: the engine installs each client's local label counts with
+    ``set_client_counts`` before it trains (the vectorised path hands each copy its own counts to
+    ``forward_counts`` instead).
+    """
+
+    uses_monitor_prior = False
+    uses_client_counts = False
+    counts: torch.Tensor | None
+
+    def __init__(self, num_classes: int | None = None, counts: torch.Tensor | None = None, reduction: str = "mean") -> None:
+        super().__init__(reduction)
+        self.num_classes = num_classes
+        if counts is None and num_classes is not None:
+            counts = torch.ones(num_classes)
+        self.register_buffer("counts", None if counts is None else self._validate(counts))
+
+    def _validate(self, counts: torch.Tensor | Any) -> torch.Tensor:
+        c = torch.as_tensor(counts, dtype=torch.get_default_dtype()).detach().clone()
+        if c.dim() != 1 or (self.num_classes is not None and c.numel() != self.num_classes):
+            raise ValueError(f"counts must have shape [{self.num_classes or 'Q'}], got {tuple(c.shape)}")
+        return c
+
+    def _set(self, counts: torch.Tensor | Any) -> None:
+        c = self._validate(counts)
+        self.counts = c if self.counts is None else c.to(self.counts.device)
+
+    def set_prior(self, counts: torch.Tensor | Any) -> None:
+        """Install the server's prior: the monitor's estimate of the round's class counts [Q]."""
+        if not self.uses_monitor_prior:
+            raise ValueError(f"{type(self).__name__} does not take the monitor's prior (it uses local counts)")
+        self._set(counts)
+
+    def set_client_counts(self, counts: torch.Tensor | Any) -> None:
+        """Install the training client's own label counts [Q] (stay on the client)."""
+        if not self.uses_client_counts:
+            raise ValueError(f"{type(self).__name__} does not take local counts (it uses the monitor's prior)")
+        self._set(counts)
+
+    def _counts(self, logits: torch.Tensor) -> torch.Tensor:
+        if self.counts is None:
+            return torch.ones(logits.shape[-1], dtype=logits.dtype, device=logits.device)
+        return self.counts
+
+    def forward(self, logits: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.forward_counts(logits, target, self._counts(logits), mask)
+
+    def forward_counts(
+        self, logits: torch.Tensor, target: torch.Tensor, counts: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The loss with explicit ``counts`` [Q] (the vectorised path passes each copy's own)."""
+        raise NotImplementedError
+
+
+class LogitAdjustedLoss(CountsLoss):
+    """Module form of ``logit_adjusted_loss`` with the monitor's estimate as the prior pi (``la``).
+
+    The prior is the server's: the monitor's estimate of the previous round's class counts,
+    installed by the engine with ``set_prior`` (uniform, i.e. plain CE, in round 0).
+    """
+
+    uses_monitor_prior = True
+
+    def __init__(
+        self,
+        tau: float = 1.0,
+        min_count: float = 1.0,
+        num_classes: int | None = None,
+        counts: torch.Tensor | None = None,
+        reduction: str = "mean",
+    ) -> None:
+        super().__init__(num_classes, counts, reduction)
+        if min_count <= 0:
+            raise ValueError(f"min_count must be > 0, got {min_count}")
+        self.tau = tau
+        self.min_count = min_count
+
+    def extra_repr(self) -> str:
+        return f"tau={self.tau}, min_count={self.min_count}, reduction={self.reduction!r}"
+
+    def forward_counts(
+        self, logits: torch.Tensor, target: torch.Tensor, counts: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return logit_adjusted_loss(logits, target, counts, self.tau, self.min_count, self.reduction, mask)
+
+
+class LogitAdjustedLocalLoss(LogitAdjustedLoss):
+    """``la_local``: the logit-adjusted loss with each client's own label counts as pi (the control)."""
+
+    uses_monitor_prior = False
+    uses_client_counts = True
+
+
+class BalancedSoftmaxLoss(CountsLoss):
+    """Module form of ``balanced_softmax_loss`` with the monitor's estimate as n (``bsm``)."""
+
+    uses_monitor_prior = True
+
+    def __init__(
+        self,
+        min_count: float = 1.0,
+        num_classes: int | None = None,
+        counts: torch.Tensor | None = None,
+        reduction: str = "mean",
+    ) -> None:
+        super().__init__(num_classes, counts, reduction)
+        if min_count <= 0:
+            raise ValueError(f"min_count must be > 0, got {min_count}")
+        self.min_count = min_count
+
+    def extra_repr(self) -> str:
+        return f"min_count={self.min_count}, reduction={self.reduction!r}"
+
+    def forward_counts(
+        self, logits: torch.Tensor, target: torch.Tensor, counts: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return balanced_softmax_loss(logits, target, counts, self.min_count, self.reduction, mask)
+
+
+class BalancedSoftmaxLocalLoss(BalancedSoftmaxLoss):
+    """``bsm_local``: Balanced Softmax with each client's own label counts (the control)."""
+
+    uses_monitor_prior = False
+    uses_client_counts = True
+
+
+class FedLCLoss(CountsLoss):
+    """Module form of ``fedlc_loss`` (``fedlc``): local label counts, tau = 1 by default."""
+
+    uses_client_counts = True
+
+    def __init__(
+        self,
+        tau: float = 1.0,
+        min_count: float = 1e-8,
+        num_classes: int | None = None,
+        counts: torch.Tensor | None = None,
+        reduction: str = "mean",
+    ) -> None:
+        super().__init__(num_classes, counts, reduction)
+        if min_count <= 0:
+            raise ValueError(f"min_count must be > 0, got {min_count}")
+        self.tau = tau
+        self.min_count = min_count
+
+    def extra_repr(self) -> str:
+        return f"tau={self.tau}, min_count={self.min_count}, reduction={self.reduction!r}"
+
+    def forward_counts(
+        self, logits: torch.Tensor, target: torch.Tensor, counts: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return fedlc_loss(logits, target, counts, self.tau, self.min_count, self.reduction, mask)
+
+
+class FedRSLoss(CountsLoss):
+    """Module form of ``fedrs_loss`` (``fedrs``): local label counts, alpha = 0.5, the paper's hard scaling."""
+
+    uses_client_counts = True
+
+    def __init__(
+        self,
+        alpha: float = 0.5,
+        scaling: str = "hard",
+        num_classes: int | None = None,
+        counts: torch.Tensor | None = None,
+        reduction: str = "mean",
+    ) -> None:
+        super().__init__(num_classes, counts, reduction)
+        if not 0.0 <= alpha <= 1.0:
+            raise ValueError(f"FedRS alpha must be in [0, 1], got {alpha}")
+        if scaling not in FEDRS_SCALING:
+            raise ValueError(f"FedRS scaling must be one of {FEDRS_SCALING}, got {scaling!r}")
+        self.alpha = alpha
+        self.scaling = scaling
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}, scaling={self.scaling!r}, reduction={self.reduction!r}"
+
+    def forward_counts(
+        self, logits: torch.Tensor, target: torch.Tensor, counts: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return fedrs_loss(logits, target, counts, self.alpha, self.scaling, self.reduction, mask)
+
+
+LOSSES.update(
+    {
+        "la": LogitAdjustedLoss,
+        "la_local": LogitAdjustedLocalLoss,
+        "bsm": BalancedSoftmaxLoss,
+        "bsm_local": BalancedSoftmaxLocalLoss,
+        "fedlc": FedLCLoss,
+        "fedrs": FedRSLoss,
+    }
+)
+
+
+def uses_monitor_prior(name: str) -> bool:
+    """Whether the registered loss ``name`` trains with the monitor's estimate (so the job needs the monitor)."""
+    return bool(getattr(LOSSES.get(name), "uses_monitor_prior", False))
+

@@ -198,6 +198,34 @@ def _imbalance_table() -> TableSpec:
                      ("cs",), rows, groups, corner=(r"\textbf{Data}", r"$\Gamma$"), source="imbalance")
 
 
+# ---------------------------------------------------------------- beyond the paper: newer losses (issue 14)
+
+BEYOND_LOSSES = ("ce", "ratio", "la", "la_local", "fedlc", "fedrs")
+LOSS_LABEL.update({
+    "la": r"$L_{L\!A}$ (monitor $\pi$)", "la_local": r"$L_{L\!A}$ (local $\pi$)",
+    "bsm": r"$L_{B\!S}$ (monitor)", "bsm_local": r"$L_{B\!S}$ (local)", "fedlc": "FedLC", "fedrs": "FedRS",
+})
+CAPTION_BEYOND = (
+    r"Beyond the paper: newer class-imbalance losses under the paper's protocol (the fixed clients, "
+    r"partitions and seeds of the loss comparison), over MNIST and CIFAR10 and different levels of global "
+    r"imbalance: logit adjustment ($\tau=1$, i.e.\ Balanced Softmax) with the monitor's estimate of the "
+    r"round's composition as the prior ($L_{L\!A}$ monitor $\pi$) or each client's own label counts "
+    r"(local $\pi$), FedLC ($\tau=1$) and FedRS ($\alpha=0.5$), beside $L_{C\!E}$ and $L_{R\!L}$."
+)
+
+
+def _beyond_table() -> TableSpec:
+    """Beyond_paper: Res_3_datasets' layout (datasets side by side, Γ columns, Ac.M and AUC blocks) for
+    ``BEYOND_LOSSES`` of the experiment family ``beyond``."""
+    groups, cells = [], []
+    for d in ("mnist", "cifar10"):
+        cols = tuple((lab, f"g{g}") for lab, g in GAMMAS)
+        groups.append(Group(rf"\textbf{{{DATASET_NAME[d]}}}", d, tuple((c, c) for c, _ in cols)))
+        cells += [Cell(m, d, c, loss, "beyond", s, loss) for m in ("acm", "auc") for c, s in cols for loss in BEYOND_LOSSES]
+    rows = tuple((loss, LOSS_LABEL[loss]) for loss in BEYOND_LOSSES)
+    return TableSpec("Beyond_paper", CAPTION_BEYOND, "grid", tuple(cells), ("acm", "auc"), rows, tuple(groups))
+
+
 def _specs() -> dict[str, TableSpec]:
     three = ("mnist", "cifar10", "fer2013")
     specs = [
@@ -233,6 +261,7 @@ def _specs() -> dict[str, TableSpec]:
         _mismatch_table("Sup_data_CIFAR10", "cifar10"),
         _mismatch_table("Sup_data_Fer2013", "fer2013"),
         _imbalance_table(),
+        _beyond_table(),
     ]
     return {s.label: s for s in specs}
 

@@ -98,6 +98,14 @@ def average_stacked(stacked: dict[str, torch.Tensor], weights: torch.Tensor | No
     return out
 
 
+def client_counts(loss_fn: nn.Module, y: torch.Tensor) -> torch.Tensor:
+    """A client's own label counts [Q] (float) for a loss with ``uses_client_counts`` and ``num_classes`` set."""
+    q = getattr(loss_fn, "num_classes", None)
+    if q is None:
+        raise ValueError(f"{type(loss_fn).__name__} reads local label counts: build it with num_classes (get_loss does)")
+    return torch.bincount(y.long().reshape(-1), minlength=q)[:q].float()
+
+
 def train_copies(
     model: nn.Module,
     datasets: list[tuple[torch.Tensor, torch.Tensor]],
@@ -111,7 +119,9 @@ def train_copies(
 
     This is both a FedAvg round's client training and the monitor's per-class auxiliary
     training. ``model`` itself is left unchanged. ``path`` selects the sequential reference or the
-    batched implementation (``fedbalance.vectorised``); both give the same numbers.
+    batched implementation (``fedbalance.vectorised``); both give the same numbers. A loss with
+    ``uses_client_counts`` (FedLC, FedRS, la_local, bsm_local) gets each copy's own label counts
+    (``client_counts``) before that copy trains; the counts never leave ``train_copies``.
     """
     if path == "vectorised":
         from fedbalance.vectorised import train_copies_vectorised
@@ -123,6 +133,8 @@ def train_copies(
     states, losses = [], []
     for (x, y), gen in zip(datasets, generators, strict=True):
         model.load_state_dict(start)
+        if getattr(loss_fn, "uses_client_counts", False):
+            loss_fn.set_client_counts(client_counts(loss_fn, y))
         losses.append(local_sgd(model, x, y, loss_fn, cfg, gen))
         states.append({k: v.detach().clone() for k, v in model.state_dict().items()})
     model.load_state_dict(start)

@@ -23,7 +23,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from fedbalance import losses
-from fedbalance.train import SGDConfig, batch_schedule, to_float
+from fedbalance.train import SGDConfig, batch_schedule, client_counts, to_float
 
 MaskedLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -198,15 +198,40 @@ def _mfe_loss(loss_fn: losses.MFELoss) -> MaskedLoss:
     return fn
 
 
+def _counts_loss(loss_fn: losses.CountsLoss) -> Callable[..., torch.Tensor]:
+    """Losses that read class counts: ``(logits, y, mask, counts)`` with each copy's own local counts
+    (``uses_client_counts``), ``(logits, y, mask)`` with the loss's buffer (the monitor's prior)."""
+    if loss_fn.uses_client_counts:
+
+        def fn(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+            return loss_fn.forward_counts(logits, y, counts, mask)
+
+        return fn
+
+    def prior_fn(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return loss_fn(logits, y, mask)
+
+    return prior_fn
+
+
+def takes_client_counts(loss_fn: nn.Module) -> bool:
+    """Whether ``make_masked_loss(loss_fn)`` takes a fourth argument, the copy's own label counts [Q]."""
+    return isinstance(loss_fn, losses.CountsLoss) and loss_fn.uses_client_counts
+
+
 def make_masked_loss(loss_fn: nn.Module) -> MaskedLoss:
     """``(logits, y, mask) -> loss_fn(logits[mask], y[mask])`` with static shapes (vmap-safe).
 
     Padded samples (mask 0) influence nothing: per-sample losses are reduced over the real ones,
-    and GHM-C's bin density and MFE's class counts are counted over the real ones.
+    and GHM-C's bin density and MFE's class counts are counted over the real ones. Losses that
+    read each client's own label counts (``takes_client_counts``: FedLC, FedRS, la_local,
+    bsm_local) take them as a fourth argument ``counts`` [Q], vmapped over the copies.
     """
     reduction = getattr(loss_fn, "reduction", None)
     if reduction not in ("mean", "sum"):
         raise ValueError(f"the vectorised path needs a scalar loss (reduction 'mean' or 'sum'), got {reduction!r}")
+    if isinstance(loss_fn, losses.CountsLoss):
+        return _counts_loss(loss_fn)
     if isinstance(loss_fn, (losses.GHMCLoss, losses.RatioLoss)):
         return _mask_aware_loss(loss_fn)
     if isinstance(loss_fn, losses.MFELoss):
@@ -217,11 +242,12 @@ def make_masked_loss(loss_fn: nn.Module) -> MaskedLoss:
         return _per_sample_loss(loss_fn)
     raise NotImplementedError(
         f"no masked form of {type(loss_fn).__name__} for the vectorised path; supported: "
-        f"{sorted(c.__name__ for c in (*_PER_SAMPLE, losses.GHMCLoss, losses.RatioLoss, losses.MFELoss, nn.CrossEntropyLoss))}"
+        f"{sorted(c.__name__ for c in (*_PER_SAMPLE, *_COUNTS, losses.GHMCLoss, losses.RatioLoss, losses.MFELoss, nn.CrossEntropyLoss))}"
     )
 
 
 _PER_SAMPLE = (losses.CrossEntropyLoss, losses.FocalLoss, losses.MSELoss)
+_COUNTS = tuple(c for c in losses.LOSSES.values() if issubclass(c, losses.CountsLoss))
 
 
 def _schedules(
@@ -271,8 +297,12 @@ def _make_step(
     cfg: SGDConfig,
     options: VectorisedOptions,
     device: torch.device,
+    with_counts: bool = False,
 ) -> Callable[..., tuple[dict[str, torch.Tensor], ...]]:
-    """One batched SGD step: (params, buffers, momenta, x, y, mask, active) -> updated + step loss."""
+    """One batched SGD step: (params, buffers, momenta, x, y, mask, active, counts) -> updated + step loss.
+
+    ``counts`` [K, Q] are the copies' own label counts, passed to the loss when ``with_counts``.
+    """
 
     def loss_of(
         params: dict[str, torch.Tensor],
@@ -280,6 +310,7 @@ def _make_step(
         x: torch.Tensor,
         y: torch.Tensor,
         mask: torch.Tensor,
+        counts: torch.Tensor,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, dict[str, torch.Tensor]]]:
         ctx.mask, ctx.new_buffers = mask, {}
         x = to_float(x)
@@ -289,7 +320,7 @@ def _make_step(
             logits = functional_call(twin, (params, buffers), (x,))
         if logits.dtype not in (torch.float32, torch.float64):
             logits = logits.float()
-        loss = loss_fn(logits, y, mask)
+        loss = loss_fn(logits, y, mask, counts) if with_counts else loss_fn(logits, y, mask)
         new = {k: ctx.new_buffers.get(k, v) for k, v in buffers.items()}
         ctx.mask, ctx.new_buffers = None, {}
         return loss, (loss.detach(), new)
@@ -302,8 +333,9 @@ def _make_step(
         y: torch.Tensor,
         mask: torch.Tensor,
         active: torch.Tensor,
+        counts: torch.Tensor,
     ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, torch.Tensor], torch.Tensor]:
-        grads, (loss, new_buffers) = grad(loss_of, has_aux=True)(params, buffers, x, y, mask)
+        grads, (loss, new_buffers) = grad(loss_of, has_aux=True)(params, buffers, x, y, mask, counts)
         new_params, new_momenta = {}, {}
         for k, p in params.items():
             d = grads[k]
@@ -346,7 +378,11 @@ def train_copies_vectorised(
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     param_names = [k for k in state if k in trainable]
     buffer_names = [k for k in state if k not in trainable]
-    step = _make_step(twin, ctx, masked, cfg, options, device)
+    with_counts = takes_client_counts(loss_fn)
+    step = _make_step(twin, ctx, masked, cfg, options, device, with_counts)
+    # each copy's own label counts (losses that read them), else a placeholder column
+    counts = (torch.stack([client_counts(loss_fn, y) for _, y in datasets]) if with_counts
+              else torch.zeros(len(datasets), 1)).to(device)
 
     idx, mask, n_steps = _schedules([len(y) for _, y in datasets], cfg, generators)
     full = mask.all(-1)
@@ -372,7 +408,8 @@ def train_copies_vectorised(
                 sel = idx[s, lo:hi]
                 ctx.full = full_steps[s]
                 params, buffers, momenta, loss = step(
-                    params, buffers, momenta, xs[rows, sel], ys[rows, sel], mask[s, lo:hi], active[s, lo:hi]
+                    params, buffers, momenta, xs[rows, sel], ys[rows, sel], mask[s, lo:hi], active[s, lo:hi],
+                    counts[lo:hi],
                 )
                 total += loss
             out_states.append({k: params[k] if k in params else buffers[k] for k in state})

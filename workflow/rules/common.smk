@@ -116,6 +116,7 @@ FAMILY = {
     "fig_monitoring": "monitor",
     "Sup_empirical_sim": "monitor",
     "Sup_empirical_mul": "monitor",
+    "Beyond_paper": "beyond",
 }
 
 

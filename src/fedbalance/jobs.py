@@ -40,7 +40,7 @@ import torch
 
 import fedbalance
 from fedbalance.centralised import num_epochs, run_centralised
-from fedbalance.config import base_loss, partition_args
+from fedbalance.config import base_loss, job_value, partition_args
 from fedbalance.data import Dataset, load_dataset
 from fedbalance.fl import ESTIMATORS, ROUND_COLUMNS, TAG_AUX, TAG_INIT, JobData, derive_seed, needs_monitor, run_fedavg
 from fedbalance.losses import get_loss
@@ -122,7 +122,7 @@ def _draw_per_class(
 def auxiliary_data(spec: Mapping[str, Any], dataset: Dataset, partitions: Mapping[str, Partition]) -> tuple[torch.Tensor, torch.Tensor]:
     """The monitor's auxiliary data: ``monitor.aux_per_class`` samples of every class.
 
-    ``monitor.aux_source``: ``test`` (default; the paper, Supplementary "Auxiliary Data") takes them
+    ``monitor.aux_source``: ``test`` (default, ``fedbalance.config.JOB_DEFAULTS``; the paper, Supplementary "Auxiliary Data") takes them
     from the test split, where they stay, or, for datasets with writer ids (FEMNIST), from the
     training samples of writers no client uses; ``train`` from the whole training split, as the
     released code (``ratio_loss_data``: the first 63 or ``local_bs`` training samples of each
@@ -131,7 +131,7 @@ def auxiliary_data(spec: Mapping[str, Any], dataset: Dataset, partitions: Mappin
     """
     m = spec["monitor"]
     k = int(m["aux_per_class"])
-    source, first = m.get("aux_source", "test"), m.get("aux_selection", "random") == "first"
+    source, first = job_value(spec, "monitor.aux_source"), job_value(spec, "monitor.aux_selection") == "first"
     rng = np.random.default_rng(derive_seed(int(spec["seed"]), TAG_AUX))
     q = dataset.num_classes
     if source == "train":

@@ -1,0 +1,220 @@
+"""Reliability (issue 11): required keys, refused configs, locks, fingerprints, permissions, tracked data.
+
+Each test names the issue item it covers; docs/reliability.md lists the guarantees and these tests.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedbalance.config import (
+    JOB_DEFAULTS,
+    SCHEMA_PATH,
+    ConfigError,
+    Job,
+    job_value,
+    load_config,
+    read_yaml,
+    resolve_job,
+    validate,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICK = ROOT / "config" / "quick.yaml"
+
+
+@pytest.fixture()
+def quick() -> dict:
+    return yaml.safe_load(QUICK.read_text())
+
+
+def one_experiment(cfg: dict, name: str, **settings: dict) -> dict:
+    """``cfg`` with only experiment ``name``, its grid replaced by explicit ``settings`` (default: one empty)."""
+    exp = copy.deepcopy(cfg["experiments"][name])
+    exp.pop("grid", None)
+    exp["settings"] = settings or {"s": {}}
+    return {**cfg, "experiments": {name: exp}}
+
+
+def _drop(cfg: dict, dotted: str) -> None:
+    *head, last = dotted.split(".")
+    d = cfg["defaults"]
+    for k in head:
+        d = d[k]
+    del d[last]
+
+
+# --- item 1: every key a job reads is required after merging, or has one default -----------------
+
+
+@pytest.mark.parametrize(
+    "key, experiment",
+    [
+        ("lr", "losses"),
+        ("rounds", "losses"),
+        ("batch_size", "losses"),
+        ("monitor.t_ra", "losses"),
+        ("mode", "losses"),
+        ("partition.scheme", "losses"),
+        ("partition.num_clients", "losses"),
+        ("partition.min_classes", "losses"),
+        ("partition.majority_samples", "losses"),
+        ("partition.gamma", "losses"),
+        ("partition.samples_per_class", "monitor"),
+        ("partition.classes_per_client", "mismatch"),
+        ("clients_per_round", "losses"),
+        ("monitor.acknowledge.threshold", "losses"),
+    ],
+)
+def test_missing_required_key_is_refused_naming_it(quick: dict, key: str, experiment: str) -> None:
+    cfg = one_experiment(quick, experiment)
+    if experiment == "losses":
+        cfg["experiments"]["losses"]["losses"] = ["ce", "ratio"]  # ratio reads the monitor keys
+    validate(cfg)  # complete: accepted
+    _drop(cfg, key)
+    with pytest.raises(ConfigError) as err:
+        validate(cfg)
+    msg = str(err.value)
+    assert f"'{key}' is not set" in msg and "defaults" in msg and f"experiments.{experiment}[mnist, s," in msg
+
+
+def test_monitor_keys_required_only_where_the_monitor_runs(quick: dict) -> None:
+    cfg = one_experiment(quick, "losses")
+    cfg["experiments"]["losses"]["losses"] = ["ce", "focal"]
+    _drop(cfg, "monitor.t_ra")
+    validate(cfg)  # no job of this study runs the monitor
+    cfg["experiments"]["losses"]["losses"] = ["ce", "ratio"]  # ratio is not the first loss: still checked
+    with pytest.raises(ConfigError, match=r"\[mnist, s, ratio\]: 'monitor.t_ra' is not set"):
+        validate(cfg)
+
+
+def test_optional_keys_have_one_default(quick: dict) -> None:
+    cfg = load_config(quick)
+    spec = resolve_job(cfg, Job("losses", "mnist", "g10", "ratio", 0))
+    assert "aux_source" not in spec["monitor"] and "save_trajectory" not in spec  # quick.yaml leaves them out
+    assert job_value(spec, "monitor.aux_source") == "test" == JOB_DEFAULTS["monitor"]["aux_source"]
+    assert job_value(spec, "monitor.aux_selection") == "random"
+    assert job_value(spec, "save_trajectory") is False
+    assert job_value(spec, "monitor.t_ra") == 1.25  # set: the spec's value, not a default
+    spec["monitor"]["aux_source"] = "train"
+    assert job_value(spec, "monitor.aux_source") == "train"
+
+
+# --- item 2: colliding setting names --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "values, name, shown",
+    [
+        ([0.5, 0.5000001], "a0.5", ["monitor.alpha=0.5 ", "monitor.alpha=0.5000001 "]),
+        ([10, 10.0], "g10", ["partition.gamma=10 ", "partition.gamma=10.0 "]),
+    ],
+)
+def test_colliding_grid_names_are_refused(quick: dict, values: list, name: str, shown: list) -> None:
+    cfg = one_experiment(quick, "losses")
+    exp = cfg["experiments"]["losses"]
+    del exp["settings"]
+    key = "monitor.alpha" if name.startswith("a") else "partition.gamma"
+    exp["grid"] = {name[0]: {"key": key, "values": values}}
+    with pytest.raises(ConfigError) as err:
+        validate(cfg)
+    msg = str(err.value)
+    assert repr(name) in msg and all(s in msg for s in shown), msg
+
+
+def test_explicit_setting_named_like_a_grid_one_is_refused(quick: dict) -> None:
+    cfg = copy.deepcopy(quick)
+    cfg["experiments"]["losses"]["settings"] = {"g10": {"partition": {"gamma": 50}}}
+    with pytest.raises(ConfigError, match=r"settings\.g10.*'g10'|'g10'.*settings\.g10"):
+        validate(cfg)
+
+
+# --- item 3: NaN and inf ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "edit, key",
+    [
+        ("  lr: 0.03\n", "defaults.lr"),
+        ("      g: {key: partition.gamma, values: [1, 10]}\n", "experiments.losses.grid.g.values.1"),
+    ],
+)
+@pytest.mark.parametrize("bad", [".nan", ".inf", "-.inf"])
+def test_non_finite_numbers_are_refused_naming_the_key(tmp_path: Path, edit: str, key: str, bad: str) -> None:
+    text = QUICK.read_text()
+    assert edit in text
+    new = edit.replace("0.03", bad) if "lr" in edit else edit.replace("10]", f"{bad}]")
+    path = tmp_path / "bad.yaml"
+    path.write_text(text.replace(edit, new))
+    with pytest.raises(ConfigError, match=rf"^{key}: .* is not a finite number"):
+        load_config(path)
+
+
+# --- item 4: duplicate YAML keys ------------------------------------------------------------------
+
+
+def test_duplicate_key_is_refused_with_file_and_line(tmp_path: Path) -> None:
+    text = QUICK.read_text()
+    lines = text.splitlines(keepends=True)
+    at = lines.index("  lr: 0.03\n")
+    path = tmp_path / "dup.yaml"
+    path.write_text("".join(lines[: at + 1] + ["  lr: 5.0\n"] + lines[at + 1:]))
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == f"{path}: line {at + 2}: key 'lr' is given twice in one mapping (first on line {at + 1})"
+    path.write_text("a: {b: 1, b: 2}\n")
+    with pytest.raises(ConfigError, match="line 1: key 'b' is given twice"):
+        read_yaml(path)
+    path.write_text("base: &x {b: 1}\nother:\n  <<: *x\n  b: 2\n")  # a merge key may be overridden
+    assert read_yaml(path) == {"base": {"b": 1}, "other": {"b": 2}}
+
+
+def test_schema_copies_equal_and_free_of_duplicates() -> None:
+    other = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+    assert SCHEMA_PATH.read_bytes() == other.read_bytes()
+    assert "loss_variants" in read_yaml(SCHEMA_PATH)["properties"]
+
+
+def _snakemake_dry(tmp: Path, config_text: str) -> subprocess.CompletedProcess:
+    path = tmp / "cfg.yaml"
+    path.write_text(config_text)
+    return subprocess.run(
+        ["snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(tmp / "run"), "-n", "--configfile", str(path)],
+        capture_output=True, text=True, timeout=600,
+    )
+
+
+@pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
+def test_snakemake_refuses_duplicate_keys_and_bad_dataset_options(tmp_path: Path) -> None:
+    """Items 4 and 12 under Snakemake: one 'invalid configuration' line, no DAG, no traceback."""
+    text = QUICK.read_text()
+    r = _snakemake_dry(tmp_path, text.replace("  lr: 0.03\n", "  lr: 0.03\n  lr: 5.0\n"))
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and "Building DAG" not in out
+    assert "invalid configuration:" in out and "key 'lr' is given twice" in out and "line " in out, out
+    cfg = yaml.safe_load(text)
+    cfg["datasets"]["mnist"]["options"] = {"bogus": 1}
+    r = _snakemake_dry(tmp_path, yaml.safe_dump(cfg))
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and "Building DAG" not in out and "Traceback" not in out, out
+    assert "invalid configuration: datasets.mnist.options:" in out and "bogus" in out, out
+
+
+# --- item 12: a bad dataset option is a ConfigError naming the key ------------------------------------
+
+
+def test_bad_dataset_option_names_the_key(quick: dict) -> None:
+    cfg = copy.deepcopy(quick)
+    cfg["datasets"]["mnist"]["options"] = {"bogus": 1}
+    with pytest.raises(ConfigError, match=r"^datasets\.mnist\.options: .*unknown option 'bogus'"):
+        validate(cfg)
+    cfg = copy.deepcopy(quick)
+    cfg["experiments"]["losses"]["params"] = {"options": {"bogus": 1}}
+    with pytest.raises(ConfigError, match=r"^experiments\.losses\[mnist, g1, ce\]\.options: .*'bogus'"):
+        validate(cfg)

@@ -218,3 +218,194 @@ def test_bad_dataset_option_names_the_key(quick: dict) -> None:
     cfg["experiments"]["losses"]["params"] = {"options": {"bogus": 1}}
     with pytest.raises(ConfigError, match=r"^experiments\.losses\[mnist, g1, ce\]\.options: .*'bogus'"):
         validate(cfg)
+
+
+# --- jobs: a tiny run_job on the embedded mnist5k -------------------------------------------------
+
+
+def tiny_spec(seed: int = 0, gamma: float = 10) -> dict:
+    cfg = load_config(QUICK)
+    spec = resolve_job(cfg, Job("losses", "mnist", "g10", "ratio", seed))
+    spec["partition"].update(num_clients=4, majority_samples=12, gamma=gamma)
+    spec["monitor"]["aux_per_class"] = 8
+    spec.update(clients_per_round=3, rounds=3, batch_size=16, lr=0.05, selection="random")
+    return spec
+
+
+@pytest.fixture()
+def one_thread():
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# --- item 5: a second job in the same folder is refused; it deletes nothing ---------------------------
+
+
+def test_second_job_in_a_busy_folder_is_refused_and_deletes_nothing(tmp_path: Path, one_thread) -> None:
+    import sys
+
+    from fedbalance.jobs import JobError, run_job
+
+    out = tmp_path / "job"
+    out.mkdir()
+    live = out / ".metrics.json.k2x9_1.tmp"  # a temp file of the job that holds the folder
+    live.write_text("being written")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from fedbalance.jobs import job_lock\n"
+         "with job_lock(Path(sys.argv[1])):\n    print('locked', flush=True); time.sleep(120)", str(out)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(JobError, match=rf"{out} is in use by pid {holder.pid} on \S+ \(lock file"):
+            run_job(tiny_spec(), out, device="cpu", progress=False)
+        assert live.read_text() == "being written"
+        assert not (out / "metrics.json").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    m = run_job(tiny_spec(), out, device="cpu", progress=False)  # its owner is gone: the leftover goes
+    assert m["rounds"] == 3 and not live.exists()
+
+
+# --- item 6: threads, device and versions recorded; a resume that changes them is refused ------------
+
+
+def test_resume_under_other_threads_is_refused(tmp_path: Path, one_thread) -> None:
+    import torch
+
+    from fedbalance.jobs import CHECKPOINT, JobError, run_job
+
+    class Killed(Exception):
+        pass
+
+    def kill(state: dict, row: dict) -> None:
+        if row["round"] == 1:
+            raise Killed
+
+    spec, out = tiny_spec(), tmp_path / "job"
+    with pytest.raises(Killed):
+        run_job(spec, out, device="cpu", progress=False, on_round=kill)
+    ckpt = torch.load(out / CHECKPOINT, weights_only=False)
+    assert ckpt["runtime"]["threads"] == 1 and ckpt["runtime"]["device"] == "cpu"
+    assert ckpt["runtime"]["torch"] == torch.__version__ and "fedbalance" in ckpt["runtime"]
+    torch.set_num_threads(2)
+    with pytest.raises(JobError, match=r"another runtime \(threads 1 -> 2\).*--threads 1"):
+        run_job(spec, out, device="cpu", progress=False)
+    assert (out / CHECKPOINT).exists() and not (out / "metrics.json").exists()
+    torch.set_num_threads(1)
+    m = run_job(spec, out, device="cpu", progress=False)
+    assert m["rounds"] == 3 and m["threads"] == 1
+
+
+def test_legacy_checkpoint_without_runtime_resumes_with_a_warning(tmp_path: Path, one_thread) -> None:
+    import torch
+
+    from fedbalance.jobs import CHECKPOINT, run_job
+
+    def kill(state: dict, row: dict) -> None:
+        if row["round"] == 0:
+            raise KeyboardInterrupt
+
+    spec, out = tiny_spec(), tmp_path / "job"
+    with pytest.raises(KeyboardInterrupt):
+        run_job(spec, out, device="cpu", progress=False, on_round=kill)
+    ckpt = torch.load(out / CHECKPOINT, weights_only=False)
+    del ckpt["runtime"]
+    torch.save(ckpt, out / CHECKPOINT)
+    with pytest.warns(UserWarning, match="does not record its threads"):
+        assert run_job(spec, out, device="cpu", progress=False)["rounds"] == 3
+
+
+def test_cli_default_threads_equal_the_workflows(tmp_path: Path, quick: dict) -> None:
+    import json
+
+    import torch
+
+    from fedbalance.cli import main
+    from fedbalance.config import JOB_THREADS
+
+    cfg = copy.deepcopy(quick)
+    cfg["defaults"]["partition"].update(majority_samples=12)
+    cfg["defaults"].update(clients_per_round=3, rounds=1, batch_size=16)
+    cfg["defaults"]["monitor"]["aux_per_class"] = 8
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    smk = (ROOT / "workflow" / "rules" / "common.smk").read_text()
+    assert 'TRAIN_THREADS = JOB_THREADS["cuda" if USE_GPU else "cpu"]' in smk
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        argv = ["train", "--config", str(path), "--experiment", "losses", "--dataset", "mnist", "--setting", "g10",
+                "--loss", "ce", "--seed", "0", "--device", "cpu", "--out", str(tmp_path / "out")]
+        assert main(argv) == 0
+    finally:
+        torch.set_num_threads(before)
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["threads"] == JOB_THREADS["cpu"] == 1
+
+
+# --- item 7: outputs honour the umask --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o027, 0o640), (0o077, 0o600)])
+def test_atomic_write_honours_the_umask(tmp_path: Path, umask: int, mode: int) -> None:
+    import os
+
+    from fedbalance.atomic import atomic_write, write_json
+
+    old = os.umask(umask)
+    try:
+        atomic_write(tmp_path / "a.txt", lambda fh: fh.write("x"))
+        write_json({"a": 1}, tmp_path / "b.json")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a.txt").stat().st_mode & 0o777 == mode
+    assert (tmp_path / "b.json").stat().st_mode & 0o777 == mode
+
+
+# --- item 9: a partition made for another setting or seed is refused ----------------------------------
+
+
+def test_partition_of_another_setting_or_seed_is_refused(tmp_path: Path, one_thread) -> None:
+    from fedbalance.data import load_dataset
+    from fedbalance.jobs import JobError, build_partitions, run_job
+
+    ds = load_dataset("mnist5k")
+    spec = tiny_spec()
+    for other, words in [
+        (tiny_spec(seed=1), "made with seed = 1 but the job has seed = 0"),
+        (tiny_spec(gamma=1), "made with gamma = 1 but the job has partition.gamma = 10"),
+    ]:
+        with pytest.raises(JobError, match=words):
+            run_job(spec, tmp_path / "job", device="cpu", progress=False, partitions=build_partitions(other, ds))
+    assert not (tmp_path / "job" / "metrics.json").exists()
+
+
+# --- item 11: an --out that is a file: exit 2, one line, before any work ------------------------------
+
+
+def test_out_that_is_a_file_fails_before_training(tmp_path: Path, capsys, monkeypatch) -> None:
+    import fedbalance.jobs
+    from fedbalance.cli import main
+    from fedbalance.jobs import JobError, run_job
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("training started")
+
+    monkeypatch.setattr(fedbalance.jobs, "run_job", no_training)
+    out = tmp_path / "out"
+    out.write_text("not a folder")
+    argv = ["train", "--config", str(QUICK), "--experiment", "losses", "--dataset", "mnist", "--setting", "g10",
+            "--loss", "ce", "--seed", "0", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == f"fedbalance train: error: --out {out} is a file; it must be a folder (new or a job's earlier output)\n"
+    monkeypatch.undo()
+    with pytest.raises(JobError, match="is a file, not a folder"):
+        run_job(tiny_spec(), out, device="cpu", progress=False)
+    assert out.read_text() == "not a folder"

@@ -54,7 +54,7 @@ REQUIRED_MONITOR_KEYS = (
 )
 # Threads per training job (torch.set_num_threads): the workflow's rule train and the CLI's default.
 # CPU jobs use one thread each so that `--cores N` runs N jobs side by side.
-TRAIN_THREADS = {"cpu": 1, "cuda": 4}
+JOB_THREADS = {"cpu": 1, "cuda": 4}
 
 
 class ConfigError(ValueError):

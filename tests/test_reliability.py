@@ -409,3 +409,175 @@ def test_out_that_is_a_file_fails_before_training(tmp_path: Path, capsys, monkey
     with pytest.raises(JobError, match="is a file, not a folder"):
         run_job(tiny_spec(), out, device="cpu", progress=False)
     assert out.read_text() == "not a folder"
+
+
+# --- item 8: a data file changed after prepare_data fails loudly, naming the file ----------------------
+
+
+def test_changed_data_file_fails_against_the_manifest(tmp_path: Path) -> None:
+    import json
+
+    from fedbalance.data import DataError, check_manifest, data_manifest
+
+    csv = tmp_path / "data" / "fer2013" / "fer2013.csv"
+    csv.parent.mkdir(parents=True)
+    csv.write_text("emotion,pixels,Usage\n0,1 2,Training\n")
+    manifest = tmp_path / "fer.json"
+    record = data_manifest("fer", "fer2013", {}, tmp_path / "data", [csv])
+    assert record["files"] == [{"path": str(csv), "size": csv.stat().st_size,
+                                "md5": __import__("hashlib").md5(csv.read_bytes()).hexdigest()}]
+    manifest.write_text(json.dumps(record))
+    check_manifest(manifest)  # unchanged: passes
+    csv.write_text("emotion,pixels,Usage\n3,1 2,Training\n")  # same size, other label
+    with pytest.raises(DataError, match=rf"data file {csv} changed since {manifest} recorded it.*--forcerun prepare_data"):
+        check_manifest(manifest)
+    csv.unlink()
+    with pytest.raises(DataError, match=rf"data file {csv} is missing"):
+        check_manifest(manifest)
+    train_script = (ROOT / "workflow" / "scripts" / "train.py").read_text()
+    assert "check_manifest(smk.input.manifest)" in train_script  # every train job checks before it loads data
+
+
+# --- item 10: the aggregate rule's params are plain data ---------------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
+def test_aggregate_runs_this_checkout_even_with_another_fedbalance_first(tmp_path: Path) -> None:
+    """Only rule aggregate runs (every upstream file staged), with a broken fedbalance first on PYTHONPATH."""
+    import json
+    import os
+
+    import pandas as pd
+
+    from fedbalance.config import jobs
+
+    cfg = load_config(QUICK)
+    run = tmp_path / "run"
+    results = run / "results"
+
+    def touch(path: Path, text: str, age: int) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        os.utime(path, (1_700_000_000 + age,) * 2)
+
+    for d in cfg["datasets"]:
+        touch(results / "data" / f"{d}.json", "{}", 0)
+        touch(results / "data" / f"{d}.labels.npz", "", 0)
+    all_jobs = jobs(cfg)
+    for j in all_jobs:
+        touch(results / "partitions" / j.experiment / j.dataset / j.setting / f"seed{j.seed}.json", "{}", 10)
+        metrics = {"job": {"experiment": j.experiment, "dataset": j.dataset, "setting": j.setting, "loss": j.loss,
+                           "seed": j.seed}, "final": {"acc": 0.5}, "partition": {"gamma": 10.0}}
+        touch(results / j.path / "metrics.json", json.dumps(metrics), 20)
+        touch(results / j.path / "rounds.csv", "round,acc\n0,0.5\n", 20)
+    poison = tmp_path / "other" / "fedbalance"
+    poison.mkdir(parents=True)
+    (poison / "__init__.py").write_text("raise ImportError('another installed copy of fedbalance')\n")
+    r = subprocess.run(
+        ["snakemake", "results/aggregate/final.csv", "-s", str(ROOT / "Snakefile"), "--directory", str(run),
+         "--configfile", str(QUICK), "--cores", "1", "--workflow-profile", "none", "--allowed-rules", "aggregate"],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(poison.parent)},
+    )
+    log = results / "logs" / "aggregate.log"
+    assert r.returncode == 0, r.stdout + r.stderr + (log.read_text() if log.is_file() else "")
+    final = pd.read_csv(results / "aggregate" / "final.csv")
+    assert len(final) == len(all_jobs) and set(final["acc"]) == {0.5}
+
+
+# --- item 13: prepare parses the files; infeasible partitions and MNIST errors name the key or file ------
+
+
+def _config_with(tmp_path: Path, quick: dict, name: str, dataset: dict) -> str:
+    cfg = copy.deepcopy(quick)
+    cfg["datasets"][name] = dataset
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path)
+
+
+def test_prepare_refuses_a_malformed_fer2013(tmp_path: Path, quick: dict, capsys) -> None:
+    from fedbalance.cli import main
+
+    cfg = _config_with(tmp_path, quick, "fer", {"source": "fer2013", "model": "resnet18"})
+    csv = tmp_path / "data" / "fer2013" / "fer2013.csv"
+    csv.parent.mkdir(parents=True)
+    good = " ".join(["0"] * 2304)
+    csv.write_text(f"emotion,pixels,Usage\n0,{good},Training\n9,{good},PublicTest\n")
+    assert main(["prepare", "--config", cfg, "--dataset", "fer", "--data-dir", str(tmp_path / "data")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fedbalance prepare: error: fer2013: {csv} line 3: emotion must be an integer 0..6")
+    csv.write_text(f"emotion,pixels,Usage\n0,{good},Training\n6,{good},PublicTest\n")
+    assert main(["prepare", "--config", cfg, "--dataset", "fer", "--data-dir", str(tmp_path / "data")]) == 0
+    assert "1 file(s) ready, 1 training and 1 test samples" in capsys.readouterr().out
+
+
+def test_prepare_refuses_a_malformed_leaf_shard(tmp_path: Path, quick: dict, capsys) -> None:
+    from fedbalance.cli import main
+
+    cfg = _config_with(tmp_path, quick, "fem", {"source": "femnist", "model": "resnet50", "options": {"cache": False}})
+    leaf = tmp_path / "data" / "femnist" / "leaf"
+    for split in ("train", "test"):
+        (leaf / split).mkdir(parents=True)
+    (leaf / "train" / "a.json").write_text('{"users": ["u"], "user_data": {"u": {"x": [[0.5]], "y": [3]}}}')
+    (leaf / "test" / "b.json").write_text("{not json")
+    assert main(["prepare", "--config", cfg, "--dataset", "fem", "--data-dir", str(tmp_path / "data")]) == 2
+    err = capsys.readouterr().err
+    assert f"{leaf / 'train' / 'a.json'}, user u: x must be n lists of 784 values" in err
+
+
+@pytest.mark.parametrize(
+    "scheme, params, knob",
+    [
+        ("monitor", {"num_clients": 100, "samples_per_class": 2000}, "samples_per_class"),
+        ("imbalance", {"num_clients": 20, "min_classes": 3, "max_classes": 6, "majority_samples": 20000,
+                       "gamma": 1}, "majority_samples"),
+        ("mismatch", {"num_clients": 20, "classes_per_client": 5, "majority_samples": 20000, "gamma": 1},
+         "majority_samples"),
+    ],
+)
+def test_infeasible_partition_names_the_key(scheme: str, params: dict, knob: str) -> None:
+    import numpy as np
+
+    from fedbalance.partition import PartitionError, make_partition
+
+    labels = np.repeat(np.arange(10), 400)
+    with pytest.raises(PartitionError, match=rf"class 0 needs \d+ samples, has 400.*; lower partition\.{knob} or "
+                                             r"partition\.num_clients$"):
+        make_partition(scheme, labels, num_classes=10, seed=0, **params)
+
+
+def _idx(path: Path, array) -> None:
+    import struct
+
+    import numpy as np
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = struct.pack(">I", 0x0800 | array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
+    path.write_bytes(header + np.asarray(array, dtype=np.uint8).tobytes())
+
+
+def test_unverified_mnist_errors_name_the_file(tmp_path: Path) -> None:
+    import numpy as np
+
+    from fedbalance.data import DataError, load_dataset
+
+    raw = tmp_path / "MNIST" / "raw"
+    _idx(raw / "train-images-idx3-ubyte", np.zeros((6, 28, 28)))
+    _idx(raw / "train-labels-idx1-ubyte", np.arange(5))  # one label short
+    _idx(raw / "t10k-images-idx3-ubyte", np.zeros((3, 28, 28)))
+    _idx(raw / "t10k-labels-idx1-ubyte", np.arange(3))
+    with pytest.raises(DataError) as err:
+        load_dataset("mnist", tmp_path, verify=False)
+    assert str(err.value) == (f"mnist: {raw / 'train-images-idx3-ubyte'} has 6 images but "
+                              f"{raw / 'train-labels-idx1-ubyte'} has 5 labels; replace them")
+    _idx(raw / "train-labels-idx1-ubyte", np.arange(6))
+    (raw / "t10k-images-idx3-ubyte").write_bytes(b"\x00\x00\x08\x03\x00")  # truncated header
+    with pytest.raises(DataError, match=rf"^mnist: {raw / 't10k-images-idx3-ubyte'} is not an IDX file of images"):
+        load_dataset("mnist", tmp_path, verify=False)
+    _idx(raw / "t10k-images-idx3-ubyte", np.zeros((3, 28, 28)))
+    _idx(raw / "t10k-labels-idx1-ubyte", np.array([1, 2, 12]))
+    with pytest.raises(DataError, match=rf"^mnist: {raw / 't10k-labels-idx1-ubyte'} has labels outside 0..9"):
+        load_dataset("mnist", tmp_path, verify=False)
+    _idx(raw / "t10k-labels-idx1-ubyte", np.array([1, 2, 9]))
+    ds = load_dataset("mnist", tmp_path, verify=False)
+    assert ds.y_train.tolist() == list(range(6)) and ds.y_test.tolist() == [1, 2, 9]

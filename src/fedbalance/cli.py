@@ -163,8 +163,8 @@ def cmd_partition(args: argparse.Namespace) -> int:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
-    """``fedbalance prepare``."""
-    from fedbalance.data import prepare_dataset
+    """``fedbalance prepare``: fetch or find the files, then read them all (so a malformed file fails here)."""
+    from fedbalance.data import load_dataset, prepare_dataset
 
     cfg = load_config(args.config)
     _choose("dataset", args.dataset, list(cfg["datasets"]), "datasets")
@@ -172,7 +172,9 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     source = ds.get("source", cfg.get("defaults", {}).get("source"))
     options = dict(ds.get("options") or {})
     files = prepare_dataset(source, _data_dir(cfg, args), download=bool(cfg["download"]), **options)
-    print(f"{args.dataset} ({source}): {len(files)} file(s) ready")
+    ds = load_dataset(source, _data_dir(cfg, args), **options)  # parses every file: malformed ones fail here
+    print(f"{args.dataset} ({source}): {len(files)} file(s) ready, {len(ds.y_train)} training and "
+          f"{len(ds.y_test)} test samples")
     return 0
 
 

@@ -13,17 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedbalance.config import (
-    JOB_DEFAULTS,
-    SCHEMA_PATH,
-    ConfigError,
-    Job,
-    job_value,
-    load_config,
-    read_yaml,
-    resolve_job,
-    validate,
-)
+from fedbalance.config import SCHEMA_PATH, ConfigError, Job, load_config, resolve_job, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = ROOT / "config" / "quick.yaml"
@@ -95,6 +85,8 @@ def test_monitor_keys_required_only_where_the_monitor_runs(quick: dict) -> None:
 
 
 def test_optional_keys_have_one_default(quick: dict) -> None:
+    from fedbalance.config import JOB_DEFAULTS, job_value
+
     cfg = load_config(quick)
     spec = resolve_job(cfg, Job("losses", "mnist", "g10", "ratio", 0))
     assert "aux_source" not in spec["monitor"] and "save_trajectory" not in spec  # quick.yaml leaves them out
@@ -160,6 +152,8 @@ def test_non_finite_numbers_are_refused_naming_the_key(tmp_path: Path, edit: str
 
 
 def test_duplicate_key_is_refused_with_file_and_line(tmp_path: Path) -> None:
+    from fedbalance.config import read_yaml
+
     text = QUICK.read_text()
     lines = text.splitlines(keepends=True)
     at = lines.index("  lr: 0.03\n")
@@ -176,6 +170,8 @@ def test_duplicate_key_is_refused_with_file_and_line(tmp_path: Path) -> None:
 
 
 def test_schema_copies_equal_and_free_of_duplicates() -> None:
+    from fedbalance.config import read_yaml
+
     other = ROOT / "workflow" / "schemas" / "config.schema.yaml"
     assert SCHEMA_PATH.read_bytes() == other.read_bytes()
     assert "loss_variants" in read_yaml(SCHEMA_PATH)["properties"]

@@ -2,7 +2,10 @@
 
 A job is one (experiment, dataset, setting, loss, seed). Its parameters are merged key by key:
 ``defaults < datasets[d] < experiments[e].params < experiments[e].dataset_params[d] < setting``.
-The Snakefile validates with the same schema (workflow/schemas/config.schema.yaml).
+After merging, every key a job reads is required (``required_keys``) unless it is optional with its
+one default in ``JOB_DEFAULTS``. Files are read strictly (a duplicate key is an error); NaN/inf,
+colliding setting names and unknown dataset options are refused. The Snakefile validates with the
+same schema (workflow/schemas/config.schema.yaml) and this module's ``validate``.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ min_version("9.0")
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
-from fedbalance.config import ConfigError  # noqa: E402
+from fedbalance.config import ConfigError, read_yaml  # noqa: E402
 from fedbalance.config import validate as validate_study  # noqa: E402
 
 
@@ -38,6 +38,14 @@ configfile: "config/config.yaml"
 if workflow.config_settings.configfiles:
     config.clear()
     config.update(copy.deepcopy(workflow.config_settings.overwrite_config))
+
+# Snakemake's YAML loader keeps the last of two equal keys: re-read each config file strictly, so a
+# key given twice stops here with the file and line.
+for _configfile in workflow.config_settings.configfiles or workflow.configfiles:
+    try:
+        read_yaml(_configfile)
+    except ConfigError as exc:
+        raise WorkflowError(f"invalid configuration: {exc}") from None
 
 # 1. the JSON schema (types, enums, unknown keys), filling top-level defaults;
 # 2. the library's cross-key checks (clients_per_round <= num_clients, classes exist, ...).

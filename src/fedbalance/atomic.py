@@ -1,4 +1,8 @@
-"""Atomic file writes: a temporary file in the target's folder, then ``os.replace``."""
+"""Atomic file writes: a temporary file in the target's folder, then ``os.replace``.
+
+The file gets the permissions a plain ``open`` would give it (0666 minus the umask), not
+``mkstemp``'s 0600, so group members of a shared project can read results.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 
+def _umask() -> int:
+    """The process umask (read by setting it and setting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str = "w") -> None:
     """Call ``write(fh)`` on a temporary file beside ``path`` and move it into place; nothing half-written remains."""
     path = Path(path)
@@ -16,6 +27,7 @@ def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str = "w"
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, mode) as fh:
+            os.chmod(fh.fileno(), 0o666 & ~_umask())
             write(fh)
         os.replace(tmp, path)
     except BaseException:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fedbalance.config import ConfigError, Job, jobs, load_config, resolve_job, settings
+from fedbalance.config import JOB_THREADS, ConfigError, Job, jobs, load_config, resolve_job, settings
 from fedbalance.data import DataError
 from fedbalance.fl import FLError
 from fedbalance.partition import PartitionError
@@ -57,7 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="deterministic kernels (default: the config's deterministic)",
     )
-    train.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    train.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: as the workflow's training jobs, 1 on the CPU and 4 with CUDA; "
+        "the numbers depend on it)",
+    )
     train.set_defaults(func=cmd_train)
 
     part = sub.add_parser(
@@ -115,20 +121,23 @@ def cmd_train(args: argparse.Namespace) -> int:
     """``fedbalance train``."""
     import torch
 
-    from fedbalance.jobs import load_partitions, run_job
+    from fedbalance.jobs import load_partitions, resolve_device, run_job
 
+    if args.out.exists() and not args.out.is_dir():
+        raise ConfigError(f"--out {args.out} is a file; it must be a folder (new or a job's earlier output)")
     cfg = load_config(args.config)
     spec = job_spec(cfg, args.experiment, args.dataset, args.setting, args.loss, args.seed)
     parts = load_partitions(args.partition) if args.partition is not None else None
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ConfigError(f"--threads must be >= 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
+    device = args.device or cfg["device"]
+    threads = args.threads if args.threads is not None else JOB_THREADS[resolve_device(device).type]
+    if threads < 1:
+        raise ConfigError(f"--threads must be >= 1, got {threads}")
+    torch.set_num_threads(threads)
     metrics = run_job(
         spec,
         args.out,
         data_dir=_data_dir(cfg, args),
-        device=args.device or cfg["device"],
+        device=device,
         deterministic=cfg["deterministic"] if args.deterministic is None else args.deterministic,
         download=bool(cfg["download"]),
         partitions=parts,
@@ -154,8 +163,8 @@ def cmd_partition(args: argparse.Namespace) -> int:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
-    """``fedbalance prepare``."""
-    from fedbalance.data import prepare_dataset
+    """``fedbalance prepare``: fetch or find the files, then read them all (so a malformed file fails here)."""
+    from fedbalance.data import load_dataset, prepare_dataset
 
     cfg = load_config(args.config)
     _choose("dataset", args.dataset, list(cfg["datasets"]), "datasets")
@@ -163,7 +172,9 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     source = ds.get("source", cfg.get("defaults", {}).get("source"))
     options = dict(ds.get("options") or {})
     files = prepare_dataset(source, _data_dir(cfg, args), download=bool(cfg["download"]), **options)
-    print(f"{args.dataset} ({source}): {len(files)} file(s) ready")
+    ds = load_dataset(source, _data_dir(cfg, args), **options)  # parses every file: malformed ones fail here
+    print(f"{args.dataset} ({source}): {len(files)} file(s) ready, {len(ds.y_train)} training and "
+          f"{len(ds.y_test)} test samples")
     return 0
 
 

@@ -2,13 +2,17 @@
 
 A job is one (experiment, dataset, setting, loss, seed). Its parameters are merged key by key:
 ``defaults < datasets[d] < experiments[e].params < experiments[e].dataset_params[d] < setting``.
-The Snakefile validates with the same schema (workflow/schemas/config.schema.yaml).
+After merging, every key a job reads is required (``required_keys``) unless it is optional with its
+one default in ``JOB_DEFAULTS``. Files are read strictly (a duplicate key is an error); NaN/inf,
+colliding setting names and unknown dataset options are refused. The Snakefile validates with the
+same schema (workflow/schemas/config.schema.yaml) and this module's ``validate``.
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +30,74 @@ PARTITION_KEYS = {
     "writers": ("num_clients", "writers_per_client", "gamma"),
 }
 
+# Every key a job reads is required once the levels are merged (``REQUIRED_*``, checked by
+# ``validate`` naming the key), except these optional ones. Each has one default, here: leaving it
+# out means "off" or "none", or the paper's reading for a knob that also has the released code's.
+# The partition schemes' keys (PARTITION_KEYS) are all required for their scheme, so the
+# partition functions' own keyword defaults never apply to a configured job.
+JOB_DEFAULTS: dict[str, Any] = {
+    "options": {},  # dataset loader options: the loader's defaults (fedbalance.data)
+    "minority_classes": [],  # no minority class
+    "centralised_epochs": None,  # rounds x local_epochs
+    "switch_round": None,  # no early acknowledgment
+    "save_trajectory": False,
+    "path": "auto",  # vectorised on CUDA, sequential on the CPU (same numbers)
+    "empirical": False,
+    "loss_params": {},  # each loss's constructor defaults (fedbalance.losses)
+    "monitor": {"record": False, "aux_source": "test", "aux_selection": "random"},
+}
+REQUIRED_KEYS = (
+    "source", "model", "mode", "rounds", "batch_size", "lr", "momentum", "weight_decay", "aggregation", "eval_every",
+    "partition.scheme", "monitor.estimators",
+)
+REQUIRED_FL_KEYS = ("local_epochs", "selection", "clients_per_round")
+REQUIRED_MONITOR_KEYS = (
+    "monitor.aux_per_class", "monitor.t_ra", "monitor.variant", "monitor.alpha", "monitor.beta",
+    "monitor.acknowledge.threshold", "monitor.acknowledge.rounds",
+)
+# Threads per training job (torch.set_num_threads): the workflow's rule train and the CLI's default.
+# CPU jobs use one thread each so that `--cores N` runs N jobs side by side.
+JOB_THREADS = {"cpu": 1, "cuda": 4}
+
 
 class ConfigError(ValueError):
     """A configuration value is wrong; the message names the key."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (PyYAML keeps the last)."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        try:
+            if key in seen:
+                raise ConfigError(f"line {line}: key {key!r} is given twice in one mapping (first on line {seen[key]})")
+            seen[key] = line
+        except TypeError:  # an unhashable key: construct_mapping reports it
+            continue
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def read_yaml(path: str | Path) -> Any:
+    """Parse a YAML file strictly: ConfigError naming the file (and line) on bad YAML or a duplicate key."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        return yaml.load(path.read_text(), Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
 
 
 @dataclass(frozen=True, order=True)
@@ -49,7 +118,7 @@ class Job:
 
 def schema() -> dict:
     """The configuration's JSON schema."""
-    return yaml.safe_load(SCHEMA_PATH.read_text())
+    return read_yaml(SCHEMA_PATH)
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -73,18 +142,30 @@ def _format_value(v: Any) -> str:
 
 
 def settings(cfg: Mapping[str, Any], experiment: str) -> dict[str, dict[str, Any]]:
-    """Setting name -> job overrides of one experiment (explicit ``settings`` plus the ``grid`` product)."""
+    """Setting name -> job overrides of one experiment (explicit ``settings`` plus the ``grid`` product).
+
+    Raises ConfigError, naming both, when two settings get the same name (e.g. grid values 10 and
+    10.0 are both ``g10``, or an explicit setting is named like a grid one).
+    """
     exp = cfg["experiments"][experiment]
     out = {k: dict(v) for k, v in exp.get("settings", {}).items()}
+    origin = {k: f"settings.{k}" for k in out}
     grid = exp.get("grid", {})
     if grid:
         axes = [[(prefix, ax["key"], v) for v in ax["values"]] for prefix, ax in grid.items()]
         for combo in itertools.product(*axes):
             name = "_".join(f"{p}{_format_value(v)}" for p, _, v in combo)
+            what = "grid values " + ", ".join(f"{key}={v!r}" for _, key, v in combo)
+            if name in out:
+                raise ConfigError(
+                    f"experiments.{experiment}: the {what} and the {origin[name]} are both named setting {name!r}; "
+                    "make the values distinct or rename the setting"
+                )
             over: dict[str, Any] = {}
             for _, key, v in combo:
                 over = deep_merge(over, _set_dotted({}, key, v))
             out[name] = over
+            origin[name] = what
     if not out:
         raise ConfigError(f"experiments.{experiment}: needs 'settings' or 'grid'")
     return out
@@ -119,6 +200,24 @@ def resolve_job(cfg: Mapping[str, Any], job: Job) -> dict[str, Any]:
     return spec
 
 
+def job_value(spec: Mapping[str, Any], key: str) -> Any:
+    """The job's value of a dotted ``key``, or its default in ``JOB_DEFAULTS`` when the key is optional and unset.
+
+    A required key that is unset raises ConfigError (``validate`` refuses such a config before any job runs).
+    """
+    if _has(spec, key):
+        value: Any = spec
+        for part in key.split("."):
+            value = value[part]
+        return value
+    default: Any = JOB_DEFAULTS
+    for part in key.split("."):
+        if not isinstance(default, Mapping) or part not in default:
+            raise ConfigError(f"'{key}' is not set and has no default")
+        default = default[part]
+    return copy.deepcopy(default)
+
+
 def partition_args(spec: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """(scheme, keyword arguments) of a job's partition, for ``fedbalance.partition.make_partition``."""
     p = spec["partition"]
@@ -145,13 +244,51 @@ def _key(path: Any) -> str:
     return ".".join(str(p) for p in path) or "<top level>"
 
 
+def _has(spec: Mapping[str, Any], key: str) -> bool:
+    value: Any = spec
+    for part in key.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return False
+        value = value[part]
+    return True
+
+
+def required_keys(spec: Mapping[str, Any]) -> list[str]:
+    """The dotted keys a job with this (merged) spec reads and that have no default."""
+    keys = list(REQUIRED_KEYS)
+    if spec.get("mode") == "fl" or spec.get("centralised_epochs") is None:
+        keys.append("local_epochs")
+    if spec.get("mode") == "fl":
+        keys += [k for k in REQUIRED_FL_KEYS if k not in keys]
+    scheme = (spec.get("partition") or {}).get("scheme")
+    keys += [f"partition.{k}" for k in PARTITION_KEYS.get(scheme, ())]
+    if base_loss(spec) == "ratio" or job_value(spec, "monitor.record"):
+        keys += list(REQUIRED_MONITOR_KEYS)
+    return keys
+
+
+def _check_required(spec: Mapping[str, Any], where: str) -> None:
+    missing = [k for k in required_keys(spec) if not _has(spec, k)]
+    if missing:
+        d, e = spec["dataset"], spec["experiment"]
+        raise ConfigError(
+            f"{where}: '{missing[0]}' is not set"
+            + (f" (nor {', '.join(repr(k) for k in missing[1:])})" if len(missing) > 1 else "")
+            + f"; set it under defaults (or datasets.{d}, experiments.{e}.params, "
+            f"experiments.{e}.dataset_params.{d}, or the setting)"
+        )
+
+
 def _check_job(spec: Mapping[str, Any], where: str) -> None:
-    for key in ("source", "model"):
-        if key not in spec:
-            raise ConfigError(f"{where}: '{key}' is not set (put it under datasets.{spec['dataset']})")
+    _check_required(spec, where)
     from fedbalance.data import dataset_info
 
-    q = dataset_info(spec["source"], **spec.get("options", {}))["num_classes"]
+    from fedbalance.data import DataError
+
+    try:
+        q = dataset_info(spec["source"], **job_value(spec, "options"))["num_classes"]
+    except DataError as exc:
+        raise ConfigError(f"{where}.options: {exc}") from None
     bad = [c for c in spec.get("minority_classes", []) if c >= q]
     if bad:
         raise ConfigError(f"{where}.minority_classes: {bad} not a class of {spec['source']} ({q} classes)")
@@ -174,11 +311,52 @@ def _check_job(spec: Mapping[str, Any], where: str) -> None:
         raise ConfigError(f"{where}.switch_round: {spec['switch_round']} is not before rounds = {spec['rounds']}")
 
 
+def _get_path(value: Any, path: tuple) -> Any:
+    for k in path:
+        value = value[k]
+    return value
+
+
+def _non_finite(value: Any, path: tuple) -> tuple | None:
+    """The path of the first NaN or infinite number in ``value`` (JSON schema's ``number`` admits them)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path
+    if isinstance(value, Mapping):
+        items: Any = value.items()
+    elif isinstance(value, (list, tuple)):
+        items = enumerate(value)
+    else:
+        return None
+    for k, v in items:
+        found = _non_finite(v, (*path, k))
+        if found is not None:
+            return found
+    return None
+
+
+def _check_dataset_options(cfg: Mapping[str, Any]) -> None:
+    from fedbalance.data import DataError, dataset_info
+
+    for name, ds in cfg["datasets"].items():
+        source = ds.get("source", cfg.get("defaults", {}).get("source"))
+        options = {**cfg.get("defaults", {}).get("options", {}), **ds.get("options", {})}
+        if source is None:
+            continue
+        try:
+            dataset_info(source, **options)
+        except DataError as exc:
+            raise ConfigError(f"datasets.{name}.options: {exc}") from None
+
+
 def validate(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """Check ``cfg`` against the schema and across keys; return it with top-level defaults filled.
 
     Raises ConfigError naming the offending key before any work starts.
     """
+    bad = _non_finite(cfg, ())
+    if bad is not None:
+        value = _get_path(cfg, bad)
+        raise ConfigError(f"{_key(bad)}: {value} is not a finite number")
     s = schema()
     errors = sorted(jsonschema.Draft202012Validator(s).iter_errors(cfg), key=lambda e: list(e.absolute_path))
     if errors:
@@ -188,6 +366,7 @@ def validate(cfg: Mapping[str, Any]) -> dict[str, Any]:
     for k, prop in s["properties"].items():
         if "default" in prop:
             out.setdefault(k, prop["default"])
+    _check_dataset_options(out)
     job_schema = {"$defs": s["$defs"], **s["$defs"]["job"]}
     registered = base_losses()
     variants = out.get("loss_variants") or {}
@@ -213,24 +392,21 @@ def validate(cfg: Mapping[str, Any]) -> dict[str, Any]:
             if err is not None:
                 raise ConfigError(f"experiments.{name}.{setting}.{_key(err.absolute_path)}: {err.message}")
             for d, loss in itertools.product(exp["datasets"], exp["losses"]):
-                if loss != exp["losses"][0] and loss not in variants:
-                    continue
                 spec = resolve_job(out, Job(name, d, setting, loss, 0))
-                _check_job(spec, f"experiments.{name}[{d}, {setting}{', ' + loss if loss in variants else ''}]")
+                where = f"experiments.{name}[{d}, {setting}, {loss}]"
+                if loss != exp["losses"][0] and loss not in variants:
+                    _check_required(spec, where)
+                    continue
+                _check_job(spec, where)
     return out
 
 
 def load_config(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
-    """Read a YAML file (or take a mapping) and validate it."""
+    """Read a YAML file (strictly: a duplicate key is an error) or take a mapping, and validate it."""
     if isinstance(source, Mapping):
         return validate(source)
     path = Path(source)
-    if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    data = read_yaml(path)
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: the top level must be a mapping")
     return validate(data)

@@ -212,16 +212,27 @@ def _prepare_mnist(root: Path, download: bool, verify: bool) -> list[Path]:
 
 
 def _load_mnist(root: Path, files: list[Path], verify: bool) -> Dataset:
-    """MNIST 60,000/10,000 read by torchvision from the IDX files."""
-    from torchvision.datasets import MNIST
+    """MNIST 60,000/10,000 from the four IDX files (torchvision's readers); DataError naming a malformed file."""
+    from torchvision.datasets.mnist import read_image_file, read_label_file
 
+    raw = root / "MNIST" / "raw"
     splits = []
-    for train in (True, False):
-        try:
-            ds = MNIST(str(root), train=train, download=False)
-        except Exception as err:  # torchvision asserts on malformed IDX headers
-            raise DataError(f"mnist: cannot read the IDX files in {root / 'MNIST' / 'raw'} ({err!r})") from err
-        splits += [ds.data.unsqueeze(1).contiguous(), ds.targets.long()]
+    for prefix in ("train", "t10k"):
+        images, labels = raw / f"{prefix}-images-idx3-ubyte", raw / f"{prefix}-labels-idx1-ubyte"
+        read = []
+        for path, reader, what in ((images, read_image_file, "images"), (labels, read_label_file, "labels")):
+            try:
+                read.append(reader(str(path)))
+            except Exception as err:  # torchvision asserts on malformed IDX headers, numpy on short files
+                raise DataError(f"mnist: {path} is not an IDX file of {what} ({err!r}); replace it") from err
+        x, y = read
+        if x.ndim != 3 or x.shape[1:] != (28, 28):
+            raise DataError(f"mnist: {images} holds images of shape {tuple(x.shape[1:])}, not 28x28; replace it")
+        if len(x) != len(y):
+            raise DataError(f"mnist: {images} has {len(x)} images but {labels} has {len(y)} labels; replace them")
+        if len(y) and (int(y.min()) < 0 or int(y.max()) > 9):
+            raise DataError(f"mnist: {labels} has labels outside 0..9; replace it")
+        splits += [x.unsqueeze(1).contiguous(), y.long()]
     return Dataset("mnist", *splits, num_classes=10)
 
 
@@ -504,6 +515,40 @@ def prepare_dataset(name: str, data_dir: str | Path, *, download: bool = True, *
     """Make sure the dataset's files are present and verified (downloading where possible); return them."""
     spec, opts = _spec(name, options)
     return spec.prepare(Path(data_dir), download, **opts)
+
+
+def data_manifest(dataset: str, source: str, options: dict[str, Any], data_dir: str | Path, files: list[Path]) -> dict[str, Any]:
+    """The record of a prepared dataset: its files with size and md5 (the workflow's ``<dataset>.json``)."""
+    return {
+        "dataset": dataset,
+        "source": source,
+        "options": dict(options),
+        "data_dir": str(data_dir),
+        "files": [{"path": f, "size": Path(f).stat().st_size, "md5": md5sum(f)} for f in sorted(map(str, files))],
+    }
+
+
+def check_manifest(path: str | Path) -> None:
+    """DataError naming the first data file that is missing or differs (size, md5) from the manifest at ``path``.
+
+    A data file replaced in place after ``prepare_data`` would otherwise mix the old labels (in the
+    partitions) with the new images.
+    """
+    path = Path(path)
+    try:
+        files = json.loads(path.read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise DataError(f"{path}: not a data manifest ({err!r}); delete it and rerun prepare_data") from err
+    fix = f"rerun everything that depends on it (snakemake --forcerun prepare_data, or delete {path})"
+    for entry in files:
+        f = Path(entry["path"])
+        if not f.is_file():
+            raise DataError(f"data file {f} is missing, but {path} lists it; restore it or {fix}")
+        if f.stat().st_size != entry["size"] or md5sum(f) != entry["md5"]:
+            raise DataError(
+                f"data file {f} changed since {path} recorded it (size {entry['size']}, md5 {entry['md5']}); "
+                f"restore it or {fix}"
+            )
 
 
 def load_dataset(name: str, data_dir: str | Path = "data", *, download: bool = False, **options: Any) -> Dataset:

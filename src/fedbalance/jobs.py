@@ -6,13 +6,17 @@
   "final": ``evaluate`` of the final model + {"train_loss"}, "partition": stats of the main
   partition (class_counts, global_counts, gamma, cs, mean_cs, num_samples), "monitor":
   {"mean_cs": {method: mean CS over rounds, ..., "uniform": ...}} or null, "acknowledged_round",
-  "device", "versions": {python, torch, fedbalance}, "wall_time_s", "rounds"}. Non-finite floats
+  "device", "versions": {python, torch, fedbalance}, "threads", "deterministic", "wall_time_s", "rounds"}. Non-finite floats
   (e.g. Γ = inf) are written as null.
 * ``rounds.csv``: one row per round with the columns ``fedbalance.fl.ROUND_COLUMNS``; list-valued
   cells are JSON lists, cells not recorded that round are empty.
 * ``checkpoint.pt`` after every round (engine state: global model, round, loss state, Ratio-Loss
   weights, acknowledger, rows so far, optimiser for centralised runs); a re-run of the same job
-  resumes from it and it is deleted once metrics.json is written.
+  resumes from it and it is deleted once metrics.json is written. It records the run's ``runtime``
+  (torch threads, device, deterministic kernels, torch and fedbalance versions): a resume under a
+  different runtime is refused (JobError), as the numbers depend on it.
+* ``.lock``: held (``flock``) while a job runs in the folder, with the holder's pid and host; a second
+  job in the same folder is refused instead of deleting the first one's temporary files.
 * ``trajectory.pt`` with ``save_trajectory: true``: {"spec", "rounds": [{"round", "model": G_t,
   "totals": selected clients' sample counts}], "final": the last global model, "true_composition"
   per round} -- the monitor's inputs of every round, to replay estimators offline
@@ -23,15 +27,19 @@
 from __future__ import annotations
 
 import csv
+import fcntl
+import functools
 import hashlib
 import io
 import json
 import math
 import os
 import platform
+import socket
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +48,7 @@ import torch
 
 import fedbalance
 from fedbalance.centralised import num_epochs, run_centralised
-from fedbalance.config import base_loss, partition_args
+from fedbalance.config import base_loss, job_value, partition_args
 from fedbalance.data import Dataset, load_dataset
 from fedbalance.fl import ESTIMATORS, ROUND_COLUMNS, TAG_AUX, TAG_INIT, JobData, derive_seed, needs_monitor, run_fedavg
 from fedbalance.losses import get_loss
@@ -56,6 +64,7 @@ from fedbalance.partition import (  # noqa: F401  (save/load re-exported for cal
 )
 
 CHECKPOINT = "checkpoint.pt"
+LOCK = ".lock"
 TRAJECTORY = "trajectory.pt"
 JOB_KEYS = ("experiment", "dataset", "setting", "loss", "seed")
 
@@ -95,7 +104,17 @@ def _check_partitions(spec: Mapping[str, Any], partitions: Mapping[str, Partitio
     if spec.get("switch_round") is not None and "balanced" not in partitions:
         raise JobError("switch_round is set but the partitions have no 'balanced' entry")
     n = len(dataset.y_train)
+    scheme, kwargs = partition_args(spec)
+    expected = {**kwargs, "seed": int(spec["seed"]), "num_classes": dataset.num_classes}
     for name, p in partitions.items():
+        want = {**expected, "gamma": 1} if name == "balanced" and "gamma" in expected else expected
+        for key, value in want.items() if p.scheme == scheme else ():
+            if key not in p.params or _clean(value) != p.params[key]:
+                label = f"partition.{key}" if key in kwargs and key != "minority_classes" else key
+                raise JobError(
+                    f"partition {name!r} was made with {key} = {p.params.get(key, 'unrecorded')!r} but the job has "
+                    f"{label} = {_clean(value)!r}: a partition of another setting or seed?"
+                )
         if p.num_classes != dataset.num_classes:
             raise JobError(f"partition {name!r} has {p.num_classes} classes, {spec['source']} has {dataset.num_classes}")
         if p.scheme != spec["partition"]["scheme"]:
@@ -122,7 +141,7 @@ def _draw_per_class(
 def auxiliary_data(spec: Mapping[str, Any], dataset: Dataset, partitions: Mapping[str, Partition]) -> tuple[torch.Tensor, torch.Tensor]:
     """The monitor's auxiliary data: ``monitor.aux_per_class`` samples of every class.
 
-    ``monitor.aux_source``: ``test`` (default; the paper, Supplementary "Auxiliary Data") takes them
+    ``monitor.aux_source``: ``test`` (default, ``fedbalance.config.JOB_DEFAULTS``; the paper, Supplementary "Auxiliary Data") takes them
     from the test split, where they stay, or, for datasets with writer ids (FEMNIST), from the
     training samples of writers no client uses; ``train`` from the whole training split, as the
     released code (``ratio_loss_data``: the first 63 or ``local_bs`` training samples of each
@@ -131,7 +150,7 @@ def auxiliary_data(spec: Mapping[str, Any], dataset: Dataset, partitions: Mappin
     """
     m = spec["monitor"]
     k = int(m["aux_per_class"])
-    source, first = m.get("aux_source", "test"), m.get("aux_selection", "random") == "first"
+    source, first = job_value(spec, "monitor.aux_source"), job_value(spec, "monitor.aux_selection") == "first"
     rng = np.random.default_rng(derive_seed(int(spec["seed"]), TAG_AUX))
     q = dataset.num_classes
     if source == "train":
@@ -175,13 +194,55 @@ def set_deterministic(device: torch.device) -> None:
     torch.use_deterministic_algorithms(True)
 
 
+def runtime(device: torch.device, deterministic: bool) -> dict[str, Any]:
+    """What decides a job's numbers besides its spec and partitions: torch threads, device, kernels, versions."""
+    return {
+        "threads": torch.get_num_threads(),
+        "device": _describe(device),
+        "deterministic": bool(deterministic),
+        "torch": torch.__version__,
+        "fedbalance": fedbalance.__version__,
+    }
+
+
+@contextmanager
+def job_lock(out: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``out/.lock`` (creating ``out``); JobError naming the holder if taken."""
+    if out.exists() and not out.is_dir():
+        raise JobError(f"output folder {out} is a file, not a folder")
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / LOCK, "a+") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            raise JobError(f"{out} is in use by {holder} (lock file {out / LOCK}); wait for that job or stop it") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+        fh.flush()
+        yield
+
+
+def _locked(run: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    """Run ``run(spec, out_dir, ...)`` holding ``job_lock(out_dir)``."""
+
+    @functools.wraps(run)
+    def locked(spec: Mapping[str, Any], out_dir: str | Path, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        with job_lock(Path(out_dir)):
+            return run(spec, out_dir, *args, **kwargs)
+
+    return locked
+
+
 def fingerprint(spec: Mapping[str, Any], partitions: Mapping[str, Partition]) -> str:
     """Hash of the job spec and its partitions; a checkpoint resumes only the job that wrote it."""
     payload = json.dumps({"spec": _clean(spec), "partitions": {k: p.to_json() for k, p in partitions.items()}}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
-def _load_checkpoint(path: Path, fp: str, device: torch.device) -> dict[str, Any] | None:
+def _load_checkpoint(path: Path, fp: str, device: torch.device, rt: Mapping[str, Any]) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
@@ -192,6 +253,16 @@ def _load_checkpoint(path: Path, fp: str, device: torch.device) -> dict[str, Any
     if ckpt.get("fingerprint") != fp:
         warnings.warn(f"ignoring checkpoint {path}: written by a different job spec or partition", stacklevel=2)
         return None
+    was = ckpt.get("runtime")
+    if was is None:
+        warnings.warn(f"resuming {path}, which does not record its threads, device and versions: "
+                      f"the numbers may differ from an uninterrupted run", stacklevel=2)
+    elif dict(was) != dict(rt):
+        diff = ", ".join(f"{k} {was.get(k)!r} -> {rt.get(k)!r}" for k in rt if was.get(k) != rt.get(k))
+        raise JobError(
+            f"{path} was written under another runtime ({diff}), which changes the numbers: resume with the "
+            f"checkpoint's settings (e.g. --threads {was.get('threads')}), or delete it to start the job over"
+        )
     return ckpt["state"]
 
 
@@ -238,6 +309,7 @@ def resolve_path(path: str, device: torch.device) -> str:
     return path
 
 
+@_locked
 def run_job(
     spec: Mapping[str, Any],
     out_dir: str | Path,
@@ -252,6 +324,8 @@ def run_job(
 ) -> dict[str, Any]:
     """Run one job (resuming from ``out_dir/checkpoint.pt`` if present); return metrics.json's content.
 
+    The job holds ``out_dir/.lock`` while it runs (JobError if another job holds it).
+
     ``partitions``: as loaded from a partition file written by the workflow, else built from the
     spec. ``progress``: a tqdm bar over rounds (None: only when stderr is a terminal).
     ``on_round(state, row)`` runs after each round's checkpoint is written (tests interrupt there).
@@ -261,7 +335,7 @@ def run_job(
     start = time.perf_counter()
     out = Path(out_dir)
     dev = resolve_device(device)
-    spec = {**spec, "path": resolve_path(spec.get("path", "auto"), dev)}
+    spec = {**spec, "path": resolve_path(job_value(spec, "path"), dev)}
     if deterministic:
         set_deterministic(dev)
     dataset = load_dataset(spec["source"], data_dir, download=download, **dict(spec.get("options") or {}))
@@ -283,18 +357,19 @@ def run_job(
     model = build_model(spec["model"], dataset.in_channels, q, dataset.image_size).to(dev)
     loss_fn = get_loss(base_loss(spec), q, **dict(spec.get("loss_params", {}).get(base_loss(spec), {}))).to(dev)
     fp = fingerprint(spec, parts)
+    rt = runtime(dev, deterministic)
     ckpt_path = out / CHECKPOINT
     for name in (CHECKPOINT, TRAJECTORY, "metrics.json", "rounds.csv"):
         for stale in out.glob(f".{name}.*.tmp"):
             stale.unlink(missing_ok=True)
-    state = _load_checkpoint(ckpt_path, fp, dev)
+    state = _load_checkpoint(ckpt_path, fp, dev, rt)
     elapsed0 = float(state["extra"].get("wall_time_s", 0.0)) if state is not None else 0.0
     total = num_epochs(spec) if spec["mode"] == "centralised" else int(spec["rounds"])
     bar = tqdm(total=total, initial=len(state["rows"]) if state else 0, desc=_job_name(spec), disable=None if progress is None else not progress, leave=False)
 
     def checkpoint(st: dict[str, Any], row: dict[str, Any]) -> None:
         st["extra"]["wall_time_s"] = elapsed0 + time.perf_counter() - start
-        atomic_write(ckpt_path, lambda fh: torch.save({"fingerprint": fp, "state": st}, fh), mode="wb")
+        atomic_write(ckpt_path, lambda fh: torch.save({"fingerprint": fp, "runtime": rt, "state": st}, fh), mode="wb")
         cs = next((row[f"cs_{m}"] for m in spec["monitor"]["estimators"] if row.get(f"cs_{m}") is not None), None)
         shown = {"loss": row["train_loss"], "acc": row["acc"], "cs": cs}
         bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if v is not None}, refresh=False)
@@ -318,6 +393,8 @@ def run_job(
         "acknowledged_round": state["ack_round"],
         "device": _describe(dev),
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "fedbalance": fedbalance.__version__},
+        "threads": rt["threads"],
+        "deterministic": rt["deterministic"],
         "wall_time_s": elapsed0 + time.perf_counter() - start,
         "rounds": len(state["rows"]),
     }

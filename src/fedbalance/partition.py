@@ -220,19 +220,20 @@ def _check_gamma(gamma: float) -> float:
 
 
 def _draw_samples(
-    labels: np.ndarray, holders: np.ndarray, per_class: np.ndarray, rng: np.random.Generator
+    labels: np.ndarray, holders: np.ndarray, per_class: np.ndarray, rng: np.random.Generator, knob: str
 ) -> tuple[np.ndarray, ...]:
     """Give every holder of class p ``per_class[p]`` random samples of p, without replacement.
 
     Class by class (ascending), a random permutation of the class's samples is
-    cut into consecutive chunks for its holders in ascending client order.
+    cut into consecutive chunks for its holders in ascending client order. ``knob`` names the
+    parameter that sets ``per_class``, for the error when a class has too few samples.
     """
     num_clients, num_classes = holders.shape
     need = holders.sum(axis=0) * per_class
     have = np.bincount(labels, minlength=num_classes)
     short = [f"class {p} needs {need[p]} samples, has {have[p]}" for p in range(num_classes) if need[p] > have[p]]
     if short:
-        raise PartitionError("; ".join(short))
+        raise PartitionError("; ".join(short) + f"; lower partition.{knob} or partition.num_clients")
     parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
     for p in range(num_classes):
         who = np.flatnonzero(holders[:, p])
@@ -264,7 +265,7 @@ def monitor_partition(
         holders[j, rng.choice(num_classes, size=k, replace=False)] = True
     per_class = np.full(num_classes, samples_per_class, dtype=np.int64)
     params = dict(num_classes=num_classes, num_clients=num_clients, samples_per_class=samples_per_class, seed=seed)
-    return Partition(_draw_samples(y, holders, per_class, rng), num_classes, (), "monitor", params)
+    return Partition(_draw_samples(y, holders, per_class, rng, "samples_per_class"), num_classes, (), "monitor", params)
 
 
 def _classes_per_client(
@@ -352,7 +353,7 @@ def _imbalance(
     holders = _balanced_design(k, num_classes, rng)
     per_class = np.full(num_classes, majority_samples, dtype=np.int64)
     per_class[list(minority)] = max(1, round(majority_samples / gamma))
-    return _draw_samples(y, holders, per_class, rng), minority
+    return _draw_samples(y, holders, per_class, rng, "majority_samples"), minority
 
 
 def imbalance_partition(

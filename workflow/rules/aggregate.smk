@@ -17,8 +17,10 @@ rule aggregate:
         final=result("aggregate", "final.csv"),
         rounds=result("aggregate", "rounds.csv"),
     params:
-        results_dir=lambda wildcards, output: Path(output.final).parent.parent,
-        jobs=JOBS,
+        # plain str/int only: Snakemake unpickles params before the script puts this repository's
+        # src/ on sys.path, so pickled fedbalance objects could load another installed copy
+        results_dir=lambda wildcards, output: str(Path(output.final).parent.parent),
+        jobs=[[j.experiment, j.dataset, j.setting, j.loss, j.seed] for j in JOBS],
     log:
         result("logs", "aggregate.log"),
     benchmark:

@@ -1,7 +1,10 @@
 # Stage 1: make sure each dataset's files are present and verified (download where allowed),
 # once per dataset, and record them in a manifest (path, size, md5). The embedded mnist5k has no
 # files: its manifest lists none. The training labels (and writer ids) go to <dataset>.labels.npz
-# so that the partition jobs need neither torch nor the images. Runs on the submitting host (localrules): cluster compute nodes
+# so that the partition jobs need neither torch nor the images. Data files are not inputs (a download
+# would change the input set); instead every train job checks them against the manifest
+# (fedbalance.data.check_manifest) and fails, naming the file, when one changed since: rerun with
+# `--forcerun prepare_data`. Runs on the submitting host (localrules): cluster compute nodes
 # often have no internet; point `data_dir` at a pre-staged copy where even that host has none.
 
 

@@ -1,7 +1,7 @@
 """Shared by the thin scripts of workflow/scripts/.
 
-Importing this module puts the repository's src/ first on sys.path, so `import fedbalance` works
-in any environment, including the `--use-conda` ones (envs/*.yaml hold the dependencies, not the
+Importing this module puts the repository's src/ first on sys.path, so `import fedbalance` imports
+this checkout's copy and works in any environment, including the `--use-conda` ones (envs/*.yaml hold the dependencies, not the
 project). Snakemake adds this directory to sys.path before it runs a script, hence each script
 starts with `import _common`.
 """
@@ -14,8 +14,9 @@ import sys
 from pathlib import Path
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
-if SRC not in sys.path:
-    sys.path.insert(0, SRC)
+# First, even when already on the path further back (Snakemake's preamble appends search paths): an
+# installed fedbalance from another checkout, or one on PYTHONPATH, must not shadow this one.
+sys.path[:] = [SRC, *(p for p in sys.path if p != SRC)]
 
 
 @contextlib.contextmanager

@@ -1,27 +1,17 @@
 """Rule prepare_data: fetch/verify one dataset's files; write its manifest (path, size, md5) and training labels."""
 
-from pathlib import Path
-
 import _common
 import numpy as np
 
 from fedbalance.atomic import atomic_write, write_json
-from fedbalance.data import load_dataset, md5sum, prepare_dataset
+from fedbalance.data import data_manifest, load_dataset, prepare_dataset
 
 smk = snakemake  # noqa: F821  (injected by Snakemake)
 
 with _common.logged(smk):
     p = smk.params
     files = prepare_dataset(p.source, p.data_dir, download=p.download, **p.options)
-    manifest = {
-        "dataset": smk.wildcards.dataset,
-        "source": p.source,
-        "options": dict(p.options),
-        "data_dir": str(p.data_dir),
-        "files": [
-            {"path": str(f), "size": Path(f).stat().st_size, "md5": md5sum(f)} for f in sorted(map(str, files))
-        ],
-    }
+    manifest = data_manifest(smk.wildcards.dataset, p.source, p.options, p.data_dir, files)
     for f in manifest["files"]:
         print(f"{f['path']}  {f['size']} bytes  md5 {f['md5']}")
     ds = load_dataset(p.source, p.data_dir, **p.options)

@@ -10,8 +10,10 @@ smk = snakemake  # noqa: F821  (injected by Snakemake)
 with _common.logged(smk):
     import torch
 
+    from fedbalance.data import check_manifest
     from fedbalance.jobs import load_partitions, run_job
 
+    check_manifest(smk.input.manifest)  # the data files are those prepare_data recorded
     torch.set_num_threads(smk.threads)
     out_dir = Path(smk.output.metrics).parent
     run_job(

@@ -48,7 +48,7 @@ from fedbalance.fl import (
 from fedbalance.config import base_loss
 from fedbalance.metrics import empirical_y_stats
 from fedbalance.partition import Partition
-from fedbalance.train import batch_schedule, make_optimizer, sgd_steps
+from fedbalance.sgd import batch_schedule, make_optimizer, sgd_steps
 
 
 def num_epochs(spec: Mapping[str, Any]) -> int:

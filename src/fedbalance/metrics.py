@@ -23,7 +23,7 @@ from sklearn.metrics import roc_auc_score
 from sklearn.preprocessing import label_binarize
 from torch import nn
 
-from fedbalance.train import to_float
+from fedbalance.sgd import to_float
 
 
 def _model_device(model: nn.Module) -> torch.device:

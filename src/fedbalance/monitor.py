@@ -30,7 +30,8 @@ from scipy.optimize import nnls as _scipy_nnls
 from torch import Tensor, nn
 
 from fedbalance.models import LAST_LAYER
-from fedbalance.train import SGDConfig, make_optimizer, to_float, train_copies
+from fedbalance.sgd import SGDConfig, make_optimizer, to_float
+from fedbalance.train import train_copies
 
 METHODS = ("paper", "paper_signed", "released", "nnls", "simulated")
 UPDATE_METHODS = ("paper", "paper_signed", "released", "nnls")

@@ -23,7 +23,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from fedbalance import losses
-from fedbalance.train import SGDConfig, batch_schedule, client_counts, to_float
+from fedbalance.sgd import SGDConfig, batch_schedule, client_counts, to_float
 
 MaskedLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 

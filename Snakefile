@@ -3,7 +3,7 @@
 #
 #   full paper:   snakemake --cores all --use-conda                      (config/config.yaml)
 #   quick check:  snakemake --cores 2 --configfile config/quick.yaml     (embedded mnist5k, CPU)
-#   SLURM:        snakemake --profile profiles/slurm --use-conda
+#   SLURM:        snakemake --workflow-profile profiles/slurm --use-conda ...   (README, "Running on SLURM")
 #   report:       snakemake --report results/report.html  [same --configfile as the run]
 #
 # How the rules import the library: the Snakefile puts <repo>/src first on sys.path (so planning

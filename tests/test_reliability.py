@@ -323,7 +323,6 @@ def test_cli_default_threads_equal_the_workflows(tmp_path: Path, quick: dict) ->
     import torch
 
     from fedbalance.cli import main
-    from fedbalance.config import JOB_THREADS
 
     cfg = copy.deepcopy(quick)
     cfg["defaults"]["partition"].update(majority_samples=12)
@@ -332,7 +331,7 @@ def test_cli_default_threads_equal_the_workflows(tmp_path: Path, quick: dict) ->
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(cfg))
     smk = (ROOT / "workflow" / "rules" / "common.smk").read_text()
-    assert 'TRAIN_THREADS = JOB_THREADS["cuda" if USE_GPU else "cpu"]' in smk
+    assert 'TRAIN_THREADS = config["threads"]' in smk
     before = torch.get_num_threads()
     torch.set_num_threads(3)
     try:
@@ -342,7 +341,7 @@ def test_cli_default_threads_equal_the_workflows(tmp_path: Path, quick: dict) ->
     finally:
         torch.set_num_threads(before)
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
-    assert metrics["threads"] == JOB_THREADS["cpu"] == 1
+    assert metrics["threads"] == quick.get("threads", 1) == 1
 
 
 # --- item 7: outputs honour the umask --------------------------------------------------------------

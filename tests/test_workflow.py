@@ -81,13 +81,6 @@ def test_dry_run_quick_protocol(tmp_path):
     assert counts["prepare_data"] == 1
 
 
-def test_slurm_profile_parses(tmp_path):
-    r = snakemake("--profile", "profiles/slurm", "-n", "--quiet", "rules", "--configfile", str(QUICK),
-                  "--directory", str(tmp_path))
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert job_stats(r.stdout + r.stderr)["train"] == 63
-
-
 def _bad_config(tmp: Path, edit) -> Path:
     cfg = yaml.safe_load(QUICK.read_text())
     edit(cfg)

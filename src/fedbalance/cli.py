@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fedbalance.config import JOB_THREADS, ConfigError, Job, jobs, load_config, resolve_job, settings
+from fedbalance.config import ConfigError, Job, jobs, load_config, resolve_job, settings
 from fedbalance.data import DataError
 from fedbalance.fl import FLError
 from fedbalance.partition import PartitionError
@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--threads",
         type=int,
         default=None,
-        help="torch CPU threads (default: as the workflow's training jobs, 1 on the CPU and 4 with CUDA; "
+        help="torch CPU threads (default: the config's `threads`, as the workflow's training jobs; "
         "the numbers depend on it)",
     )
     train.set_defaults(func=cmd_train)
@@ -129,7 +129,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     spec = job_spec(cfg, args.experiment, args.dataset, args.setting, args.loss, args.seed)
     parts = load_partitions(args.partition) if args.partition is not None else None
     device = args.device or cfg["device"]
-    threads = args.threads if args.threads is not None else JOB_THREADS[resolve_device(device).type]
+    threads = args.threads if args.threads is not None else int(cfg["threads"])
     if threads < 1:
         raise ConfigError(f"--threads must be >= 1, got {threads}")
     torch.set_num_threads(threads)

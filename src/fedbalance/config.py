@@ -55,9 +55,6 @@ REQUIRED_MONITOR_KEYS = (
     "monitor.aux_per_class", "monitor.t_ra", "monitor.variant", "monitor.alpha", "monitor.beta",
     "monitor.acknowledge.threshold", "monitor.acknowledge.rounds",
 )
-# Threads per training job (torch.set_num_threads): the workflow's rule train and the CLI's default.
-# CPU jobs use one thread each so that `--cores N` runs N jobs side by side.
-JOB_THREADS = {"cpu": 1, "cuda": 4}
 
 
 class ConfigError(ValueError):

@@ -327,9 +327,12 @@ def run_job(
     The job holds ``out_dir/.lock`` while it runs (JobError if another job holds it).
 
     ``partitions``: as loaded from a partition file written by the workflow, else built from the
-    spec. ``progress``: a tqdm bar over rounds (None: only when stderr is a terminal).
+    spec. ``progress``: a tqdm bar over rounds; None: the bar when stderr is a terminal, else one
+    plain line per round on stderr (``progress_line``: what ``tail -f`` of a job's log shows).
     ``on_round(state, row)`` runs after each round's checkpoint is written (tests interrupt there).
     """
+    import sys
+
     from tqdm.auto import tqdm
 
     start = time.perf_counter()
@@ -365,7 +368,10 @@ def run_job(
     state = _load_checkpoint(ckpt_path, fp, dev, rt)
     elapsed0 = float(state["extra"].get("wall_time_s", 0.0)) if state is not None else 0.0
     total = num_epochs(spec) if spec["mode"] == "centralised" else int(spec["rounds"])
-    bar = tqdm(total=total, initial=len(state["rows"]) if state else 0, desc=_job_name(spec), disable=None if progress is None else not progress, leave=False)
+    done0 = len(state["rows"]) if state else 0
+    bar = tqdm(total=total, initial=done0, desc=_job_name(spec), disable=None if progress is None else not progress, leave=False)
+    log_lines = progress is None and bar.disable  # no terminal (a Snakemake log, a SLURM job): plain lines
+    loop_start = time.perf_counter()
 
     def checkpoint(st: dict[str, Any], row: dict[str, Any]) -> None:
         st["extra"]["wall_time_s"] = elapsed0 + time.perf_counter() - start
@@ -374,6 +380,10 @@ def run_job(
         shown = {"loss": row["train_loss"], "acc": row["acc"], "cs": cs}
         bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if v is not None}, refresh=False)
         bar.update(1)
+        if log_lines:
+            done = len(st["rows"])
+            per_round = (time.perf_counter() - loop_start) / max(done - done0, 1)
+            print(progress_line(_job_name(spec), done, total, row, cs, per_round), file=sys.stderr, flush=True)
         if on_round is not None:
             on_round(st, row)
 
@@ -408,6 +418,23 @@ def run_job(
     atomic_write(out / "metrics.json", lambda fh: json.dump(metrics, fh, indent=1))
     ckpt_path.unlink(missing_ok=True)
     return metrics
+
+
+def progress_line(
+    name: str, done: int, total: int, row: Mapping[str, Any], cs: float | None, seconds_per_round: float
+) -> str:
+    """One round of a job as one log line: rounds done/total, accuracy, Ac.M, the monitor's CS (when
+    recorded), mean seconds per round and the estimated time left."""
+
+    def num(v: Any) -> str:
+        return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4f}"
+
+    eta = int(round(seconds_per_round * max(total - done, 0)))
+    parts = [f"{name} round {done}/{total}", f"acc {num(row.get('acc'))}", f"Ac.M {num(row.get('acc_minority'))}"]
+    if cs is not None:
+        parts.append(f"CS {num(cs)}")
+    parts += [f"{seconds_per_round:.2f} s/round", f"ETA {eta // 3600}:{eta // 60 % 60:02d}:{eta % 60:02d}"]
+    return "  ".join(parts)
 
 
 def _job_name(spec: Mapping[str, Any]) -> str:

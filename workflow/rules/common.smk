@@ -3,7 +3,7 @@
 
 import re
 
-from fedbalance.config import JOB_THREADS, Job, jobs, resolve_job, settings
+from fedbalance.config import Job, jobs, resolve_job, settings
 
 JOBS = jobs(config)
 EXPERIMENTS = list(config["experiments"])
@@ -65,9 +65,11 @@ def _uses_gpu():
 
 USE_GPU = _uses_gpu()
 TRAIN_GPUS = 1 if USE_GPU else 0
-# CPU jobs: one thread each, so `--cores N` runs N jobs side by side; GPU jobs: a few threads for
-# batching / evaluation next to the GPU (fedbalance.config.JOB_THREADS, also the CLI's default).
-TRAIN_THREADS = JOB_THREADS["cuda" if USE_GPU else "cpu"]
+# One thread-count policy: every training job runs torch with the config's `threads` (default 1),
+# on CPU or GPU, locally or on SLURM. The numbers depend on it (float summation order), so it is
+# part of the study, not of where a job runs: `--set-threads train:N` or a `--cores` below it
+# change only how many cores Snakemake/SLURM reserve, never the torch thread count (train.py).
+TRAIN_THREADS = config["threads"]
 
 # Per dataset source: memory (MB) and wall time (minutes) of one training job of the full protocol
 # on one GPU, with headroom. Override per rule with --set-resources (profiles/slurm does).

@@ -1,5 +1,10 @@
 # Stage 2: client partitions (client -> sample indices), one JSON per
 # (experiment, dataset, setting, seed); every loss of that setting trains on the same partition.
+# About a second of work each, so they run on the submitting host, never through a cluster queue.
+
+
+localrules:
+    partition,
 
 
 rule partition:

@@ -16,6 +16,7 @@ rule train:
         data_dir=DATA_DIR,
         device=config["device"],
         deterministic=config["deterministic"],
+        threads=TRAIN_THREADS,
     log:
         result("logs", "train", "{experiment}", "{dataset}", "{setting}", "{loss}", "seed{seed}.log"),
     benchmark:

@@ -14,7 +14,9 @@ with _common.logged(smk):
     from fedbalance.jobs import load_partitions, run_job
 
     check_manifest(smk.input.manifest)  # the data files are those prepare_data recorded
-    torch.set_num_threads(smk.threads)
+    # the config's thread count, not smk.threads (which --set-threads or --cores may change)
+    torch.set_num_threads(smk.params.threads)
+    print(f"torch threads: {torch.get_num_threads()} (config threads: {smk.params.threads})", flush=True)
     out_dir = Path(smk.output.metrics).parent
     run_job(
         smk.params.spec,

@@ -1,0 +1,104 @@
+"""The SLURM profile as the README uses it: what Snakemake makes of the README's two commands
+(CPU-only and GPU cluster), and what the training jobs then request.
+
+The commands are read from the README's "Running on SLURM" section, so the README cannot drift
+from what is tested. `snakemake.cli.parse_args` gives the settings Snakemake will run with, after
+merging the profile(s) and the command line.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+QUICK = REPO / "config" / "quick.yaml"
+
+pytest.importorskip("snakemake_executor_plugin_slurm", reason="the test extra brings snakemake-executor-plugin-slurm")
+
+
+def readme_commands() -> dict[str, list[str]]:
+    """The README's SLURM commands: {"cpu": argv, "gpu": argv}, without the leading `snakemake`."""
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## Running on SLURM"):]
+    section = section[: section.index("\n## ", 3)]
+    out = {}
+    for kind, marker in (("cpu", "# CPU-only cluster"), ("gpu", "# GPU cluster")):
+        block = section[section.index(marker):]
+        line = next(ln for ln in block.splitlines() if ln.startswith("snakemake "))
+        out[kind] = shlex.split(line)[1:]
+    return out
+
+
+def parse(argv: list[str], monkeypatch) -> object:
+    from snakemake.cli import parse_args
+
+    monkeypatch.chdir(REPO)
+    return parse_args(argv)[1]
+
+
+def filled(argv: list[str]) -> list[str]:
+    return [a.replace("ACCOUNT", "acc").replace("GPU_PARTITION", "gpupart").replace("PARTITION", "part") for a in argv]
+
+
+@pytest.mark.parametrize("kind", ["cpu", "gpu"])
+def test_readme_slurm_commands_use_only_profiles_slurm(kind, monkeypatch):
+    argv = filled(readme_commands()[kind]) + ["results/aggregate/final.csv"]
+    args = parse(argv, monkeypatch)
+    assert args.executor == "slurm"
+    # profiles/default is not loaded: its resources gpu=1 and latency-wait 5 must not win
+    assert args.latency_wait == 60
+    assert not args.resources, args.resources
+    assert args.slurm_status_command == "squeue"
+    assert args.jobs == 100 and args.retries == 2
+    # --default-resources on the command line keeps Snakemake's defaults and adds account/partition
+    assert {"slurm_account", "slurm_partition", "mem_mb", "tmpdir"} <= set(args.default_resources)
+    # the target after `--` stays a target (not swallowed by --default-resources)
+    assert args.targets == ["results/aggregate/final.csv"]
+    # neither the profile nor the command forces a GPU or a thread count on the train rule
+    assert not args.set_threads
+    assert all("gpu" not in res for res in args.set_resources.values()), args.set_resources
+    if kind == "gpu":
+        assert set(args.set_resources) == {"train"} and set(args.set_resources["train"]) == {"slurm_partition"}
+    device = [c for c in args.config if c.startswith("device=")]
+    assert device == ["device=cpu" if kind == "cpu" else "device=cuda"]
+
+
+def test_profile_pitfall_is_real(monkeypatch):
+    """Why the README says --workflow-profile: with --profile, profiles/default is loaded too and wins."""
+    args = parse(["--profile", "profiles/slurm", "-n"], monkeypatch)
+    default = yaml.safe_load((REPO / "profiles" / "default" / "config.yaml").read_text())
+    assert args.latency_wait == default["latency-wait"] != 60
+
+
+def _train_resources(out: str) -> list[str]:
+    blocks = re.findall(r"^rule train:\n(.*?)(?:\n\n|\Z)", out, flags=re.S | re.M)
+    return [re.search(r"resources: (.*)", b).group(1) for b in blocks]
+
+
+@pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
+@pytest.mark.parametrize("kind", ["cpu", "gpu"])
+def test_readme_slurm_commands_plan_the_train_jobs(kind, tmp_path):
+    """Dry run of the README command on the quick config: a GPU only for device=cuda, the partition's
+    memory request is the rule's, every training job is planned."""
+    argv = filled(readme_commands()[kind])
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), "-n"]
+    cmd += argv[:-1] if argv[-1] == "--" else argv
+    cmd += ["--configfile", str(QUICK)]  # quick.yaml says device: cpu; the command's --config wins
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    assert "Using workflow specific profile profiles/slurm" in out and "profiles/default" not in out
+    res = _train_resources(out)
+    assert len(res) == 51
+    gpu = "gpu=1" if kind == "gpu" else "gpu=0"
+    assert all(gpu in r and "slurm_account=acc" in r for r in res), res[:2]
+    if kind == "gpu":
+        assert all("slurm_partition=gpupart" in r for r in res), res[:2]

@@ -1,0 +1,72 @@
+"""Progress of a running job in its log: one plain line per round when stderr is not a terminal."""
+
+from __future__ import annotations
+
+import csv
+import re
+
+import pytest
+import torch
+
+from fedbalance.config import Job, load_config, resolve_job
+from fedbalance.jobs import progress_line, run_job
+
+torch.set_num_threads(1)
+
+LINE = re.compile(
+    r"^(?P<name>\S+) round (?P<done>\d+)/(?P<total>\d+)  acc (?P<acc>\S+)  Ac\.M (?P<acm>\S+)"
+    r"(?:  CS (?P<cs>\S+))?  (?P<spr>[0-9.]+) s/round  ETA (?P<eta>\d+:\d\d:\d\d)$"
+)
+
+
+def test_progress_line_fields():
+    row = {"acc": 0.61234, "acc_minority": None}
+    line = progress_line("losses/mnist/g10/ratio/seed0", 3, 30, row, 0.98765, 125.0)
+    assert line == (
+        "losses/mnist/g10/ratio/seed0 round 3/30  acc 0.6123  Ac.M -  CS 0.9877  125.00 s/round  ETA 0:56:15"
+    )
+    no_cs = progress_line("j", 30, 30, {"acc": float("nan"), "acc_minority": 0.5}, None, 2.0)
+    assert no_cs == "j round 30/30  acc -  Ac.M 0.5000  2.00 s/round  ETA 0:00:00"
+    assert progress_line("j", 1, 100, {}, None, 3600.0).endswith("ETA 99:00:00")
+
+
+def _tiny() -> dict:
+    spec = resolve_job(load_config("config/quick.yaml"), Job("losses", "mnist", "g10", "ratio", 0))
+    spec["partition"].update(num_clients=4, majority_samples=12)
+    spec["monitor"]["aux_per_class"] = 8
+    spec.update(clients_per_round=3, rounds=3, batch_size=16, lr=0.05, selection="random")
+    return spec
+
+
+def test_run_job_logs_one_line_per_round_without_a_terminal(tmp_path, capsys):
+    spec = _tiny()
+
+    class Killed(Exception):
+        pass
+
+    def kill(state, row):
+        if row["round"] == 0:
+            raise Killed
+
+    # pytest's captured stderr is not a terminal: progress=None logs plain lines, as under Snakemake
+    with pytest.raises(Killed):
+        run_job(spec, tmp_path / "job", device="cpu", on_round=kill)
+    first = capsys.readouterr().err.splitlines()
+    run_job(spec, tmp_path / "job", device="cpu")  # resumes from round 1
+    resumed = capsys.readouterr().err.splitlines()
+    lines = [m.groupdict() for m in map(LINE.match, first + resumed) if m]
+    assert len(lines) == 3, first + resumed
+    assert [(d["done"], d["total"]) for d in lines] == [("1", "3"), ("2", "3"), ("3", "3")]
+    assert {d["name"] for d in lines} == {"losses/mnist/g10/ratio/seed0"}
+    with open(tmp_path / "job" / "rounds.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    estimator = spec["monitor"]["estimators"][0]
+    for d, row in zip(lines, rows):
+        assert d["acc"] == f"{float(row['acc']):.4f}"
+        assert d["acm"] == f"{float(row['acc_minority']):.4f}"
+        assert d["cs"] == f"{float(row[f'cs_{estimator}']):.4f}"
+        assert float(d["spr"]) > 0
+    assert lines[-1]["eta"] == "0:00:00"
+
+    run_job(spec, tmp_path / "quiet", device="cpu", progress=False)
+    assert not [ln for ln in capsys.readouterr().err.splitlines() if LINE.match(ln)]

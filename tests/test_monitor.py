@@ -313,3 +313,20 @@ def test_simulated_estimate_exact_where_linear(aggregation: str) -> None:
     torch.testing.assert_close(est.counts, counts * (sum(totals) / counts.sum()))
     nan = simulated_estimate(a, dG * float("nan"), w_mid=w_mid, client_totals=totals, cfg=cfg)
     assert bool(torch.isnan(nan.counts).all()) and nan.dropped == a[0].numel()
+
+
+def test_ratio_clip_bounds_the_weights() -> None:
+    # class 0's aux update on its own row dwarfs the others' mean -> Ra_0 = |40| / |0.01| = 4000
+    dW = torch.full((3, 3, 2), -0.01, dtype=torch.float64)
+    dW[0, 0] = 40.0
+    dW[1, 1] = 0.02
+    dW[2, 2] = 0.02
+    cfg = SGDConfig()
+    x, y = torch.zeros(3, 4), torch.arange(3)
+    ratios = class_ratios(dW, t_ra=1.25)
+    assert float(ratios[0]) == pytest.approx(4000.0)
+    for clip, top in ((None, 4000.0), (5000.0, 4000.0), (50.0, 50.0)):
+        monitor = Monitor(x, y, 3, cfg, clip=clip)
+        _, pi = monitor.weights(dW)
+        assert float(pi[0]) == pytest.approx(1.0 + 0.1 * top)
+        assert float(pi[1]) == pytest.approx(1.0 + 0.1 * 2.0)

@@ -44,7 +44,7 @@ JOB_DEFAULTS: dict[str, Any] = {
     "path": "auto",  # vectorised on CUDA, sequential on the CPU (same numbers)
     "empirical": False,
     "loss_params": {},  # each loss's constructor defaults (fedbalance.losses)
-    "monitor": {"record": False, "aux_source": "test", "aux_selection": "random"},
+    "monitor": {"record": False, "aux_source": "test", "aux_selection": "random", "ratio_clip": 5000.0},
 }
 REQUIRED_KEYS = (
     "source", "model", "mode", "rounds", "batch_size", "lr", "momentum", "weight_decay", "aggregation", "eval_every",

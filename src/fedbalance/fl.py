@@ -44,7 +44,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from fedbalance.config import base_loss
+from fedbalance.config import base_loss, job_value
 from fedbalance.losses import uses_monitor_prior
 from fedbalance.metrics import empirical_y_stats, evaluate
 from fedbalance.monitor import Acknowledger, Monitor, cosine_similarity, uniform_guess
@@ -127,6 +127,7 @@ def build_monitor(spec: Mapping[str, Any], aux_x: Tensor, aux_y: Tensor, num_cla
         methods=tuple(m["estimators"]),
         alpha=float(m["alpha"]),
         beta=float(m["beta"]),
+        clip=float(job_value(spec, "monitor.ratio_clip")),
         aggregation=spec["aggregation"],
         path=spec["path"],
     )

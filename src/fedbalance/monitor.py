@@ -497,6 +497,7 @@ class Monitor:
         methods: Sequence[str] = ("paper", "released", "nnls"),
         alpha: float = 1.0,
         beta: float = 0.1,
+        clip: float | None = RATIO_CLIP,
         aggregation: str = "mean",
         path: str = "sequential",
     ) -> None:
@@ -509,7 +510,7 @@ class Monitor:
         self.num_classes = num_classes
         self.cfg = cfg
         self.t_ra, self.variant, self.methods = t_ra, variant, tuple(methods)
-        self.alpha, self.beta = alpha, beta
+        self.alpha, self.beta, self.clip = alpha, beta, clip
         self.aggregation, self.path = aggregation, path
         self.n_aux = torch.bincount(aux_y.cpu(), minlength=num_classes)[:num_classes]
 
@@ -519,7 +520,7 @@ class Monitor:
 
     def weights(self, dW: Tensor) -> tuple[Tensor, Tensor]:
         """(R, pi): class ratios and Ratio-Loss weights from dW."""
-        ratios = class_ratios(dW, t_ra=self.t_ra, variant=self.variant)
+        ratios = class_ratios(dW, t_ra=self.t_ra, variant=self.variant, clip=self.clip)
         return ratios, ratio_weights(ratios, alpha=self.alpha, beta=self.beta)
 
     def observe(

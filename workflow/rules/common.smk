@@ -64,7 +64,17 @@ def _uses_gpu():
 
 
 USE_GPU = _uses_gpu()
-TRAIN_GPUS = 1 if USE_GPU else 0
+# Several training jobs per GPU: a GPU job asks one of the machine's `gpu_slots`, not a whole `gpu`;
+# the profile offers N slots (profiles/default: gpu_slots=2; `--resources gpu_slots=N` overrides).
+# On SLURM every job is its own allocation and asks gpu=1 through set-resources (profiles/slurm);
+# gpu_slots is scoped "local" so there it caps one submission, never the workflow (docs/performance.md).
+TRAIN_GPUS = 0
+TRAIN_GPU_SLOTS = 1 if USE_GPU else 0
+
+
+resource_scopes:
+    gpu_slots="local",
+
 # CPU jobs: one thread each, so `--cores N` runs N jobs side by side; GPU jobs: a few threads for
 # batching / evaluation next to the GPU.
 TRAIN_THREADS = 4 if USE_GPU else 1

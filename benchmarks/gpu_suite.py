@@ -29,9 +29,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import math
 import os
-import platform
 import struct
 import subprocess
 import sys
@@ -49,6 +47,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from fedbalance.cost import cpu_name  # noqa: E402
 from fedbalance.losses import get_loss  # noqa: E402
 from fedbalance.models import build_model  # noqa: E402
 from fedbalance.monitor import Monitor  # noqa: E402
@@ -334,7 +333,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     start = time.perf_counter()
     report: dict[str, Any] = {
         "suite": "benchmarks/gpu_suite.py", "smoke": args.smoke,
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"{platform.processor() or platform.machine()} cpu, {os.cpu_count()} cores",
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
         "device_type": device.type, "torch": torch.__version__, "threads": torch.get_num_threads(),
         "loadavg_start": [round(x, 2) for x in os.getloadavg()],
     }

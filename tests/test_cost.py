@@ -198,6 +198,6 @@ def test_calibrate_on_cpu_measures_every_shape():
     shapes = {Shape("lenet5", 1, 28, 28, 10, b, "sequential") for b in (16, 32)}
     cal = calibrate(shapes, "cpu", threads=1, steps=1, startup=False, exact_below_s=math.inf)
     assert set(cal.probes) == {LENET} and set(cal.steps) == {f"{LENET}/b16", f"{LENET}/b32"}
-    assert cal.probes[LENET]["batch"] == 8 and cal.probes[LENET]["step_s"] > 0 and cal.probes[LENET]["forward_s"] > 0
+    assert cal.probes[LENET]["batch"] == 4 and cal.probes[LENET]["step_s"] > 0 and cal.probes[LENET]["forward_s"] > 0
     back = Calibration.from_json(json.loads(json.dumps(cal.to_json())))
     assert back == cal

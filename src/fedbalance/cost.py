@@ -344,7 +344,7 @@ def _time_forward(model: Any, shape: Shape, batch: int, device: Any) -> float:
     return (time.perf_counter() - t0) / batch
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     """The CPU's model name (``/proc/cpuinfo``) and core count."""
     name = platform.processor() or platform.machine() or "cpu"
     try:
@@ -362,29 +362,30 @@ def calibrate(
     device: str = "cpu",
     *,
     threads: int | None = None,
-    probe_batch: int = 8,
-    steps: int = 2,
+    probe_batch: int = 4,
+    steps: int | None = None,
     copies: int = 20,
     startup: bool = True,
     exact_below_s: float = 0.25,
 ) -> Calibration:
     """Time the study's shapes on ``device`` (synthetic data; a few steps each); see the module docstring.
 
-    CPU: one probe per model/input (``probe_batch`` samples per step, ``steps`` timed steps after a
-    warm-up step, one copy: the sequential path's cost is linear in copies), and the study's own batch
+    CPU: one probe per model/input (``probe_batch`` samples per step, ``steps`` (default 1) timed steps
+    after a warm-up step, one copy: the sequential path's cost is linear in copies), and the study's own batch
     sizes where the probe predicts a step under ``exact_below_s`` (small models, where a step's fixed
-    cost makes linear scaling wrong). CUDA: every batch size, ``copies`` copies at once on the
-    vectorised path (one on the sequential path).
+    cost makes linear scaling wrong). CUDA: every batch size (``steps`` default 3), ``copies`` copies
+    at once on the vectorised path (one on the sequential path).
     """
     import torch
 
     from fedbalance.models import build_model
 
     dev = torch.device(device)
+    steps = steps if steps is not None else (3 if dev.type == "cuda" else 1)
     if threads is not None:
         torch.set_num_threads(threads)
     shapes = sorted(set(shapes))
-    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else _cpu_name()
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name()
     cal = Calibration(
         device=name, device_type=dev.type, threads=torch.get_num_threads(), copies=copies if dev.type == "cuda" else 1,
         startup_s=round(measure_startup(), 4) if startup else 0.0, torch=torch.__version__,

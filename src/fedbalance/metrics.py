@@ -19,8 +19,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from sklearn.metrics import roc_auc_score
-from sklearn.preprocessing import label_binarize
 from torch import nn
 
 from fedbalance.sgd import to_float
@@ -63,6 +61,9 @@ def evaluate(
     ``acc_minority`` is None when there is no minority class. A diverged model (non-finite outputs)
     gets NaN AUCs and a warning; its accuracies are those of its (NaN-first) argmax.
     """
+    from sklearn.metrics import roc_auc_score
+    from sklearn.preprocessing import label_binarize
+
     probs = predict_proba(model, x_test, batch_size).numpy()
     finite = bool(np.isfinite(probs).all())
     if not finite:

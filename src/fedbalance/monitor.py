@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.optimize import nnls as _scipy_nnls
 from torch import Tensor, nn
 
 from fedbalance.models import LAST_LAYER
@@ -185,6 +184,8 @@ def _nnls(u: Tensor, dG: Tensor, scale: float) -> tuple[Tensor, int]:
 
     Weights with a non-finite update (a diverged model) are dropped; with none left, N is NaN.
     """
+    from scipy.optimize import nnls as _scipy_nnls
+
     a = u.reshape(u.shape[0], -1).T.cpu().numpy()
     b = (scale * dG).reshape(-1).cpu().numpy()
     finite = np.isfinite(a).all(1) & np.isfinite(b)

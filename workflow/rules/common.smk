@@ -64,7 +64,18 @@ def _uses_gpu():
 
 
 USE_GPU = _uses_gpu()
+# A GPU training job asks one `gpu` (on SLURM the plugin turns it into --gpus=1) and one of the
+# machine's `gpu_slots`: locally the profile offers N slots per GPU (profiles/default: gpu_slots=2;
+# `--resources gpu_slots=N` overrides) and sets no global `gpu` cap, so N jobs share the GPU;
+# gpu_slots is scoped "local", so on a cluster it caps one submission, never the workflow.
 TRAIN_GPUS = 1 if USE_GPU else 0
+TRAIN_GPU_SLOTS = 1 if USE_GPU else 0
+
+
+resource_scopes:
+    gpu_slots="local",
+
+
 # One thread-count policy: every training job runs torch with the config's `threads` (default 1),
 # on CPU or GPU, locally or on SLURM. The numbers depend on it (float summation order), so it is
 # part of the study, not of where a job runs: `--set-threads train:N` or a `--cores` below it

@@ -24,6 +24,7 @@ rule train:
     threads: TRAIN_THREADS
     resources:
         gpu=TRAIN_GPUS,
+        gpu_slots=TRAIN_GPU_SLOTS,
         mem_mb=train_mem_mb,
         runtime=train_runtime,
     conda:

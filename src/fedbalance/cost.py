@@ -1,0 +1,462 @@
+"""What a study costs before it runs: every job's SGD steps and forward passes, times a calibration.
+
+Work of one job (``job_work``), counted from the configuration alone (no data files needed):
+
+* **client SGD steps**: every round, every selected client j trains ``local_epochs * ceil(n_j / B)``
+  steps (B = ``batch_size``); a centralised job trains ``epochs * ceil(n / B)`` on the pooled data.
+  The sizes n_j come from the job's own partition code run on synthetic labels with enough samples
+  of every class: the schemes ``monitor``, ``imbalance`` and ``mismatch`` choose the classes a client
+  holds before they look at labels, so these sizes are the real ones. The ``writers`` scheme
+  (FEMNIST) needs the writers' data; it is estimated as ``writers_per_client`` x
+  ``samples_per_writer`` with the minority classes' share thinned to 1/gamma (an assumption).
+  Clients are selected as ``run_fedavg`` selects them (``select_clients``), round by round;
+* **monitor SGD steps** (Ratio-Loss jobs and ``monitor.record``): every round Q per-class copies,
+  each ``local_epochs * ceil(aux_per_class / B)`` steps (centralised jobs: one epoch);
+* **forward samples**: the test set at every evaluation (every ``eval_every`` rounds, the last
+  round, and ``run_job``'s final evaluation) and, with ``empirical``, the selected clients' data.
+
+``calibrate`` times a few SGD steps and forward passes of every model/input shape the study uses,
+on synthetic data of that shape on the present device and training path, plus the start-up of a
+job process. On a GPU it times every batch size the study uses, with ``copies`` copies trained
+together on the vectorised path; on a CPU it times a small probe batch and scales linearly to B.
+``estimate`` multiplies work by the calibration. Not counted: partial last batches (counted as
+full), the monitor's estimators, checkpoints and data loading.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedbalance.config import Job, jobs, partition_args, resolve_job
+
+CALIBRATION_VERSION = 1
+# FEMNIST letters per writer: the authors' FEMNIST-shape client, 20 writers x ~50 samples = ~1,000
+# samples (issue 13's timing of the released loop); real LEAF writers vary widely.
+SAMPLES_PER_WRITER = 50
+# Test-set sizes of the registered sources (official splits; femnist: the EMNIST-letters test split).
+TEST_SAMPLES = {"mnist": 10_000, "mnist5k": 1_000, "cifar10": 10_000, "fer2013": 7_178, "femnist": 20_800}
+
+
+class CostError(ValueError):
+    """The cost cannot be computed (unknown source, a calibration missing a shape); the message says why."""
+
+
+@dataclass(frozen=True, order=True)
+class Shape:
+    """What one SGD step costs depends on: model, input shape, classes, batch size and training path."""
+
+    model: str
+    channels: int
+    height: int
+    width: int
+    classes: int
+    batch_size: int
+    path: str
+
+    @property
+    def model_key(self) -> str:
+        """Model, input and path, without the batch size (forward passes and CPU probes)."""
+        return f"{self.model}/{self.channels}x{self.height}x{self.width}/q{self.classes}/{self.path}"
+
+    @property
+    def key(self) -> str:
+        """``model_key`` plus the batch size."""
+        return f"{self.model_key}/b{self.batch_size}"
+
+
+@dataclass(frozen=True)
+class JobWork:
+    """Counted work of one job."""
+
+    job: Job
+    shape: Shape
+    client_steps: int
+    monitor_steps: int
+    forward_samples: int
+
+    @property
+    def sgd_steps(self) -> int:
+        """Client plus monitor SGD steps."""
+        return self.client_steps + self.monitor_steps
+
+
+def resolve_path(path: str, device_type: str) -> str:
+    """The training path a job runs: ``auto`` is vectorised on CUDA, sequential on the CPU (as ``fedbalance.jobs``)."""
+    if path == "auto":
+        return "vectorised" if device_type == "cuda" else "sequential"
+    return path
+
+
+def _synthetic_labels(num_classes: int, per_class: int) -> np.ndarray:
+    return np.repeat(np.arange(num_classes, dtype=np.int64), per_class)
+
+
+def client_sizes(spec: Mapping[str, Any], num_classes: int, samples_per_writer: int = SAMPLES_PER_WRITER) -> dict[str, list[int]]:
+    """Sample count of every client of the job's partitions ("main", and "balanced" with ``switch_round``)."""
+    from fedbalance.partition import job_partitions
+
+    scheme, kwargs = partition_args(spec)
+    balanced = spec.get("switch_round") is not None
+    if scheme == "writers":
+        q, minority = num_classes, len(kwargs.get("minority_classes", ()))
+        full = int(kwargs["writers_per_client"]) * samples_per_writer
+
+        def size(gamma: float) -> int:
+            return max(1, round(full * (1 - minority / q * (1 - 1 / float(gamma)))))
+
+        out = {"main": [size(kwargs.get("gamma", 1))] * int(kwargs["num_clients"])}
+        if balanced:
+            out["balanced"] = [size(1)] * int(kwargs["num_clients"])
+        return out
+    per_class = int(kwargs["samples_per_class"] if scheme == "monitor" else kwargs["majority_samples"])
+    labels = _synthetic_labels(num_classes, per_class * int(kwargs["num_clients"]))
+    parts = job_partitions(scheme, kwargs, labels, None, num_classes=num_classes, seed=int(spec["seed"]), balanced=balanced)
+    return {name: [len(c) for c in p.clients] for name, p in parts.items()}
+
+
+def _evaluations(rounds: int, eval_every: int) -> int:
+    """Evaluations of a run: every ``eval_every`` rounds and the last round, plus run_job's final one."""
+    return sum(1 for t in range(rounds) if (t + 1) % eval_every == 0 or t == rounds - 1) + 1
+
+
+@functools.lru_cache(maxsize=65536)
+def _chosen(selection: str, num_clients: int, k: int, seed: int, round_index: int) -> tuple[int, ...]:
+    """``select_clients`` (cached: jobs that differ only in loss or setting share their selections)."""
+    from fedbalance.fl import select_clients
+
+    return tuple(int(j) for j in select_clients(selection, num_clients, k, seed, round_index))
+
+
+def job_work(
+    spec: Mapping[str, Any],
+    *,
+    device_type: str = "cpu",
+    samples_per_writer: int = SAMPLES_PER_WRITER,
+    sizes: Mapping[str, Sequence[int]] | None = None,
+) -> JobWork:
+    """Count the SGD steps and forward samples of one job (its ``resolve_job`` spec; ``sizes``: its ``client_sizes``)."""
+    from fedbalance.centralised import num_epochs
+    from fedbalance.data import dataset_info
+    from fedbalance.fl import needs_monitor
+
+    job = Job(*(spec[k] for k in ("experiment", "dataset", "setting", "loss")), int(spec["seed"]))
+    source = str(spec["source"])
+    if source not in TEST_SAMPLES:
+        raise CostError(f"no test-set size known for source {source!r}; known: {sorted(TEST_SAMPLES)}")
+    info = dataset_info(source, **dict(spec.get("options") or {}))
+    q = int(info["num_classes"])
+    b = int(spec["batch_size"])
+    h, w = info["image_size"]
+    shape = Shape(str(spec["model"]), int(info["in_channels"]), int(h), int(w), q, b, resolve_path(str(spec.get("path", "auto")), device_type))
+    sizes = sizes if sizes is not None else client_sizes(spec, q, samples_per_writer)
+    switch = spec.get("switch_round")
+    monitor = needs_monitor(spec)
+    aux_steps = math.ceil(int(spec["monitor"]["aux_per_class"]) / b)
+    empirical = bool(spec.get("empirical"))
+    eval_every = int(spec.get("eval_every", 1))
+    client = mon = fwd = 0
+    if spec["mode"] == "centralised":
+        epochs = num_epochs(spec)
+        for t in range(epochs):
+            n = sum(sizes["balanced" if switch is not None and t >= switch else "main"])
+            client += math.ceil(n / b)
+            mon += q * aux_steps if monitor else 0
+            fwd += n if empirical else 0
+        fwd += _evaluations(epochs, eval_every) * TEST_SAMPLES[source]
+    else:
+        rounds, k, e = int(spec["rounds"]), int(spec["clients_per_round"]), int(spec["local_epochs"])
+        for t in range(rounds):
+            part = sizes["balanced" if switch is not None and t >= switch else "main"]
+            chosen = _chosen(str(spec["selection"]), len(sizes["main"]), k, int(spec["seed"]), 0 if spec["selection"] == "fixed" else t)
+            client += sum(e * math.ceil(part[j] / b) for j in chosen)
+            mon += q * e * aux_steps if monitor else 0
+            fwd += sum(part[j] for j in chosen) if empirical else 0
+        fwd += _evaluations(rounds, eval_every) * TEST_SAMPLES[source]
+    return JobWork(job, shape, client, mon, fwd)
+
+
+def study_work(
+    cfg: Mapping[str, Any],
+    experiments: Sequence[str] | None = None,
+    *,
+    device_type: str = "cpu",
+    samples_per_writer: int = SAMPLES_PER_WRITER,
+) -> list[JobWork]:
+    """``job_work`` of every job of the study (or of ``experiments``); partitions are counted once each."""
+    from fedbalance.data import dataset_info
+
+    cache: dict[str, dict[str, list[int]]] = {}
+    out = []
+    for job in jobs(cfg, list(experiments) if experiments is not None else None):
+        spec = resolve_job(cfg, job)
+        q = int(dataset_info(str(spec["source"]), **dict(spec.get("options") or {}))["num_classes"])
+        scheme, kwargs = partition_args(spec)
+        key = json.dumps([scheme, kwargs, q, int(spec["seed"]), spec.get("switch_round") is not None], sort_keys=True, default=str)
+        if key not in cache:
+            cache[key] = client_sizes(spec, q, samples_per_writer)
+        out.append(job_work(spec, device_type=device_type, samples_per_writer=samples_per_writer, sizes=cache[key]))
+    return out
+
+
+@dataclass
+class Calibration:
+    """Seconds per SGD step and per forward sample on one device; JSON-serialisable.
+
+    ``steps[shape.key]``: seconds per SGD step of one copy at that batch size (GPU calibration);
+    ``probes[shape.model_key]``: {"batch": b, "step_s": seconds per step at b, "forward_s": seconds
+    per forward sample} (every calibration); a step at batch B without an exact entry costs
+    ``step_s * B / b``. ``startup_s``: start-up of one job process (imports), added per job.
+    """
+
+    device: str
+    device_type: str
+    threads: int
+    copies: int
+    startup_s: float
+    probes: dict[str, dict[str, float]] = field(default_factory=dict)
+    steps: dict[str, float] = field(default_factory=dict)
+    torch: str = ""
+    version: int = CALIBRATION_VERSION
+
+    def step_seconds(self, shape: Shape) -> float:
+        """Seconds per SGD step of one copy of ``shape``."""
+        if shape.key in self.steps:
+            return self.steps[shape.key]
+        probe = self._probe(shape)
+        return probe["step_s"] * shape.batch_size / probe["batch"]
+
+    def forward_seconds(self, shape: Shape) -> float:
+        """Seconds per forward sample (evaluation) of ``shape``'s model."""
+        return self._probe(shape)["forward_s"]
+
+    def _probe(self, shape: Shape) -> dict[str, float]:
+        if shape.model_key not in self.probes:
+            raise CostError(
+                f"the calibration has no entry for {shape.model_key} (it has {sorted(self.probes)}); "
+                "run 'fedbalance cost --calibrate' on the device that will train"
+            )
+        return self.probes[shape.model_key]
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict; ``from_json`` inverts it."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Calibration:
+        """Read a dict written by ``to_json`` (CostError when it is not one)."""
+        if data.get("version") != CALIBRATION_VERSION:
+            raise CostError(f"calibration version {data.get('version')!r}, expected {CALIBRATION_VERSION}")
+        try:
+            return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        except TypeError as exc:
+            raise CostError(f"not a calibration: {exc}") from exc
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    """Read a calibration JSON file."""
+    path = Path(path)
+    try:
+        return Calibration.from_json(json.loads(path.read_text()))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CostError(f"cannot read calibration {path}: {exc}") from exc
+
+
+def save_calibration(cal: Calibration, path: str | Path) -> None:
+    """Write a calibration JSON file atomically."""
+    from fedbalance.atomic import atomic_write
+
+    atomic_write(path, lambda fh: json.dump(cal.to_json(), fh, indent=1, sort_keys=True))
+
+
+def measure_startup(repeats: int = 1) -> float:
+    """Seconds for a fresh Python to import what a training job imports, best of ``repeats``.
+
+    ``fedbalance.jobs`` before the first round, and scikit-learn's metrics at the first evaluation (AUC).
+    """
+    best = math.inf
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH")) if p)}
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import fedbalance.jobs, sklearn.metrics"], check=True, env=env)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def _time_copies(model: Any, shape: Shape, batch: int, copies: int, steps: int, device: Any) -> float:
+    """Seconds per copy-step of ``train_copies`` (``copies`` copies, ``steps`` steps each) on synthetic data."""
+    import torch
+    from torch import nn
+
+    from fedbalance.train import SGDConfig, train_copies
+
+    g = torch.Generator().manual_seed(0)
+
+    def run(n_steps: int) -> float:
+        n = n_steps * batch
+        sets = [
+            (
+                torch.randint(0, 256, (n, shape.channels, shape.height, shape.width), generator=g, dtype=torch.uint8).to(device),
+                torch.randint(0, shape.classes, (n,), generator=g).to(device),
+            )
+            for _ in range(copies)
+        ]
+        gens = [torch.Generator().manual_seed(k) for k in range(copies)]
+        cfg = SGDConfig(batch_size=batch, epochs=1)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        train_copies(model, sets, nn.CrossEntropyLoss(), cfg, gens, path=shape.path)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - t0
+
+    run(1)
+    return run(steps) / (copies * steps)
+
+
+def _time_forward(model: Any, shape: Shape, batch: int, device: Any) -> float:
+    """Seconds per sample of an eval-mode forward pass (as ``evaluate``), on synthetic data."""
+    import torch
+
+    from fedbalance.train import to_float
+
+    x = torch.randint(0, 256, (batch, shape.channels, shape.height, shape.width), dtype=torch.uint8, device=device)
+    model.eval()
+    with torch.no_grad():
+        model(to_float(x[:2]))
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        model(to_float(x))
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    model.train()
+    return (time.perf_counter() - t0) / batch
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``) and core count."""
+    name = platform.processor() or platform.machine() or "cpu"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{name}, {os.cpu_count()} cores"
+
+
+def calibrate(
+    shapes: Iterable[Shape],
+    device: str = "cpu",
+    *,
+    threads: int | None = None,
+    probe_batch: int = 4,
+    steps: int | None = None,
+    copies: int = 20,
+    startup: bool = True,
+    exact_below_s: float = 1.0,
+) -> Calibration:
+    """Time the study's shapes on ``device`` (synthetic data; a few steps each); see the module docstring.
+
+    CPU: one probe per model/input (``probe_batch`` samples per step, ``steps`` (default 1) timed steps
+    after a warm-up step, one copy: the sequential path's cost is linear in copies), and the study's own batch
+    sizes where the probe predicts a step under ``exact_below_s`` (small models, where a step's fixed
+    cost makes linear scaling wrong). CUDA: every batch size (``steps`` default 3), ``copies`` copies
+    at once on the vectorised path (one on the sequential path).
+    """
+    import torch
+
+    from fedbalance.models import build_model
+
+    dev = torch.device(device)
+    steps = steps if steps is not None else (3 if dev.type == "cuda" else 1)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    shapes = sorted(set(shapes))
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name()
+    cal = Calibration(
+        device=name, device_type=dev.type, threads=torch.get_num_threads(), copies=copies if dev.type == "cuda" else 1,
+        startup_s=round(measure_startup(), 4) if startup else 0.0, torch=torch.__version__,
+    )
+    for shape in shapes:
+        n_copies = copies if dev.type == "cuda" and shape.path == "vectorised" else 1
+        torch.manual_seed(0)
+        model = build_model(shape.model, shape.channels, shape.classes, (shape.height, shape.width)).to(dev)
+        if shape.model_key not in cal.probes:
+            b = min(probe_batch, shape.batch_size) if dev.type == "cpu" else shape.batch_size
+            cal.probes[shape.model_key] = {
+                "batch": b,
+                "step_s": _time_copies(model, shape, b, n_copies, steps, dev),
+                "forward_s": _time_forward(model, shape, 2 * b if dev.type == "cpu" else 1024, dev),
+            }
+        probe = cal.probes[shape.model_key]
+        if dev.type == "cuda" or probe["step_s"] * shape.batch_size / probe["batch"] < exact_below_s:
+            cal.steps[shape.key] = _time_copies(model, shape, shape.batch_size, n_copies, steps, dev)
+    return cal
+
+
+@dataclass(frozen=True)
+class CostRow:
+    """One experiment family (or the total): jobs, work and estimated device-hours."""
+
+    experiment: str
+    jobs: int
+    sgd_steps: int
+    forward_samples: int
+    hours: float
+
+
+def job_seconds(work: JobWork, cal: Calibration) -> float:
+    """Estimated device seconds of one job."""
+    return work.sgd_steps * cal.step_seconds(work.shape) + work.forward_samples * cal.forward_seconds(work.shape) + cal.startup_s
+
+
+def estimate(works: Sequence[JobWork], cal: Calibration, order: Sequence[str] = ()) -> tuple[list[CostRow], CostRow]:
+    """Rows per experiment (those in ``order`` first, in that order) and their total (the sum of the rows)."""
+    groups: dict[str, list[JobWork]] = {name: [] for name in order}
+    for w in works:
+        groups.setdefault(w.job.experiment, []).append(w)
+    rows = [
+        CostRow(name, len(ws), sum(w.sgd_steps for w in ws), sum(w.forward_samples for w in ws), sum(job_seconds(w, cal) for w in ws) / 3600)
+        for name, ws in groups.items()
+        if ws
+    ]
+    total = CostRow(
+        "total", sum(r.jobs for r in rows), sum(r.sgd_steps for r in rows), sum(r.forward_samples for r in rows), sum(r.hours for r in rows)
+    )
+    return rows, total
+
+
+def format_table(rows: Sequence[CostRow], total: CostRow, cal: Calibration) -> str:
+    """The cost table as printed by ``fedbalance cost``."""
+    head = ("experiment", "jobs", "SGD steps", "forward samples", "device-hours")
+    body = [(r.experiment, f"{r.jobs:,}", f"{r.sgd_steps:,}", f"{r.forward_samples:,}", f"{r.hours:.3f}") for r in [*rows, total]]
+    widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(cells))
+
+    rule = "  ".join("-" * wd for wd in widths)
+    out = [line(head), rule, *(line(b) for b in body[:-1]), rule, line(body[-1])]
+    paths = sorted({k.split("/")[3] for k in cal.probes})
+    out.append(
+        f"device: {cal.device} ({cal.device_type}, {cal.threads} thread(s), path {', '.join(paths)}"
+        f"{f', {cal.copies} copies at once' if cal.copies > 1 else ''}); start-up {cal.startup_s:.2f} s per job; "
+        "one job at a time (N jobs sharing the device divide wall time by at most N)"
+    )
+    return "\n".join(out)

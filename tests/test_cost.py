@@ -1,0 +1,203 @@
+"""cost: step counts against hand counts and against the engine, the table's arithmetic, stored calibrations."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+
+import pytest
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+from fedbalance.cli import main
+from fedbalance.config import Job, load_config, resolve_job
+from fedbalance.cost import (
+    TEST_SAMPLES,
+    Calibration,
+    Shape,
+    calibrate,
+    client_sizes,
+    estimate,
+    format_table,
+    job_seconds,
+    job_work,
+    save_calibration,
+    study_work,
+)
+from fedbalance.data import load_dataset
+from fedbalance.jobs import build_partitions, run_job
+
+torch.set_num_threads(1)
+LENET = "lenet5/1x28x28/q10/sequential"
+
+
+@pytest.fixture(scope="module")
+def quick() -> dict:
+    return load_config("config/quick.yaml")
+
+
+def small_study(quick: dict, mode: str, gamma: float) -> dict:
+    """One experiment: mismatch partition, 10 clients x 5 classes x 40 samples (minority 40/gamma)."""
+    cfg = copy.deepcopy(quick)
+    cfg["seeds"] = [0]
+    cfg["experiments"] = {
+        "small": {
+            "datasets": ["mnist"],
+            "losses": ["ce", "ratio"],
+            "params": {
+                "mode": mode,
+                "rounds": 3,
+                "local_epochs": 2,
+                "batch_size": 32,
+                "clients_per_round": 10,
+                "partition": {"scheme": "mismatch", "num_clients": 10, "classes_per_client": 5, "majority_samples": 40, "gamma": gamma},
+                "monitor": {"aux_per_class": 32},
+            },
+            "settings": {"only": {}},
+        }
+    }
+    return load_config(cfg)
+
+
+def test_fl_step_count_by_hand(quick):
+    cfg = small_study(quick, "fl", 1)
+    ce, ratio = (job_work(resolve_job(cfg, Job("small", "mnist", "only", loss, 0))) for loss in ("ce", "ratio"))
+    # every client: 5 classes x 40 = 200 samples = ceil(200/32) = 7 steps per epoch
+    assert ce.client_steps == ratio.client_steps == 3 * 10 * 2 * 7
+    assert ce.monitor_steps == 0
+    # Ratio Loss: 10 per-class copies x 2 epochs x ceil(32/32) steps, every round
+    assert ratio.monitor_steps == 3 * 10 * 2 * 1
+    # 3 per-round evaluations + run_job's final one, of mnist5k's 1,000 test samples
+    assert ce.forward_samples == ratio.forward_samples == 4 * 1000
+    assert ratio.shape == Shape("lenet5", 1, 28, 28, 10, 32, "sequential")
+
+
+def test_centralised_step_count_by_hand(quick):
+    cfg = small_study(quick, "centralised", 10)
+    w = job_work(resolve_job(cfg, Job("small", "mnist", "only", "ratio", 0)))
+    # 5 holders per class (10 clients x 5 classes / 10): 5 x (7 x 40 + 3 x round(40/10)) = 1460 pooled samples,
+    # ceil(1460/32) = 46 steps per epoch, rounds x local_epochs = 6 epochs; the monitor trains one epoch per epoch
+    assert w.client_steps == 6 * 46
+    assert w.monitor_steps == 6 * 10 * 1
+    assert w.forward_samples == 7 * 1000
+
+
+def test_writers_sizes_and_femnist_early_by_hand():
+    spec = {"partition": {"scheme": "writers", "num_clients": 3, "writers_per_client": 20, "gamma": 10}, "minority_classes": list(range(7)), "seed": 0}
+    # 20 writers x 50 samples, the 7 minority classes of 26 thinned to 1/10
+    assert client_sizes(spec, 26) == {"main": [round(1000 * (1 - 7 / 26 * 0.9))] * 3}
+    assert round(1000 * (1 - 7 / 26 * 0.9)) == 758
+    cfg = load_config("config/config.yaml")
+    w = job_work(resolve_job(cfg, Job("early", "femnist", "S", "ce", 0)))
+    # gamma 100 until round 10: ceil(733/32) = 23 steps; balanced afterwards: ceil(1000/32) = 32; 20 clients x 10 epochs
+    assert round(1000 * (1 - 7 / 26 * 0.99)) == 733
+    assert w.client_steps == 20 * 10 * (10 * 23 + 40 * 32)
+    assert w.monitor_steps == 0
+    assert w.forward_samples == 51 * TEST_SAMPLES["femnist"]
+    assert w.shape == Shape("resnet50", 1, 28, 28, 26, 32, "sequential")
+
+
+def tiny(quick: dict, **over) -> dict:
+    spec = resolve_job(quick, Job("losses", "mnist", "g10", "ratio", 0))
+    spec["partition"].update(num_clients=4, majority_samples=12)
+    spec["monitor"]["aux_per_class"] = 8
+    spec.update(clients_per_round=3, rounds=2, local_epochs=1, batch_size=16, selection="random", path="sequential")
+    spec.update(over)
+    return spec
+
+
+@pytest.mark.parametrize(
+    "over",
+    [{}, {"loss": "ce", "base_loss": "ce", "switch_round": 1}, {"mode": "centralised", "centralised_epochs": 2}],
+    ids=["fl-ratio-random", "fl-ce-switch", "centralised-ratio"],
+)
+def test_counts_equal_the_engine(quick, tmp_path, monkeypatch, over):
+    """The counted SGD steps and evaluated samples equal what run_job does on the real mnist5k labels."""
+    import fedbalance.fl
+    import fedbalance.jobs
+
+    spec = tiny(quick, **over)
+    data = load_dataset("mnist5k")
+    assert len(data.y_test) == TEST_SAMPLES["mnist5k"]
+    real = {k: [len(c) for c in p.clients] for k, p in build_partitions(spec, data).items()}
+    assert client_sizes(spec, 10) == real
+    steps = []
+    handle = register_optimizer_step_post_hook(lambda *a: steps.append(1))
+    evaluated = []
+    original = fedbalance.fl.evaluate
+
+    def counting(model, x, *args, **kwargs):
+        evaluated.append(len(x))
+        return original(model, x, *args, **kwargs)
+
+    monkeypatch.setattr(fedbalance.fl, "evaluate", counting)
+    monkeypatch.setattr(fedbalance.jobs, "evaluate", counting)
+    try:
+        run_job(spec, tmp_path, device="cpu", progress=False)
+    finally:
+        handle.remove()
+    w = job_work(spec)
+    assert w.sgd_steps == len(steps) > 0
+    assert w.forward_samples == sum(evaluated)
+
+
+def fixed_calibration(step_s: float = 0.4, forward_s: float = 1e-4, startup_s: float = 2.0, exact: dict | None = None) -> Calibration:
+    return Calibration(
+        device="test", device_type="cpu", threads=1, copies=1, startup_s=startup_s,
+        probes={LENET: {"batch": 8, "step_s": step_s, "forward_s": forward_s}}, steps=dict(exact or {}),
+    )
+
+
+def test_table_total_is_the_sum_of_its_rows(quick):
+    works = study_work(quick)
+    cal = fixed_calibration(exact={f"{LENET}/b64": 1.5})
+    rows, total = estimate(works, cal, list(quick["experiments"]))
+    assert [r.experiment for r in rows] == list(quick["experiments"])
+    assert total.jobs == len(works) == sum(r.jobs for r in rows)
+    assert total.sgd_steps == sum(r.sgd_steps for r in rows) == sum(w.sgd_steps for w in works)
+    assert total.hours == pytest.approx(math.fsum(r.hours for r in rows), rel=1e-12)
+    # one row by hand: b32 scales the probe (0.4 s at batch 8 -> 1.6 s), b64 has its own entry
+    bs = [w for w in works if w.job.experiment == "batch_size"]
+    by_hand = sum(w.sgd_steps * (1.6 if w.shape.batch_size == 32 else 1.5) + w.forward_samples * 1e-4 + 2.0 for w in bs) / 3600
+    assert next(r.hours for r in rows if r.experiment == "batch_size") == pytest.approx(by_hand, rel=1e-12)
+    assert job_seconds(bs[0], cal) == pytest.approx(bs[0].sgd_steps * 1.6 + bs[0].forward_samples * 1e-4 + 2.0)
+    text = format_table(rows, total, cal)
+    printed = [float(line.split()[-1]) for line in text.splitlines() if re.match(r"^[a-z_0-9]+ +[\d,]+ ", line)]
+    assert printed[-1] == pytest.approx(sum(printed[:-1]), abs=0.0005 * len(rows))
+
+
+def test_stored_calibration_gives_deterministic_output(tmp_path, capsys):
+    path = tmp_path / "cal.json"
+    save_calibration(fixed_calibration(step_s=0.25, forward_s=0.0, startup_s=0.0, exact={f"{LENET}/b32": 1.0, f"{LENET}/b64": 1.0}), path)
+    outs = []
+    for _ in range(2):
+        assert main(["cost", "--config", "config/quick.yaml", "--calibration", str(path), "--json"]) == 0
+        outs.append(capsys.readouterr().out)
+    assert outs[0] == outs[1]
+    got = json.loads(outs[0])
+    # one second per step, nothing else: hours = steps / 3600
+    assert got["total"]["hours"] == pytest.approx(got["total"]["sgd_steps"] / 3600, rel=1e-12)
+    assert got["total"]["sgd_steps"] == sum(w.sgd_steps for w in study_work(load_config("config/quick.yaml")))
+    assert main(["cost", "--config", "config/quick.yaml", "--calibration", str(path)]) == 0
+    table = capsys.readouterr().out
+    assert re.search(r"^total +51 ", table, re.M) and f"{got['total']['hours']:.3f}" in table
+
+
+def test_calibration_missing_a_shape_is_a_user_error(tmp_path, capsys):
+    path = tmp_path / "cal.json"
+    cal = fixed_calibration()
+    cal.probes = {"cnn7/3x32x32/q10/sequential": cal.probes[LENET]}
+    save_calibration(cal, path)
+    assert main(["cost", "--config", "config/quick.yaml", "--calibration", str(path)]) == 2
+    assert "no entry for lenet5/1x28x28/q10/sequential" in capsys.readouterr().err
+
+
+def test_calibrate_on_cpu_measures_every_shape():
+    shapes = {Shape("lenet5", 1, 28, 28, 10, b, "sequential") for b in (16, 32)}
+    cal = calibrate(shapes, "cpu", threads=1, steps=1, startup=False, exact_below_s=math.inf)
+    assert set(cal.probes) == {LENET} and set(cal.steps) == {f"{LENET}/b16", f"{LENET}/b32"}
+    assert cal.probes[LENET]["batch"] == 4 and cal.probes[LENET]["step_s"] > 0 and cal.probes[LENET]["forward_s"] > 0
+    back = Calibration.from_json(json.loads(json.dumps(cal.to_json())))
+    assert back == cal

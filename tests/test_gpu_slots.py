@@ -1,0 +1,44 @@
+"""Several training jobs per GPU: train jobs ask one `gpu_slots` each, the default profile offers the slots."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
+
+
+def train_resources(tmp: Path, device: str) -> list[dict[str, str]]:
+    """The resources of every planned train job (dry run of the quick protocol)."""
+    r = subprocess.run(
+        ["snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp), "-n", "--configfile", str(REPO / "config" / "quick.yaml"),
+         "--config", f"device={device}"],
+        cwd=REPO, capture_output=True, text=True, timeout=900,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    blocks = re.findall(r"^rule train:\n(.*?)(?:\n\n|\Z)", r.stdout + r.stderr, re.S | re.M)
+    return [dict(kv.split("=", 1) for kv in re.search(r"resources: (.*)", b).group(1).split(", ")) for b in blocks]
+
+
+@pytest.mark.parametrize("device, wanted", [("cuda", "1"), ("cpu", "0")])
+def test_train_jobs_ask_a_gpu_and_a_slot(tmp_path, device, wanted):
+    from fedbalance.config import jobs, load_config
+
+    res = train_resources(tmp_path, device)
+    assert len(res) == len(jobs(load_config(REPO / "config" / "quick.yaml")))
+    assert all(r["gpu_slots"] == wanted and r["gpu"] == wanted for r in res)
+
+
+def test_profiles_offer_slots_locally_and_leave_the_gpu_to_the_rule():
+    default = yaml.safe_load((REPO / "profiles" / "default" / "config.yaml").read_text())
+    assert "gpu_slots=2" in default["resources"]
+    assert not any(r.startswith("gpu=") for r in default["resources"])  # no global cap of one GPU job
+    slurm = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
+    assert "gpu" not in str(slurm.get("set-resources", {}))  # the train rule asks gpu=1 under device: cuda

@@ -65,7 +65,9 @@ def test_every_published_cell_has_a_spec_cell() -> None:
 
 
 def test_formats() -> None:
-    assert fmt(4.93, "acm") == "04.93"
+    assert fmt(4.93, "acm") == "4.93"
+    assert fmt(0.0, "acm") == "0.00" and fmt(0.004, "acc_majority") == "0.00"
+    assert fmt(100.0, "acm") == "100.00"
     assert fmt(98.2249, "acm") == "98.22"
     assert fmt(0.99071, "auc") == ".9907"
     assert fmt(0.98994, "cs_mean") == ".9899"

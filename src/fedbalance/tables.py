@@ -23,7 +23,7 @@ import jinja2
 import pandas as pd
 
 PUBLISHED = Path(__file__).with_name("published") / "paper_numbers.csv"
-TEMPLATES = Path(__file__).resolve().parents[2] / "report" / "templates"
+TEMPLATES = Path(__file__).with_name("templates")  # package data: also found after a non-editable install
 KEY = ["experiment", "dataset", "setting", "loss"]
 CELL_KEY = ["metric", "dataset", "column", "row"]
 MISSING = "--"
@@ -292,11 +292,12 @@ def cell_values(spec: TableSpec, final: pd.DataFrame, rounds: pd.DataFrame, esti
 
 
 def fmt(value: float, metric: str) -> str:
-    """A value as the paper prints it: '04.93' (%), '.9907' (AUC, CS), '4.340' (variance in 1e-5)."""
+    """A value in the metric's printed precision: '4.93' and '0.00' (%, two decimals; the paper pads to
+    '04.93', which reads badly for a zero), '.9907' (AUC, CS), '4.340' (variance in 1e-5)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return MISSING
     if metric in ("acm", "acc_majority"):
-        return f"{value:05.2f}"
+        return f"{value:.2f}"
     if metric in ("auc", "cs_mean", "cs"):
         s = f"{value:.4f}"
         return s[1:] if s.startswith("0.") else s.replace("-0.", "-.")

@@ -74,10 +74,10 @@ def test_deep_merge_does_not_mutate() -> None:
         (lambda c: c["experiments"]["losses"].update(datasets=["svhn"]), "experiments.losses.datasets"),
         (lambda c: c["datasets"]["mnist"].update(source="imagenet"), "datasets.mnist.source"),
         (lambda c: c["datasets"]["mnist"].update(minority_classes=[2, 11]), "minority_classes"),
-        (lambda c: c["experiments"]["early"]["settings"]["S"].update(switch_round=9), "switch_round"),
+        (lambda c: c["experiments"]["early"]["settings"]["S"].update(switch_round=99), "switch_round"),
         (lambda c: c["experiments"]["mfe"]["grid"]["c"].update(key="partition.classes"), "experiments.mfe"),
         (lambda c: c.update(typo_key=1), "typo_key"),
-        (lambda c: c["experiments"]["mfe"]["params"]["partition"].update(num_clients=15), "partition.num_clients"),
+        (lambda c: c["experiments"]["mfe"]["params"]["partition"].update(num_clients=13), "partition.num_clients"),
     ],
 )
 def test_bad_values_name_the_key(quick: dict, edit, key: str) -> None:

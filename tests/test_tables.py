@@ -15,7 +15,8 @@ from test_aggregate import write_job
 from fedbalance.aggregate import collect
 from fedbalance.config import Job
 from fedbalance.tables import (
-    TABLES, bold_mask, cell_values, claims, fmt, fmt_diff, layout, published, table_labels, vs_paper, write_tables,
+    TABLES, VERDICTS, bold_mask, cell_values, claims, fmt, fmt_diff, layout, published, table_labels, vs_paper,
+    write_tables,
 )
 
 PAPER_LABELS = [
@@ -65,7 +66,9 @@ def test_every_published_cell_has_a_spec_cell() -> None:
 
 
 def test_formats() -> None:
-    assert fmt(4.93, "acm") == "04.93"
+    assert fmt(4.93, "acm") == "4.93"
+    assert fmt(0.0, "acm") == "0.00" and fmt(0.004, "acc_majority") == "0.00"
+    assert fmt(100.0, "acm") == "100.00"
     assert fmt(98.2249, "acm") == "98.22"
     assert fmt(0.99071, "auc") == ".9907"
     assert fmt(0.98994, "cs_mean") == ".9899"
@@ -142,20 +145,64 @@ def test_vs_paper_diff(frames: tuple[pd.DataFrame, pd.DataFrame]) -> None:
 def test_claims_verdicts(frames: tuple[pd.DataFrame, pd.DataFrame]) -> None:
     final, rounds = frames
     by_text = {c.text: c for c in claims(final, rounds, "released")}
+    assert {c.verdict for c in by_text.values()} <= set(VERDICTS)
     early = by_text["Early acknowledgment helps: Ac.M S. > M. > E."]
-    assert early.verdict == "does not hold" and "M 50.00" in early.evidence
+    # one seed per stage: no spread to judge the order by, whatever the means say
+    assert early.verdict == "too few seeds" and "M 50.00" in early.evidence and "2 on < 2 seeds" in early.evidence
     res3 = by_text["Ratio Loss has the best Ac.M in most cells of Res_3_datasets"]
-    assert (res3.verdict, res3.evidence) == ("does not hold", "0/1 cells")
-    assert by_text["Ratio Loss has the best AUC in most cells of Res_3_datasets"].verdict == "holds"
+    # ratio (60, 62) is beaten by GHM-C's single seed (61.5): that comparison has no spread
+    assert (res3.verdict, res3.evidence) == ("too few seeds", "0/1 cells; 1 on < 2 seeds")
+    # AUC: ratio and CE both 0.9 on two seeds each -> a zero gap, within the (zero) spread
+    auc = by_text["Ratio Loss has the best AUC in most cells of Res_3_datasets"]
+    assert (auc.verdict, auc.evidence) == ("not distinguishable", "1/1 cells; 1 within the seeds' spread")
     assert by_text["Ratio Loss has the best Ac.M in most cells of FL_FEMNIST"].verdict == "not enough data"
     mism = by_text["Larger mismatch hurts all losses: Ac.M falls as classes per client fall (Gamma = 10)"]
-    assert mism.verdict == "does not hold"
-    assert by_text["Ratio Loss has the best Ac.M at every mismatch level (Res_mismatch, Gamma = 10)"].verdict == "holds"
-    assert by_text["Monitor: mean CS above 0.98 on every dataset (estimator released)"].verdict == "holds"
-    assert by_text["Monitor: estimator released beats the uniform guess on every dataset"].verdict == "holds"
-    assert by_text["Monitor under imbalance (Gamma >= 10): released beats the uniform guess"].verdict == \
-        "does not hold"
+    assert mism.verdict == "too few seeds" and "0/2 (dataset, loss) monotone" in mism.evidence
+    assert by_text["Ratio Loss has the best Ac.M at every mismatch level (Res_mismatch, Gamma = 10)"].verdict == \
+        "too few seeds"
+    assert by_text["Monitor: mean CS above 0.98 on every dataset (estimator released)"].verdict == "too few seeds"
+    # two seeds with identical CS per round: zero spread, so the 0.1 gap to the uniform guess is clear
+    imb = by_text["Monitor under imbalance (Gamma >= 10): released beats the uniform guess"]
+    assert imb.verdict == "does not hold" and "1 clear against" in imb.evidence
     assert by_text["Sup_hyper_T_ra: 1.25 gives the best mean CS"].verdict == "holds"
+    maj = by_text["Ratio Loss does not sacrifice the majority classes (Ac. within 1 point of CE or better)"]
+    assert maj.verdict == "holds"
+
+
+def _two_loss_frames(root: Path, ce: list[float], ratio: list[float]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    for loss, accs in (("ce", ce), ("ratio", ratio)):
+        for seed, a in enumerate(accs):
+            write_job(root, Job("losses", "mnist", "g10", loss, seed), acm=a, auc=0.9)
+    return collect(root)
+
+
+@pytest.mark.parametrize("ce, ratio, verdict", [
+    ([0.50, 0.52, 0.54], [0.70, 0.72, 0.74], "holds"),                # gap 20 points, spread 2
+    ([0.50, 0.52, 0.54], [0.30, 0.32, 0.34], "does not hold"),        # gap -20 points
+    ([0.50, 0.60, 0.70], [0.55, 0.65, 0.75], "not distinguishable"),  # gap 5 points, spread 10
+    ([0.50], [0.90], "too few seeds"),                                # one seed each: no spread
+])
+def test_claims_need_a_gap_beyond_the_seeds_spread(tmp_path: Path, ce: list[float], ratio: list[float],
+                                                   verdict: str) -> None:
+    final, rounds = _two_loss_frames(tmp_path / "res", ce, ratio)
+    claim = next(c for c in claims(final, rounds) if c.text == "Ratio Loss has the best Ac.M in most cells of "
+                 "Res_3_datasets")
+    gap = 100 * (np.mean(ratio) - np.mean(ce))
+    spread = 100 * max(np.std(ce, ddof=1), np.std(ratio, ddof=1)) if len(ce) > 1 else float("nan")
+    assert claim.verdict == verdict, (claim, gap, spread)
+    if verdict in ("holds", "does not hold"):
+        assert abs(gap) > spread
+    elif verdict == "not distinguishable":
+        assert abs(gap) <= spread
+
+
+def test_claims_markdown_explains_the_verdicts(frames: tuple[pd.DataFrame, pd.DataFrame], tmp_path: Path) -> None:
+    final, rounds = frames
+    write_tables(final, rounds, tmp_path)
+    md = (tmp_path / "claims.md").read_text()
+    for v in VERDICTS:
+        assert f"**{v}**" in md
+    assert "| **too few seeds** |" in md and "| **not distinguishable** |" in md
 
 
 def test_write_tables_outputs(frames: tuple[pd.DataFrame, pd.DataFrame], tmp_path: Path) -> None:

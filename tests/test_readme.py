@@ -1,0 +1,170 @@
+"""Every command the README shows, run as a new user would where CI can run it.
+
+``test_every_readme_command_is_covered`` fails when the README gains a command that no test here (or in
+test_workflow.py) runs. The quick DAG itself (the README's main command) and its HTML report are run
+end to end by ``test_workflow.py::test_quick_dag_end_to_end``; the test command is what CI runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+from test_aggregate import write_job
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+
+# prefix of a README command -> where it is tested
+COVERED = {
+    "pip install -e . && snakemake --cores all --configfile config/quick.yaml": "test_workflow::test_quick_dag_end_to_end",
+    "pip install -e '.[test]' && python -m pytest -q": "CI (.ci/run runs exactly this)",
+    "snakemake --cores all --use-conda --configfile config/config.yaml": "test_full_protocol_command_plans",
+    "snakemake --workflow-profile profiles/slurm": "test_profiles::test_readme_slurm_commands_plan_the_train_jobs",
+    "snakemake --cores all --configfile config/mnist.yaml": "test_mnist_command_plans",
+    "python -m fedbalance cost --config config/config.yaml": "test_cost_command_prints_a_table",
+    "snakemake --report results/report.html": "test_report_dependency + test_workflow::test_quick_dag_end_to_end",
+    "python -m fedbalance train --config config/quick.yaml": "test_train_command",
+}
+
+
+def readme_commands() -> list[str]:
+    """The commands of the README's bash blocks: continuation lines joined, comments dropped."""
+    cmds = []
+    for block in re.findall(r"```bash\n(.*?)```", README.read_text(), re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = re.sub(r"\s+#.*$", "", line).strip()
+            if line and not line.startswith("#"):
+                cmds.append(re.sub(r"\s+", " ", line))
+    return cmds
+
+
+def _command(prefix: str) -> str:
+    return next(c for c in readme_commands() if c.startswith(prefix))
+
+
+def test_every_readme_command_is_covered() -> None:
+    cmds = readme_commands()
+    assert len(cmds) >= len(COVERED)
+    for c in cmds:
+        assert any(c.startswith(p) for p in COVERED), f"README command without a test: {c}"
+    for p in COVERED:
+        assert any(c.startswith(p) for c in cmds), f"COVERED names a command the README no longer shows: {p}"
+
+
+@pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
+def test_full_protocol_command_plans(tmp_path: Path) -> None:
+    """The full-paper command, as a dry run in a scratch directory (--use-conda only where conda exists)."""
+    args = shlex.split(_command("snakemake --cores all --use-conda"))
+    if shutil.which("conda") is None:
+        args.remove("--use-conda")
+    r = subprocess.run(args + ["-n", "--quiet", "rules", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path)],
+                       cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert re.search(r"^train\s+\d+$", r.stdout + r.stderr, re.M), (r.stdout + r.stderr)[-3000:]
+
+
+@pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
+def test_mnist_command_plans(tmp_path: Path) -> None:
+    """The MNIST-only command, as a dry run: every job is an MNIST job, the loss comparison has ratio_rel."""
+    from fedbalance.config import jobs, load_config
+
+    args = shlex.split(_command("snakemake --cores all --configfile config/mnist.yaml"))
+    r = subprocess.run(args + ["-n", "--quiet", "rules", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path)],
+                       cwd=REPO, capture_output=True, text=True, timeout=900)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    planned = jobs(load_config(REPO / "config" / "mnist.yaml"))
+    assert int(re.search(r"^train\s+(\d+)$", out, re.M).group(1)) == len(planned)
+    assert {j.dataset for j in planned} == {"mnist"} and any(j.loss == "ratio_rel" for j in planned)
+
+
+def test_cost_command_prints_a_table(tmp_path: Path) -> None:
+    """The README's cost command, with a stored calibration so it takes seconds: one row per experiment and a total."""
+    from fedbalance.config import load_config
+    from fedbalance.cost import Calibration, save_calibration, study_work
+
+    cfg = load_config(REPO / "config" / "config.yaml")
+    probes = {w.shape.model_key: {"batch": 32, "step_s": 0.01, "forward_s": 0.0} for w in study_work(cfg)}
+    cal = tmp_path / "cal.json"
+    save_calibration(Calibration(device="test", device_type="cpu", threads=1, copies=1, startup_s=1.0, probes=probes), cal)
+    args = shlex.split(_command("python -m fedbalance cost --config config/config.yaml"))
+    args[0] = sys.executable
+    r = subprocess.run(args + ["--calibration", str(cal)], cwd=REPO, capture_output=True, text=True, timeout=900,
+                       env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    rows = {line.split()[0] for line in r.stdout.splitlines() if line and not line.startswith(("-", "experiment", "device"))}
+    assert rows == set(cfg["experiments"]) | {"total"}
+
+
+def test_report_dependency() -> None:
+    """`snakemake --report` needs pygments: it is a declared dependency, so the README's install brings it."""
+    import tomllib
+
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert any(re.match(r"pygments\b", d, re.I) for d in deps), deps
+    import pygments  # noqa: F401  (the test environment is installed from pyproject.toml)
+
+
+@pytest.mark.slow
+def test_train_command(tmp_path: Path) -> None:
+    """The README's one-job command, verbatim but for --out, from the repository root."""
+    args = shlex.split(_command("python -m fedbalance train"))
+    out = tmp_path / "job"
+    args[args.index("--out") + 1] = str(out)
+    args[0] = sys.executable
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    r = subprocess.run(args + ["--threads", "1"], cwd=REPO, capture_output=True, text=True, timeout=1800, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["job"] == {"experiment": "losses", "dataset": "mnist", "setting": "g10", "loss": "ratio", "seed": 0}
+    assert 0.0 <= m["final"]["acc"] <= 1.0 and (out / "rounds.csv").is_file()
+
+
+@pytest.mark.slow
+def test_non_editable_install_renders_tables(tmp_path: Path) -> None:
+    """`pip install .` (not editable) into a fresh venv, then tables written from another directory: the LaTeX
+    templates travel with the package."""
+    src = tmp_path / "clone"
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True, check=True)
+    for rel in filter(None, tracked.stdout.split("\0")):
+        if (REPO / rel).is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, src / rel)
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, system_site_packages=True, with_pip=False)
+    py = env_dir / "bin" / "python"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "."], cwd=src,
+                       capture_output=True, text=True, timeout=900, env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    shutil.rmtree(src)  # nothing of the source tree is left to fall back on
+
+    jobs = tmp_path / "res"
+    from fedbalance.config import Job
+
+    for seed, acm in ((0, 0.4), (1, 0.5)):
+        write_job(jobs, Job("losses", "mnist", "g10", "ce", seed), acm=acm)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    script = (
+        "import fedbalance, fedbalance.tables as t\n"
+        "from fedbalance.aggregate import collect\n"
+        f"final, rounds = collect({str(jobs)!r})\n"
+        "t.write_tables(final, rounds, 'tables', summary_dir='.')\n"
+        "print(fedbalance.__file__)\n"
+    )
+    r = subprocess.run([str(py), "-c", script], cwd=work, capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert Path(r.stdout.strip()).resolve().is_relative_to(env_dir.resolve()), r.stdout  # the installed copy ran
+    tex = (work / "tables" / "Res_3_datasets.tex").read_text()
+    assert r"\begin{tabular}" in tex and "45.00" in tex  # CE Ac.M at 10:1: mean of 40 and 50
+    assert "| **" in (work / "claims.md").read_text() and (work / "paper_tables.tex").is_file()

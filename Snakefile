@@ -76,6 +76,7 @@ localrules:
 
 
 rule all:
+    default_target: True
     input:
         TABLE_FILES,
         FIGURE_FILES,
@@ -83,4 +84,3 @@ rule all:
         FIDELITY_FILES,
         f"{RESULTS}/aggregate/final.csv",
         f"{RESULTS}/aggregate/rounds.csv",
-    default_target: True

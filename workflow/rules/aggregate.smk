@@ -16,20 +16,20 @@ rule aggregate:
     output:
         final=result("aggregate", "final.csv"),
         rounds=result("aggregate", "rounds.csv"),
+    log:
+        result("logs", "aggregate.log"),
+    benchmark:
+        result("benchmarks", "aggregate.tsv")
+    conda:
+        "../../envs/report.yaml"
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=30,
     params:
         # plain str/int only: Snakemake unpickles params before the script puts this repository's
         # src/ on sys.path, so pickled fedbalance objects could load another installed copy
         results_dir=lambda wildcards, output: str(Path(output.final).parent.parent),
         jobs=[[j.experiment, j.dataset, j.setting, j.loss, j.seed] for j in JOBS],
-    log:
-        result("logs", "aggregate.log"),
-    benchmark:
-        result("benchmarks", "aggregate.tsv")
-    threads: 1
-    resources:
-        mem_mb=4000,
-        runtime=30,
-    conda:
-        "../../envs/report.yaml"
     script:
         "../scripts/aggregate.py"

@@ -42,7 +42,9 @@ def job_spec(wildcards):
 def partition_spec(wildcards):
     """Parameters of a partition job: those of the experiment's first loss (partitions ignore the loss)."""
     loss = config["experiments"][wildcards.experiment]["losses"][0]
-    return resolve_job(config, Job(wildcards.experiment, wildcards.dataset, wildcards.setting, loss, int(wildcards.seed)))
+    return resolve_job(
+        config, Job(wildcards.experiment, wildcards.dataset, wildcards.setting, loss, int(wildcards.seed))
+    )
 
 
 def dataset_source(dataset):

@@ -16,20 +16,20 @@ rule prepare_data:
     output:
         manifest=result("data", "{dataset}.json"),
         labels=result("data", "{dataset}.labels.npz"),
+    log:
+        result("logs", "data", "{dataset}.log"),
+    benchmark:
+        result("benchmarks", "data", "{dataset}.tsv")
+    conda:
+        "../../envs/torch.yaml"
+    threads: 1
+    resources:
+        mem_mb=data_mem_mb,
+        runtime=120,
     params:
         source=lambda wc: dataset_source(wc.dataset),
         options=lambda wc: config["datasets"][wc.dataset].get("options", {}),
         data_dir=DATA_DIR,
         download=config["download"],
-    log:
-        result("logs", "data", "{dataset}.log"),
-    benchmark:
-        result("benchmarks", "data", "{dataset}.tsv")
-    threads: 1
-    resources:
-        mem_mb=data_mem_mb,
-        runtime=120,
-    conda:
-        "../../envs/torch.yaml"
     script:
         "../scripts/prepare_data.py"

@@ -12,17 +12,17 @@ rule partition:
         labels=result("data", "{dataset}.labels.npz"),
     output:
         partition=result("partitions", "{experiment}", "{dataset}", "{setting}", "seed{seed}.json"),
-    params:
-        spec=partition_spec,
     log:
         result("logs", "partition", "{experiment}", "{dataset}", "{setting}", "seed{seed}.log"),
     benchmark:
         result("benchmarks", "partition", "{experiment}", "{dataset}", "{setting}", "seed{seed}.tsv")
+    conda:
+        "../../envs/torch.yaml"
     threads: 1
     resources:
         mem_mb=data_mem_mb,
         runtime=30,
-    conda:
-        "../../envs/torch.yaml"
+    params:
+        spec=partition_spec,
     script:
         "../scripts/partition.py"

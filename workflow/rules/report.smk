@@ -18,9 +18,7 @@ TABLE_FILES = [f"{TABLES_DIR}/{label}{suffix}" for label in TABLES for suffix in
 FIGURE_FILES = [f"{FIGURES_DIR}/{name}.{ext}" for name in FIGURES for ext in ("pdf", "png")]
 # A figure drawn from one dataset (e.g. the CIFAR10 curves) uses the first dataset of the config
 # when that dataset is not part of the study (config/quick.yaml has only mnist).
-FIGURE_DATASETS = {
-    name: (d if d in config["datasets"] else DATASETS[0]) for name, d in DEFAULT_DATASET.items()
-}
+FIGURE_DATASETS = {name: (d if d in config["datasets"] else DATASETS[0]) for name, d in DEFAULT_DATASET.items()}
 SUMMARY_FILES = [result("claims.md"), result("paper_tables.tex")]
 FIDELITY_FILES = [f"{TABLES_DIR}/Fidelity.md", f"{TABLES_DIR}/Fidelity.csv"]
 LOSS_BASES = {name: v["loss"] for name, v in (config.get("loss_variants") or {}).items()}
@@ -38,26 +36,26 @@ rule tables:
         rounds=result("aggregate", "rounds.csv"),
     output:
         [
-            report(f"{TABLES_DIR}/{label}{suffix}", caption=caption(label), category=family(label), subcategory="Tables")
+            report(
+                f"{TABLES_DIR}/{label}{suffix}", caption=caption(label), category=family(label), subcategory="Tables"
+            )
             for label in TABLES
             for suffix in TABLE_SUFFIXES
         ],
         claims=report(result("claims.md"), caption="../../report/claims.rst", category="summary"),
-        paper_tables=report(
-            result("paper_tables.tex"), caption="../../report/paper_tables.rst", category="summary"
-        ),
-    params:
-        out_dir=lambda wildcards, output: Path(output[0]).parent,
-        summary_dir=lambda wildcards, output: Path(output.claims).parent,
-        estimator=DEFAULT_ESTIMATOR,
+        paper_tables=report(result("paper_tables.tex"), caption="../../report/paper_tables.rst", category="summary"),
     log:
         result("logs", "tables.log"),
+    conda:
+        "../../envs/report.yaml"
     threads: 1
     resources:
         mem_mb=4000,
         runtime=30,
-    conda:
-        "../../envs/report.yaml"
+    params:
+        out_dir=lambda wildcards, output: Path(output[0]).parent,
+        summary_dir=lambda wildcards, output: Path(output.claims).parent,
+        estimator=DEFAULT_ESTIMATOR,
     script:
         "../scripts/tables.py"
 
@@ -72,19 +70,19 @@ rule figures:
             for name in FIGURES
             for ext in ("pdf", "png")
         ],
+    log:
+        result("logs", "figures.log"),
+    conda:
+        "../../envs/report.yaml"
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=30,
     params:
         results_dir=lambda wildcards, input: Path(input.final).parent.parent,
         out_dir=lambda wildcards, output: Path(output[0]).parent,
         dataset_map=FIGURE_DATASETS,
         estimator=DEFAULT_ESTIMATOR,
-    log:
-        result("logs", "figures.log"),
-    threads: 1
-    resources:
-        mem_mb=4000,
-        runtime=30,
-    conda:
-        "../../envs/report.yaml"
     script:
         "../scripts/figures.py"
 
@@ -96,15 +94,15 @@ rule fidelity:
     output:
         markdown=report(f"{TABLES_DIR}/Fidelity.md", caption="../../report/Fidelity.rst", category="summary"),
         csv=f"{TABLES_DIR}/Fidelity.csv",
-    params:
-        bases=LOSS_BASES,
     log:
         result("logs", "fidelity.log"),
+    conda:
+        "../../envs/report.yaml"
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
-    conda:
-        "../../envs/report.yaml"
+    params:
+        bases=LOSS_BASES,
     script:
         "../scripts/fidelity.py"

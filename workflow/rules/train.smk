@@ -11,23 +11,23 @@ rule train:
     output:
         metrics=result("{experiment}", "{dataset}", "{setting}", "{loss}", "seed{seed}", "metrics.json"),
         rounds=result("{experiment}", "{dataset}", "{setting}", "{loss}", "seed{seed}", "rounds.csv"),
-    params:
-        spec=job_spec,
-        data_dir=DATA_DIR,
-        device=config["device"],
-        deterministic=config["deterministic"],
-        threads=TRAIN_THREADS,
     log:
         result("logs", "train", "{experiment}", "{dataset}", "{setting}", "{loss}", "seed{seed}.log"),
     benchmark:
         result("benchmarks", "train", "{experiment}", "{dataset}", "{setting}", "{loss}", "seed{seed}.tsv")
+    conda:
+        "../../envs/torch.yaml"
     threads: TRAIN_THREADS
     resources:
         gpu=TRAIN_GPUS,
         gpu_slots=TRAIN_GPU_SLOTS,
         mem_mb=train_mem_mb,
         runtime=train_runtime,
-    conda:
-        "../../envs/torch.yaml"
+    params:
+        spec=job_spec,
+        data_dir=DATA_DIR,
+        device=config["device"],
+        deterministic=config["deterministic"],
+        threads=TRAIN_THREADS,
     script:
         "../scripts/train.py"

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torchvision.models.resnet import BasicBlock
 
-import fedbalance.train as train_mod
+import fedbalance.sgd as sgd_mod
 import fedbalance.vectorised as vec_mod
 from fedbalance.losses import get_loss
 from fedbalance.models import build_model
@@ -132,7 +132,7 @@ def test_batchnorm_full_batches_use_fused_kernel() -> None:
 def test_resnet18_float64_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     """The real ResNet18, in float64: on tiny maps its BN over a few values per channel is so ill-conditioned
     that even reordering a batch changes float32 results beyond the tolerance (docs/performance.md)."""
-    for mod in (train_mod, vec_mod):
+    for mod in (sgd_mod, vec_mod):
         monkeypatch.setattr(mod, "to_float", lambda x: x.double())
     torch.manual_seed(0)
     model = build_model("resnet18", 1, Q, (8, 8)).double()

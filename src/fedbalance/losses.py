@@ -561,24 +561,21 @@ class CountsLoss(_Loss):
         raise NotImplementedError
 
 
-class LogitAdjustedLoss(CountsLoss):
-    """Module form of ``logit_adjusted_loss`` with the monitor's estimate as the prior pi (``la``).
+class _ShiftedLogitsLoss(CountsLoss):
+    """Base of the losses that shift the logits by tau times a function of class counts floored at ``min_count``."""
 
-    The prior is the server's: the monitor's estimate of the previous round's class counts,
-    installed by the engine with ``set_prior`` (uniform, i.e. plain CE, in round 0).
-    """
-
-    uses_monitor_prior = True
+    default_min_count = 1.0
 
     def __init__(
         self,
         tau: float = 1.0,
-        min_count: float = 1.0,
+        min_count: float | None = None,
         num_classes: int | None = None,
         counts: torch.Tensor | None = None,
         reduction: str = "mean",
     ) -> None:
         super().__init__(num_classes, counts, reduction)
+        min_count = self.default_min_count if min_count is None else min_count
         if min_count <= 0:
             raise ValueError(f"min_count must be > 0, got {min_count}")
         self.tau = tau
@@ -586,6 +583,17 @@ class LogitAdjustedLoss(CountsLoss):
 
     def extra_repr(self) -> str:
         return f"tau={self.tau}, min_count={self.min_count}, reduction={self.reduction!r}"
+
+
+class LogitAdjustedLoss(_ShiftedLogitsLoss):
+    """Module form of ``logit_adjusted_loss`` with the monitor's estimate as the prior pi (``la``).
+
+    The prior is the server's: the monitor's estimate of the previous round's class counts,
+    installed by the engine with ``set_prior`` (uniform, i.e. plain CE, in round 0). Counts are
+    floored at ``min_count`` (default 1).
+    """
+
+    uses_monitor_prior = True
 
     def forward_counts(
         self, logits: torch.Tensor, target: torch.Tensor, counts: torch.Tensor, mask: torch.Tensor | None = None
@@ -633,27 +641,11 @@ class BalancedSoftmaxLocalLoss(BalancedSoftmaxLoss):
     uses_client_counts = True
 
 
-class FedLCLoss(CountsLoss):
-    """Module form of ``fedlc_loss`` (``fedlc``): local label counts, tau = 1 by default."""
+class FedLCLoss(_ShiftedLogitsLoss):
+    """Module form of ``fedlc_loss`` (``fedlc``): local label counts, tau = 1, a missing class counts 1e-8."""
 
     uses_client_counts = True
-
-    def __init__(
-        self,
-        tau: float = 1.0,
-        min_count: float = 1e-8,
-        num_classes: int | None = None,
-        counts: torch.Tensor | None = None,
-        reduction: str = "mean",
-    ) -> None:
-        super().__init__(num_classes, counts, reduction)
-        if min_count <= 0:
-            raise ValueError(f"min_count must be > 0, got {min_count}")
-        self.tau = tau
-        self.min_count = min_count
-
-    def extra_repr(self) -> str:
-        return f"tau={self.tau}, min_count={self.min_count}, reduction={self.reduction!r}"
+    default_min_count = 1e-8
 
     def forward_counts(
         self, logits: torch.Tensor, target: torch.Tensor, counts: torch.Tensor, mask: torch.Tensor | None = None

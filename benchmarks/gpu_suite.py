@@ -53,6 +53,9 @@ from fedbalance.models import build_model  # noqa: E402
 from fedbalance.monitor import Monitor  # noqa: E402
 from fedbalance.train import SGDConfig, average_stacked, batch_schedule, train_copies  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from round_speed import _datasets as _sets  # noqa: E402  (synthetic client and per-class sets)
+
 JOB = ("losses", "mnist", "g10", "ratio")
 METHODS = ("released", "nnls", "paper")  # config/config.yaml's monitor.estimators
 # model -> (shape name, channels, image size, classes at paper size, classes in --smoke)
@@ -92,16 +95,6 @@ def _parse(argv: list[str] | None = None) -> argparse.Namespace:
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def _sets(n_sets: int, n: int, shape: tuple[int, ...], q: int, device: torch.device, g: torch.Generator, one_class: bool = False) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Synthetic uint8 images and labels on ``device``; ``one_class`` gives set k only class k."""
-    out = []
-    for k in range(n_sets):
-        x = torch.randint(0, 256, (n, *shape), generator=g, dtype=torch.uint8)
-        y = torch.full((n,), k % q) if one_class else torch.randint(0, q, (n,), generator=g)
-        out.append((x.to(device), y.to(device)))
-    return out
 
 
 class _StepCounter:

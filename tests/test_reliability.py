@@ -17,6 +17,8 @@ from fedbalance.config import SCHEMA_PATH, ConfigError, Job, load_config, resolv
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = ROOT / "config" / "quick.yaml"
+LR_TEXT = next(line.split(":", 1)[1].strip() for line in QUICK.read_text().splitlines() if line.startswith("  lr:"))
+LR_LINE = f"  lr: {LR_TEXT}\n"  # the quick config's learning-rate line, edited by the tests below
 
 
 @pytest.fixture()
@@ -133,7 +135,7 @@ def test_explicit_setting_named_like_a_grid_one_is_refused(quick: dict) -> None:
 @pytest.mark.parametrize(
     "edit, key",
     [
-        ("  lr: 0.03\n", "defaults.lr"),
+        (LR_LINE, "defaults.lr"),
         ("      g: {key: partition.gamma, values: [1, 10]}\n", "experiments.losses.grid.g.values.1"),
     ],
 )
@@ -141,7 +143,7 @@ def test_explicit_setting_named_like_a_grid_one_is_refused(quick: dict) -> None:
 def test_non_finite_numbers_are_refused_naming_the_key(tmp_path: Path, edit: str, key: str, bad: str) -> None:
     text = QUICK.read_text()
     assert edit in text
-    new = edit.replace("0.03", bad) if "lr" in edit else edit.replace("10]", f"{bad}]")
+    new = edit.replace(LR_TEXT, bad) if "lr" in edit else edit.replace("10]", f"{bad}]")
     path = tmp_path / "bad.yaml"
     path.write_text(text.replace(edit, new))
     with pytest.raises(ConfigError, match=rf"^{key}: .* is not a finite number"):
@@ -156,7 +158,7 @@ def test_duplicate_key_is_refused_with_file_and_line(tmp_path: Path) -> None:
 
     text = QUICK.read_text()
     lines = text.splitlines(keepends=True)
-    at = lines.index("  lr: 0.03\n")
+    at = lines.index(LR_LINE)
     path = tmp_path / "dup.yaml"
     path.write_text("".join(lines[: at + 1] + ["  lr: 5.0\n"] + lines[at + 1:]))
     with pytest.raises(ConfigError) as err:
@@ -190,7 +192,7 @@ def _snakemake_dry(tmp: Path, config_text: str) -> subprocess.CompletedProcess:
 def test_snakemake_refuses_duplicate_keys_and_bad_dataset_options(tmp_path: Path) -> None:
     """Items 4 and 12 under Snakemake: one 'invalid configuration' line, no DAG, no traceback."""
     text = QUICK.read_text()
-    r = _snakemake_dry(tmp_path, text.replace("  lr: 0.03\n", "  lr: 0.03\n  lr: 5.0\n"))
+    r = _snakemake_dry(tmp_path, text.replace(LR_LINE, LR_LINE + "  lr: 5.0\n"))
     out = r.stdout + r.stderr
     assert r.returncode != 0 and "Building DAG" not in out
     assert "invalid configuration:" in out and "key 'lr' is given twice" in out and "line " in out, out

@@ -8,6 +8,7 @@ and can score estimators the job did not run.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -38,8 +39,6 @@ def replay(
 
     The monitor runs with the job's own settings (optimiser, aux data, seeds) and ``estimators``.
     """
-    import time
-
     spec = dict(trajectory["spec"])
     spec["monitor"] = {**spec["monitor"], "estimators": list(estimators)}
     ds = dataset if dataset is not None else load_dataset(spec["source"], data_dir, **dict(spec.get("options") or {}))

@@ -8,7 +8,7 @@ from fedbalance.config import Job, jobs, resolve_job, settings
 JOBS = jobs(config)
 EXPERIMENTS = list(config["experiments"])
 DATASETS = list(config["datasets"])
-# The default composition estimator: the first of monitor.estimators (DESIGN §2; docs/deviations.md).
+# The default composition estimator: the first of monitor.estimators (docs/design.md §2; docs/deviations.md).
 DEFAULT_ESTIMATOR = config.get("defaults", {}).get("monitor", {}).get("estimators", ["nnls"])[0]
 LOSSES = sorted({loss for e in config["experiments"].values() for loss in e["losses"]})
 

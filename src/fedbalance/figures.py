@@ -250,6 +250,17 @@ def make_Sup_data_splitting(final: pd.DataFrame, rounds: pd.DataFrame, results_d
     return fig
 
 
+def _errorbar_over_gammas(ax, rows: pd.DataFrame, column: str, *, label: str, dashed: bool = False,
+                          scale: float = 1.0) -> None:
+    """Mean ± std of ``rows[column]`` (times ``scale``) at each Γ setting ``g<Γ>``; Γ without a value is skipped."""
+    pts = [(i, scale * rows.loc[rows.setting == f"g{g}", column].dropna()) for i, (g, _) in enumerate(GAMMAS)]
+    pts = [(i, v) for i, v in pts if len(v)]
+    if pts:
+        ax.errorbar([i for i, _ in pts], [v.mean() for _, v in pts],
+                    yerr=[v.std() if len(v) > 1 else 0.0 for _, v in pts], marker="o", capsize=3,
+                    linestyle="--" if dashed else "-", label=label)
+
+
 def make_Monitor_under_imbalance(final: pd.DataFrame, rounds: pd.DataFrame, results_dir: Path | None = None, *,
                                  dataset: str | None = None, estimator: str = "released") -> Figure:
     """CS of each estimator and of the uniform guess against Γ (mean ± std over rounds and seeds), Ratio-Loss jobs."""
@@ -261,13 +272,7 @@ def make_Monitor_under_imbalance(final: pd.DataFrame, rounds: pd.DataFrame, resu
     for ax, d in zip(axes, ds):
         sub = sel[sel.dataset == d]
         for est in ESTIMATORS + ("uniform",):
-            col = f"cs_{est}"
-            pts = [(i, sub.loc[sub.setting == f"g{g}", col].dropna()) for i, (g, _) in enumerate(GAMMAS)]
-            pts = [(i, v) for i, v in pts if len(v)]
-            if pts:
-                ax.errorbar([i for i, _ in pts], [v.mean() for _, v in pts],
-                            yerr=[v.std() if len(v) > 1 else 0.0 for _, v in pts], marker="o", capsize=3,
-                            linestyle="--" if est == "uniform" else "-", label=est)
+            _errorbar_over_gammas(ax, sub, f"cs_{est}", dashed=est == "uniform", label=est)
         ax.set_xticks(range(len(GAMMAS)), [lab for _, lab in GAMMAS])
         ax.set(title=d, xlabel="Γ", ylabel="CS")
         ax.legend(fontsize=7)
@@ -292,13 +297,8 @@ def make_Beyond_paper(final: pd.DataFrame, rounds: pd.DataFrame, results_dir: Pa
         sub = sel[sel.dataset == d]
         losses = [loss for loss in BEYOND_LOSSES if loss in set(sub.loss)] + sorted(set(sub.loss) - set(BEYOND_LOSSES))
         for loss in losses:
-            pts = [(i, 100 * sub.loc[(sub.loss == loss) & (sub.setting == f"g{g}"), "acc_minority"].dropna())
-                   for i, (g, _) in enumerate(GAMMAS)]
-            pts = [(i, v) for i, v in pts if len(v)]
-            if pts:
-                ax.errorbar([i for i, _ in pts], [v.mean() for _, v in pts],
-                            yerr=[v.std() if len(v) > 1 else 0.0 for _, v in pts], marker="o", capsize=3,
-                            linestyle="--" if loss in ("ce", "ratio") else "-", label=BEYOND_NAME.get(loss, loss))
+            _errorbar_over_gammas(ax, sub[sub.loss == loss], "acc_minority", scale=100.0,
+                                  dashed=loss in ("ce", "ratio"), label=BEYOND_NAME.get(loss, loss))
         ax.set_xticks(range(len(GAMMAS)), [lab for _, lab in GAMMAS])
         ax.set(title=d, xlabel="Γ", ylabel="Ac.M (%)")
         ax.legend(fontsize=7)

@@ -75,15 +75,18 @@ def test_full_protocol_command_plans(tmp_path: Path) -> None:
 @pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
 def test_mnist_command_plans(tmp_path: Path) -> None:
     """The MNIST-only command, as a dry run: every job is an MNIST job, the loss comparison has ratio_rel."""
-    from fedbalance.config import jobs, load_config
+    from fedbalance.config import jobs, load_config, twins
 
     args = shlex.split(_command("snakemake --cores all --configfile config/mnist.yaml"))
     r = subprocess.run(args + ["-n", "--quiet", "rules", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path)],
                        cwd=REPO, capture_output=True, text=True, timeout=900)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
-    planned = jobs(load_config(REPO / "config" / "mnist.yaml"))
-    assert int(re.search(r"^train\s+(\d+)$", out, re.M).group(1)) == len(planned)
+    cfg = load_config(REPO / "config" / "mnist.yaml")
+    planned = jobs(cfg)
+    trained = int(re.search(r"^train\s+(\d+)$", out, re.M).group(1))
+    copied = int(re.search(r"^reuse\s+(\d+)$", out, re.M).group(1))
+    assert (trained, copied) == (len(planned) - len(twins(cfg)), len(twins(cfg)))
     assert {j.dataset for j in planned} == {"mnist"} and any(j.loss == "ratio_rel" for j in planned)
 
 

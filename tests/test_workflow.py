@@ -23,10 +23,11 @@ REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "Snakefile"
 FULL = REPO / "config" / "config.yaml"
 QUICK = REPO / "config" / "quick.yaml"
-QUICK_JOBS = 51  # training jobs of config/quick.yaml (README's Quick start says so too)
+QUICK_JOBS = 47  # jobs of config/quick.yaml (README's Quick start says so too)
+QUICK_TWINS = 7  # of them written from a twin (rule reuse), so 44 are trained
 
 sys.path.insert(0, str(REPO / "src"))
-from fedbalance.config import jobs, load_config  # noqa: E402
+from fedbalance.config import jobs, load_config, twins  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
 
@@ -65,8 +66,13 @@ def test_dry_run_full_protocol_plans_every_job(tmp_path):
     r = in_tmp(tmp_path, "-n", "--quiet", "rules", "--configfile", str(FULL))
     assert r.returncode == 0, r.stdout + r.stderr
     counts = job_stats(r.stdout + r.stderr)
-    assert counts["train"] == len(expected) == 2790  # 2490 of the paper + 300 of beyond
-    partitions = {(j.experiment, j.dataset, j.setting, j.seed) for j in expected}
+    n_twins = len(twins(cfg))
+    # a twin is trained nowhere else: its source is trained, not itself a twin
+    assert all(src not in twins(cfg) for src in twins(cfg).values())
+    assert len(expected) == 2790  # 2490 of the paper + 300 of beyond
+    assert counts["train"] + counts["reuse"] == len(expected) and counts["reuse"] == n_twins > 0
+    twin_of = twins(cfg)
+    partitions = {(j.experiment, j.dataset, j.setting, j.seed) for j in expected if j not in twin_of}
     assert counts["partition"] == len(partitions)
     assert counts["prepare_data"] == len(cfg["datasets"])
     for rule in ("aggregate", "tables", "figures", "all"):
@@ -80,7 +86,9 @@ def test_dry_run_quick_protocol(tmp_path):
     r = in_tmp(tmp_path, "-n", "--quiet", "rules", "--configfile", str(QUICK))
     assert r.returncode == 0, r.stdout + r.stderr
     counts = job_stats(r.stdout + r.stderr)
-    assert counts["train"] == len(jobs(load_config(QUICK))) == QUICK_JOBS
+    assert len(jobs(load_config(QUICK))) == QUICK_JOBS
+    assert counts["reuse"] == len(twins(load_config(QUICK))) == QUICK_TWINS
+    assert counts["train"] == QUICK_JOBS - QUICK_TWINS
     assert counts["prepare_data"] == 1
 
 

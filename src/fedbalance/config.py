@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -111,6 +112,14 @@ class Job:
     def path(self) -> str:
         """Relative result folder ``<experiment>/<dataset>/<setting>/<loss>/seed<k>``."""
         return f"{self.experiment}/{self.dataset}/{self.setting}/{self.loss}/seed{self.seed}"
+
+    @classmethod
+    def from_path(cls, path: str) -> Job:
+        """The job of a result folder ``path`` (inverse of ``Job.path``)."""
+        parts = path.strip("/").split("/")
+        if len(parts) != 5 or not re.fullmatch(r"seed\d+", parts[4]):
+            raise ConfigError(f"{path!r} is not a job folder <experiment>/<dataset>/<setting>/<loss>/seed<k>")
+        return cls(*parts[:4], int(parts[4][4:]))
 
 
 def schema() -> dict:
@@ -235,6 +244,37 @@ def jobs(cfg: Mapping[str, Any], experiments: list[str] | None = None) -> list[J
         for d, s, loss, seed in itertools.product(exp["datasets"], settings(cfg, name), exp["losses"], seeds):
             out.append(Job(name, d, s, loss, seed))
     return sorted(out)
+
+
+IDENTITY_KEYS = ("experiment", "setting")
+
+
+def run_key(spec: Mapping[str, Any]) -> str:
+    """What a job's results depend on: its spec less the names that only place it (``IDENTITY_KEYS``).
+
+    Nothing in a run is seeded from the experiment's or setting's name (partitions and every
+    generator derive from ``seed``), so two jobs with equal keys give equal results.
+    """
+    rest = {k: v for k, v in spec.items() if k not in IDENTITY_KEYS}
+    return json.dumps(rest, sort_keys=True, default=str)
+
+
+def twins(cfg: Mapping[str, Any], experiments: list[str] | None = None) -> dict[Job, Job]:
+    """Each job whose ``run_key`` equals an earlier job's, mapped to that job (the one trained).
+
+    "Earlier" follows the experiments' order in the config, then ``jobs``' order; e.g. a sweep's
+    default point (``alpha`` at its default α) is the loss comparison's job, trained once.
+    """
+    order = {name: i for i, name in enumerate(cfg["experiments"])}
+    first: dict[str, Job] = {}
+    out: dict[Job, Job] = {}
+    for job in sorted(jobs(cfg, experiments), key=lambda j: (order[j.experiment], j)):
+        key = run_key(resolve_job(cfg, job))
+        if key in first:
+            out[job] = first[key]
+        else:
+            first[key] = job
+    return out
 
 
 def _key(path: Any) -> str:

@@ -50,10 +50,11 @@ import fedbalance
 from fedbalance.centralised import num_epochs, run_centralised
 from fedbalance.config import base_loss, job_value, partition_args
 from fedbalance.data import Dataset, load_dataset
+from fedbalance.records import JOB_KEYS
 from fedbalance.fl import ESTIMATORS, ROUND_COLUMNS, TAG_AUX, TAG_INIT, JobData, derive_seed, needs_monitor, run_fedavg
 from fedbalance.losses import get_loss
 from fedbalance.metrics import evaluate
-from fedbalance.models import build_model
+from fedbalance.models import build_model, device_layout
 from fedbalance.atomic import atomic_write
 from fedbalance.partition import (  # noqa: F401  (save/load re-exported for callers of the job API)
     Partition,
@@ -66,7 +67,6 @@ from fedbalance.partition import (  # noqa: F401  (save/load re-exported for cal
 CHECKPOINT = "checkpoint.pt"
 LOCK = ".lock"
 TRAJECTORY = "trajectory.pt"
-JOB_KEYS = ("experiment", "dataset", "setting", "loss", "seed")
 
 
 class JobError(ValueError):
@@ -357,7 +357,7 @@ def run_job(
         tuple(int(c) for c in spec.get("minority_classes", ())),
     )
     torch.manual_seed(derive_seed(int(spec["seed"]), TAG_INIT))
-    model = build_model(spec["model"], dataset.in_channels, q, dataset.image_size).to(dev)
+    model = device_layout(build_model(spec["model"], dataset.in_channels, q, dataset.image_size).to(dev), dev)
     loss_fn = get_loss(base_loss(spec), q, **dict(spec.get("loss_params", {}).get(base_loss(spec), {}))).to(dev)
     fp = fingerprint(spec, parts)
     rt = runtime(dev, deterministic)

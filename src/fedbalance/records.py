@@ -5,6 +5,9 @@ Defined once here; ``fl``, ``jobs``, ``aggregate``, ``tables`` and ``figures`` i
 
 from __future__ import annotations
 
+JOB_KEYS: tuple[str, ...] = ("experiment", "dataset", "setting", "loss", "seed")
+"""What names one training job (``fedbalance.config.Job``'s fields; metrics.json's "job")."""
+
 ESTIMATORS: tuple[str, ...] = ("paper", "released", "nnls", "simulated")
 """Composition estimators recorded per round (``fedbalance.monitor``); a config lists a subset, the first is its default."""
 

@@ -3,9 +3,12 @@
 
 import re
 
-from fedbalance.config import Job, jobs, resolve_job, settings
+from fedbalance.config import Job, jobs, resolve_job, settings, twins
 
 JOBS = jobs(config)
+# Jobs equal to an earlier one but for their experiment's and setting's names: written from it by
+# rule reuse instead of trained again (fedbalance.config.twins).
+TWINS = {job.path: source.path for job, source in twins(config).items()}
 EXPERIMENTS = list(config["experiments"])
 DATASETS = list(config["datasets"])
 # The default composition estimator: the first of monitor.estimators (docs/design.md §2; docs/deviations.md).
@@ -15,6 +18,11 @@ LOSSES = sorted({loss for e in config["experiments"].values() for loss in e["los
 
 def _alternation(names):
     return "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+
+
+def _paths(paths):
+    """A regex matching exactly these job paths (never matching when there are none)."""
+    return "|".join(re.escape(p) for p in sorted(paths)) or "(?!)"
 
 
 wildcard_constraints:

@@ -31,3 +31,28 @@ rule train:
         threads=TRAIN_THREADS,
     script:
         "../scripts/train.py"
+
+
+# A twin job (common.smk: TWINS) is written from the job trained in its place; only the twins'
+# paths match {twin}, so every other job falls through to rule train.
+ruleorder: reuse > train
+
+
+rule reuse:
+    input:
+        metrics=lambda wc: result(TWINS[wc.twin], "metrics.json"),
+        rounds=lambda wc: result(TWINS[wc.twin], "rounds.csv"),
+    output:
+        metrics=result("{twin}", "metrics.json"),
+        rounds=result("{twin}", "rounds.csv"),
+    log:
+        result("logs", "reuse", "{twin}.log"),
+    wildcard_constraints:
+        twin=_paths(TWINS),
+    localrule: True
+    conda:
+        "../../envs/torch.yaml"
+    params:
+        spec=lambda wc: resolve_job(config, Job.from_path(wc.twin)),
+    script:
+        "../scripts/reuse.py"

@@ -1,0 +1,47 @@
+"""A twin job's outputs, written from the job trained in its place (``fedbalance.config.twins``); torch-free.
+
+Two jobs of a study that differ only in their experiment's and setting's names (a sweep's default
+point and the loss comparison's job, say) give the same results, so the workflow trains the first
+and writes the other's ``metrics.json`` and ``rounds.csv`` from it: the same numbers, the twin's
+own ``job`` and ``config``, and ``reused_from`` naming the folder it came from.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from fedbalance.atomic import atomic_write, write_json
+from fedbalance.config import IDENTITY_KEYS, ConfigError, run_key
+from fedbalance.records import JOB_KEYS
+
+METRICS = "metrics.json"
+ROUNDS = "rounds.csv"
+
+
+def twin_metrics(source: Mapping[str, Any], spec: Mapping[str, Any], source_path: str) -> dict[str, Any]:
+    """``source``'s metrics.json as the job of ``spec`` (its twin) would have written it."""
+    config = dict(source["config"])
+    config.update({k: spec[k] for k in IDENTITY_KEYS})
+    if run_key(config) != run_key(spec):
+        raise ConfigError(
+            f"{source_path} was trained with other parameters than {'/'.join(str(spec[k]) for k in JOB_KEYS)} "
+            "has now (results of an older config?): rerun it"
+        )
+    return {**source, "job": {k: spec[k] for k in JOB_KEYS}, "config": config, "reused_from": source_path}
+
+
+def write_twin(source_dir: str | Path, target_dir: str | Path, spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Write ``target_dir``'s rounds.csv and metrics.json (last, as ``run_job`` does) from ``source_dir``'s."""
+    source_dir, target_dir = Path(source_dir), Path(target_dir)
+    try:
+        source = json.loads((source_dir / METRICS).read_text())
+        rounds = (source_dir / ROUNDS).read_bytes()
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot reuse {source_dir}: {exc}") from None
+    metrics = twin_metrics(source, spec, str(source_dir))
+    atomic_write(target_dir / ROUNDS, lambda fh: fh.write(rounds), mode="wb")
+    write_json(metrics, target_dir / METRICS)
+    return metrics

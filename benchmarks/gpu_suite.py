@@ -52,6 +52,7 @@ from fedbalance.losses import get_loss  # noqa: E402
 from fedbalance.models import build_model  # noqa: E402
 from fedbalance.monitor import Monitor  # noqa: E402
 from fedbalance.train import SGDConfig, average_stacked, batch_schedule, train_copies  # noqa: E402
+from fedbalance.sgd import register_step_post_hook  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from round_speed import _datasets as _sets  # noqa: E402  (synthetic client and per-class sets)
@@ -98,20 +99,21 @@ def _sync(device: torch.device) -> None:
 
 
 class _StepCounter:
-    """Counts ``torch.optim`` steps while active (the sequential path's SGD steps)."""
+    """Counts SGD steps while active (``torch.optim``'s and ``FunctionalSGD``'s: the sequential path's)."""
 
     def __init__(self) -> None:
         self.count = 0
 
     def __enter__(self) -> _StepCounter:
-        self._handle = register_optimizer_step_post_hook(self._hook)
+        self._handles = [register_optimizer_step_post_hook(self._hook), register_step_post_hook(self._hook)]
         return self
 
     def _hook(self, *_: Any) -> None:
         self.count += 1
 
     def __exit__(self, *_: Any) -> None:
-        self._handle.remove()
+        for handle in self._handles:
+            handle.remove()
 
 
 def _scheduled(sets: list[tuple[torch.Tensor, torch.Tensor]], cfg: SGDConfig, seed: int) -> int:

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from fedbalance.config import Job, jobs, partition_args, resolve_job
+from fedbalance.config import Job, jobs, partition_args, resolve_job, twins
 
 CALIBRATION_VERSION = 1
 # FEMNIST letters per writer: the authors' FEMNIST-shape client, 20 writers x ~50 samples = ~1,000
@@ -195,12 +195,19 @@ def study_work(
     device_type: str = "cpu",
     samples_per_writer: int = SAMPLES_PER_WRITER,
 ) -> list[JobWork]:
-    """``job_work`` of every job of the study (or of ``experiments``); partitions are counted once each."""
+    """``job_work`` of every job the study trains (or of ``experiments``); partitions are counted once each.
+
+    A twin job (``fedbalance.config.twins``) is written from its source, not trained: it costs nothing.
+    """
     from fedbalance.data import dataset_info
 
+    chosen = list(experiments) if experiments is not None else None
+    twin_of = twins(cfg, chosen)
     cache: dict[str, dict[str, list[int]]] = {}
     out = []
-    for job in jobs(cfg, list(experiments) if experiments is not None else None):
+    for job in jobs(cfg, chosen):
+        if job in twin_of:
+            continue
         spec = resolve_job(cfg, job)
         q = int(dataset_info(str(spec["source"]), **dict(spec.get("options") or {}))["num_classes"])
         scheme, kwargs = partition_args(spec)
@@ -381,7 +388,7 @@ def calibrate(
     """
     import torch
 
-    from fedbalance.models import build_model
+    from fedbalance.models import build_model, device_layout
 
     dev = torch.device(device)
     steps = steps if steps is not None else (3 if dev.type == "cuda" else 1)
@@ -396,7 +403,7 @@ def calibrate(
     for shape in shapes:
         n_copies = copies if dev.type == "cuda" and shape.path == "vectorised" else 1
         torch.manual_seed(0)
-        model = build_model(shape.model, shape.channels, shape.classes, (shape.height, shape.width)).to(dev)
+        model = device_layout(build_model(shape.model, shape.channels, shape.classes, (shape.height, shape.width)).to(dev), dev)
         if shape.model_key not in cal.probes:
             b = min(probe_batch, shape.batch_size) if dev.type == "cpu" else shape.batch_size
             cal.probes[shape.model_key] = {

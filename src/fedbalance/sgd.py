@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.optim.sgd import sgd
+from torch.utils.hooks import RemovableHandle
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,63 @@ def make_optimizer(model: nn.Module, cfg: SGDConfig) -> torch.optim.SGD:
     return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
 
 
+_STEP_POST_HOOKS: OrderedDict[int, Callable[[FunctionalSGD], None]] = OrderedDict()  # weakref-able, for RemovableHandle
+
+
+def register_step_post_hook(hook: Callable[[FunctionalSGD], None]) -> RemovableHandle:
+    """Call ``hook(opt)`` after every ``FunctionalSGD.step`` (as ``torch.optim``'s global step post-hooks do for its optimisers)."""
+    handle = RemovableHandle(_STEP_POST_HOOKS)
+    _STEP_POST_HOOKS[handle.id] = hook
+    return handle
+
+
+class FunctionalSGD:
+    """``torch.optim.SGD``'s step, by the functional ``torch.optim.sgd.sgd`` that ``SGD.step`` itself calls.
+
+    The same updates bit for bit (tests/test_sgd.py), without an ``Optimizer`` object: building
+    the first one in a process imports ``torch._dynamo`` (about a second of CPU), which every
+    short training job would pay. Momentum buffers start empty, as in a fresh ``SGD``.
+    """
+
+    def __init__(self, params: Iterable[torch.Tensor], cfg: SGDConfig) -> None:
+        self.params = list(params)
+        self.cfg = cfg
+        self.buffers: list[torch.Tensor | None] = [None] * len(self.params)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Drop the gradients (``set_to_none`` is accepted for ``Optimizer`` compatibility; always None)."""
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """One SGD step on every parameter that has a gradient (``SGD.step`` with dampening 0, no Nesterov)."""
+        live = [i for i, p in enumerate(self.params) if p.grad is not None]
+        params = [self.params[i] for i in live]
+        buffers = [self.buffers[i] for i in live]
+        sgd(
+            params,
+            [p.grad for p in params],
+            buffers,
+            weight_decay=self.cfg.weight_decay,
+            momentum=self.cfg.momentum,
+            lr=self.cfg.lr,
+            dampening=0.0,
+            nesterov=False,
+            maximize=False,
+            has_sparse_grad=False,
+            foreach=None,
+            fused=None,
+            grad_scale=None,
+            found_inf=None,
+        )
+        if self.cfg.momentum != 0:
+            for i, buf in zip(live, buffers, strict=True):
+                self.buffers[i] = buf
+        for hook in list(_STEP_POST_HOOKS.values()):
+            hook(self)
+
+
 def local_sgd(
     model: nn.Module,
     x: torch.Tensor,
@@ -51,12 +112,12 @@ def local_sgd(
     ``x`` may be uint8 (converted per batch); the batch order is ``batch_schedule``'s, so any
     other path that uses the same generator state sees exactly the same batches.
     """
-    return sgd_steps(model, make_optimizer(model, cfg), x, y, loss_fn, batch_schedule(len(y), cfg, generator))
+    return sgd_steps(model, FunctionalSGD(model.parameters(), cfg), x, y, loss_fn, batch_schedule(len(y), cfg, generator))
 
 
 def sgd_steps(
     model: nn.Module,
-    opt: torch.optim.Optimizer,
+    opt: torch.optim.Optimizer | FunctionalSGD,
     x: torch.Tensor,
     y: torch.Tensor,
     loss_fn: nn.Module,

@@ -153,3 +153,15 @@ def build_model(name: str, in_channels: int, num_classes: int, image_size: tuple
     if name not in _BUILDERS:
         raise ValueError(f"unknown model {name!r}; available: {available_models()}")
     return _BUILDERS[name](in_channels, num_classes, tuple(image_size))
+
+
+def device_layout(model: FedModel, device: torch.device | str) -> FedModel:
+    """``model`` with the memory layout that trains fastest on ``device``: channels-last on the CPU.
+
+    With channels-last convolution weights oneDNN runs NHWC kernels (its NCHW max-pool with
+    indices is the slow one): a LeNet5 SGD step at batch 32 takes ~20% less time on one CPU
+    thread (docs/performance.md). Elsewhere the model is returned as is. Results agree with the
+    default layout to float rounding, not bit for bit.
+    """
+    return model.to(memory_format=torch.channels_last) if torch.device(device).type == "cpu" else model
+

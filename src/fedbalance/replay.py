@@ -18,7 +18,7 @@ import torch
 from fedbalance.data import Dataset, load_dataset
 from fedbalance.fl import TAG_MONITOR, build_monitor, sgd_config, torch_generator
 from fedbalance.jobs import auxiliary_data, build_partitions
-from fedbalance.models import build_model
+from fedbalance.models import build_model, device_layout
 from fedbalance.monitor import cosine_similarity, uniform_guess
 from fedbalance.records import UNIFORM
 
@@ -45,7 +45,7 @@ def replay(
     parts = build_partitions(spec, ds)
     aux_x, aux_y = auxiliary_data(spec, ds, parts)
     q = ds.num_classes
-    model = build_model(spec["model"], ds.in_channels, q, ds.image_size)
+    model = device_layout(build_model(spec["model"], ds.in_channels, q, ds.image_size), "cpu")
     monitor = build_monitor(spec, aux_x, aux_y, q, sgd_config(spec))
     rounds = trajectory["rounds"]
     nxt = [r["model"] for r in rounds[1:]] + [trajectory["final"]]

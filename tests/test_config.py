@@ -158,4 +158,4 @@ def test_beyond_family(full: dict, quick: dict) -> None:
         assert {k: v for k, v in spec.items() if k not in drop} == {k: v for k, v in ref.items() if k not in drop}
     assert spec["loss_params"]["fedrs"] == {"alpha": 0.5, "scaling": "hard"}
     q = load_config(quick)
-    assert {j.loss for j in jobs(q, ["beyond"])} == {"ce", "ratio", "la", "la_local", "fedlc", "fedrs"}
+    assert {j.loss for j in jobs(q, ["beyond"])} == {"ce", "ratio", "la", "fedlc"}

@@ -34,7 +34,7 @@ def _tiny() -> dict:
     spec = resolve_job(load_config("config/quick.yaml"), Job("losses", "mnist", "g10", "ratio", 0))
     spec["partition"].update(num_clients=4, majority_samples=12)
     spec["monitor"]["aux_per_class"] = 8
-    spec.update(clients_per_round=3, rounds=3, batch_size=16, lr=0.05, selection="random")
+    spec.update(clients_per_round=3, rounds=3, batch_size=16, lr=0.05, selection="random", eval_every=1)
     return spec
 
 

@@ -29,3 +29,5 @@ with _common.logged(smk):
     for name in ("metrics", "rounds"):
         if not Path(smk.output[name]).is_file():
             raise RuntimeError(f"run_job did not write {smk.output[name]}")
+
+_common.done()

@@ -2,7 +2,10 @@
 logit adjustment, Balanced Softmax, FedLC and FedRS (docs/baselines.md).
 
 Each loss is a ``torch.nn.functional``-style function plus an ``nn.Module`` with torch-style
-``reduction`` ('mean' | 'sum' | 'none'). Inputs are logits [N, Q] and integer targets [N].
+``reduction`` ('mean' | 'sum' | 'none'). Inputs are logits [N, Q] and integer targets [N], and an
+optional per-sample ``mask`` [N] (1 = real sample, 0 = padding; the vectorised path's padded
+batches): the reduction runs over the real samples only (a mean over none is 0) and padded samples
+enter no batch statistic (GHM-C's bins, MFE's class counts, the Ratio Loss's batch mean).
 Everything is computed from ``log_softmax`` (stable for logits of +-1e4) and is vmap-safe:
 one-hot encodings are comparisons with ``arange``, lookups are ``gather``, there is no boolean
 indexing, no ``.item()`` and no data-dependent shape.
@@ -35,6 +38,18 @@ def _reduce(per_sample: torch.Tensor, reduction: str) -> torch.Tensor:
     return per_sample
 
 
+def _masked(per_sample: torch.Tensor, mask: torch.Tensor | None, reduction: str) -> torch.Tensor:
+    """``_reduce`` over the real samples (``mask`` 1); a mean over none is 0."""
+    if mask is None:
+        return _reduce(per_sample, reduction)
+    _check_reduction(reduction)
+    m = mask.to(per_sample.dtype)
+    if reduction == "none":
+        return per_sample * m
+    total = (per_sample * m).sum()
+    return total if reduction == "sum" else total / m.sum().clamp_min(1.0)
+
+
 def _one_hot(index: torch.Tensor, num: int, dtype: torch.dtype) -> torch.Tensor:
     """One-hot [N, num] of ``index`` [N] by comparison with arange (vmap-safe, unlike F.one_hot)."""
     return (index.unsqueeze(-1) == torch.arange(num, device=index.device)).to(dtype)
@@ -45,9 +60,27 @@ def _log_p_target(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return F.log_softmax(logits, dim=-1).gather(-1, target.long().unsqueeze(-1)).squeeze(-1)
 
 
-def cross_entropy(logits: torch.Tensor, target: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    """CrossEntropy Loss, paper Eq. L_CE = -p . log(S): per sample -log softmax(z)_y."""
-    return _reduce(-_log_p_target(logits, target), reduction)
+def cross_entropy(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    reduction: str = "mean",
+    mask: torch.Tensor | None = None,
+    weight: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """CrossEntropy Loss, paper Eq. L_CE = -p . log(S): per sample -log softmax(z)_y.
+
+    ``mask`` [N] (1 = real sample) reduces over the real samples only. ``weight`` [Q]: torch's
+    class weights (``F.cross_entropy(weight=...)``): sample i weighs w_{y_i} and 'mean' divides by
+    the sum of the (real) samples' weights.
+    """
+    per_sample = -_log_p_target(logits, target)
+    if weight is None:
+        return _masked(per_sample, mask, reduction)
+    w = weight.to(logits.dtype).gather(-1, target.long())
+    if reduction != "mean":
+        return _masked(w * per_sample, mask, reduction)
+    m = torch.ones_like(w) if mask is None else mask.to(w.dtype)
+    return (w * per_sample * m).sum() / (w * m).sum().clamp_min(torch.finfo(w.dtype).tiny)
 
 
 def focal_loss(
@@ -56,15 +89,17 @@ def focal_loss(
     gamma: float = 2.0,
     alpha: float = 1.0,
     reduction: str = "mean",
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Focal Loss (Lin et al. 2017), multi-class softmax form: -alpha (1 - p_t)^gamma log p_t.
 
     ``1 - p_t`` is computed as ``-expm1(log p_t)`` and floored at the smallest positive float so
     that gamma in (0, 1) has finite gradients at p_t = 1; gamma = 0 is exactly ``alpha * CE``.
+    ``mask`` [N] (1 = real sample) reduces over the real samples only.
     """
     log_pt = _log_p_target(logits, target)
     one_minus_pt = (-torch.expm1(log_pt)).clamp_min(torch.finfo(log_pt.dtype).tiny)
-    return _reduce(-alpha * one_minus_pt.pow(gamma) * log_pt, reduction)
+    return _masked(-alpha * one_minus_pt.pow(gamma) * log_pt, mask, reduction)
 
 
 GHM_G = ("softmax", "sigmoid")
@@ -114,18 +149,6 @@ def ghmc_weights(
     counts = (_one_hot(idx, bins, logits.dtype) * m.unsqueeze(-1)).sum(0)
     nonempty = (counts > 0).to(logits.dtype).sum()
     return m.sum() / (counts.gather(0, idx).clamp_min(1.0) * nonempty.clamp_min(1.0))
-
-
-def _masked(per_sample: torch.Tensor, mask: torch.Tensor | None, reduction: str) -> torch.Tensor:
-    """``_reduce`` over the real samples (``mask`` 1); a mean over none is 0."""
-    if mask is None:
-        return _reduce(per_sample, reduction)
-    _check_reduction(reduction)
-    m = mask.to(per_sample.dtype)
-    if reduction == "none":
-        return per_sample * m
-    total = (per_sample * m).sum()
-    return total if reduction == "sum" else total / m.sum().clamp_min(1.0)
 
 
 def ghmc_loss(
@@ -183,9 +206,14 @@ def _squared_errors(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return (prob - _one_hot(target.long(), logits.shape[-1], prob.dtype)).pow(2).sum(-1)
 
 
-def mse_loss(logits: torch.Tensor, target: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    """Mean-Square-Error Loss L_MSE on softmax vs one-hot: per sample e_i = sum_k (S_ik - onehot_ik)^2."""
-    return _reduce(_squared_errors(logits, target), reduction)
+def mse_loss(
+    logits: torch.Tensor, target: torch.Tensor, reduction: str = "mean", mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Mean-Square-Error Loss L_MSE on softmax vs one-hot: per sample e_i = sum_k (S_ik - onehot_ik)^2.
+
+    ``mask`` [N] (1 = real sample) reduces over the real samples only.
+    """
+    return _masked(_squared_errors(logits, target), mask, reduction)
 
 
 def mfe_loss(
@@ -193,26 +221,35 @@ def mfe_loss(
     target: torch.Tensor,
     num_classes: int | None = None,
     reduction: str = "sum",
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Mean False Error L_MFE (Wang et al. 2016), multi-class: sum over present classes c of mean_{y_i = c} e_i.
 
     e_i is ``mse_loss``'s per-sample error (Wang et al.'s constant 1/2 dropped). Every class present
     in the batch -- on a client, its local classes -- counts equally. 'none' gives e_i / n_{y_i}
     (summing to the MFE), 'sum' the MFE, 'mean' the MFE / number of classes present.
+    With ``mask`` [N] (1 = real sample) the class counts n_c and the classes present are over the
+    real samples only, padded samples give 0, and a 'mean' over no class is 0.
     """
     _check_reduction(reduction)
     q = logits.shape[-1]
     if num_classes is not None and num_classes != q:
         raise ValueError(f"num_classes={num_classes} but logits have {q} classes")
     onehot = _one_hot(target.long(), q, logits.dtype)
-    counts = onehot.sum(0)
-    per_sample = _squared_errors(logits, target) / counts.gather(0, target.long())
+    if mask is None:
+        counts = onehot.sum(0)
+        per_sample = _squared_errors(logits, target) / counts.gather(0, target.long())
+    else:
+        m = mask.to(logits.dtype)
+        counts = (onehot * m.unsqueeze(-1)).sum(0)
+        per_sample = _squared_errors(logits, target) / counts.gather(0, target.long()).clamp_min(1.0) * m
     if reduction == "none":
         return per_sample
     total = per_sample.sum()
     if reduction == "sum":
         return total
-    return total / (counts > 0).to(logits.dtype).sum()
+    present = (counts > 0).to(logits.dtype).sum()
+    return total / (present if mask is None else present.clamp_min(1.0))
 
 
 class _Loss(nn.Module):
@@ -230,8 +267,8 @@ class _Loss(nn.Module):
 class CrossEntropyLoss(_Loss):
     """Module form of ``cross_entropy``."""
 
-    def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return cross_entropy(logits, target, self.reduction)
+    def forward(self, logits: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return cross_entropy(logits, target, self.reduction, mask)
 
 
 class FocalLoss(_Loss):
@@ -242,8 +279,8 @@ class FocalLoss(_Loss):
         self.gamma = gamma
         self.alpha = alpha
 
-    def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return focal_loss(logits, target, self.gamma, self.alpha, self.reduction)
+    def forward(self, logits: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return focal_loss(logits, target, self.gamma, self.alpha, self.reduction, mask)
 
 
 class GHMCLoss(_Loss):
@@ -338,8 +375,8 @@ class RatioLoss(_Loss):
 class MSELoss(_Loss):
     """Module form of ``mse_loss``."""
 
-    def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return mse_loss(logits, target, self.reduction)
+    def forward(self, logits: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return mse_loss(logits, target, self.reduction, mask)
 
 
 class MFELoss(_Loss):
@@ -349,8 +386,8 @@ class MFELoss(_Loss):
         super().__init__(reduction)
         self.num_classes = num_classes
 
-    def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return mfe_loss(logits, target, self.num_classes, self.reduction)
+    def forward(self, logits: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return mfe_loss(logits, target, self.num_classes, self.reduction, mask)
 
 
 LOSSES: dict[str, type[nn.Module]] = {

@@ -123,79 +123,11 @@ def _functional_twin(model: nn.Module, ctx: _Context) -> nn.Module:
     return twin.train()
 
 
-def _one_hot(index: torch.Tensor, num: int, dtype: torch.dtype) -> torch.Tensor:
-    """One-hot [N, num] by comparison with arange (vmap-safe)."""
-    return (index.unsqueeze(-1) == torch.arange(num, device=index.device)).to(dtype)
-
-
-def _masked_reduce(values: torch.Tensor, mask: torch.Tensor, reduction: str) -> torch.Tensor:
-    """Sum or mean of per-sample ``values`` over the real samples (a mean over none is 0)."""
-    m = mask.to(values.dtype)
-    total = (values * m).sum()
-    return total if reduction == "sum" else total / m.sum().clamp(min=1.0)
-
-
-def _per_sample_loss(loss_fn: nn.Module) -> MaskedLoss:
-    """Losses whose 'mean'/'sum' is the mean/sum of their 'none' output (CE, focal, ratio, MSE)."""
-    per_sample = copy.copy(loss_fn)
-    per_sample.reduction = "none"
-    reduction = loss_fn.reduction
-
-    def fn(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return _masked_reduce(per_sample(logits, y), mask, reduction)
-
-    return fn
-
-
-def _torch_ce_loss(loss_fn: nn.CrossEntropyLoss) -> MaskedLoss:
-    """``nn.CrossEntropyLoss``: with class weights, 'mean' divides by the real samples' weight sum."""
-    if loss_fn.weight is None:
-        return _per_sample_loss(loss_fn)
-
-    def fn(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        per = F.cross_entropy(
-            logits, y, weight=loss_fn.weight, reduction="none", label_smoothing=loss_fn.label_smoothing
-        )
-        m = mask.to(per.dtype)
-        total = (per * m).sum()
-        if loss_fn.reduction == "sum":
-            return total
-        return total / (loss_fn.weight.to(per.dtype)[y] * m).sum().clamp(min=torch.finfo(per.dtype).tiny)
-
-    return fn
-
-
-def _mask_aware_loss(loss_fn: nn.Module) -> MaskedLoss:
-    """Losses whose forward takes a sample mask (GHM-C with momentum 0, the Ratio Loss): losses.py does the masking."""
-    if isinstance(loss_fn, losses.GHMCLoss) and loss_fn.momentum != 0:
-        raise ValueError(
-            "GHMCLoss with momentum > 0 keeps state across batches; the vectorised path supports "
-            "momentum 0 only (use training path 'sequential')"
-        )
-
-    def fn(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return loss_fn(logits, y, mask)
-
-    return fn
-
-
-def _mfe_loss(loss_fn: losses.MFELoss) -> MaskedLoss:
-    """MFE: per-class counts and the number of classes present over the real samples only."""
-    reduction = loss_fn.reduction
-
-    def fn(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        q = logits.shape[-1]
-        if loss_fn.num_classes is not None and loss_fn.num_classes != q:
-            raise ValueError(f"num_classes={loss_fn.num_classes} but logits have {q} classes")
-        e = losses.mse_loss(logits, y, reduction="none")
-        m = mask.to(logits.dtype)
-        counts = (_one_hot(y.long(), q, logits.dtype) * m.unsqueeze(-1)).sum(0)
-        total = (e / counts.gather(0, y.long()).clamp(min=1.0) * m).sum()
-        if reduction == "sum":
-            return total
-        return total / (counts > 0).to(logits.dtype).sum().clamp(min=1.0)
-
-    return fn
+def _torch_cross_entropy(loss_fn: nn.CrossEntropyLoss) -> MaskedLoss:
+    """``nn.CrossEntropyLoss`` (the monitor's loss) as ``losses.cross_entropy`` with its class weights."""
+    if loss_fn.label_smoothing != 0.0:
+        raise NotImplementedError("nn.CrossEntropyLoss with label_smoothing has no masked form (use path 'sequential')")
+    return lambda logits, y, mask: losses.cross_entropy(logits, y, loss_fn.reduction, mask, loss_fn.weight)
 
 
 def _counts_loss(loss_fn: losses.CountsLoss) -> Callable[..., torch.Tensor]:
@@ -222,8 +154,9 @@ def takes_client_counts(loss_fn: nn.Module) -> bool:
 def make_masked_loss(loss_fn: nn.Module) -> MaskedLoss:
     """``(logits, y, mask) -> loss_fn(logits[mask], y[mask])`` with static shapes (vmap-safe).
 
-    Padded samples (mask 0) influence nothing: per-sample losses are reduced over the real ones,
-    and GHM-C's bin density and MFE's class counts are counted over the real ones. Losses that
+    The losses of ``losses`` do the masking themselves (``loss_fn(logits, y, mask)``): padded
+    samples (mask 0) influence nothing, neither the reduction nor GHM-C's bin density, MFE's class
+    counts or the Ratio Loss's batch mean. GHM-C with momentum > 0 is refused. Losses that
     read each client's own label counts (``takes_client_counts``: FedLC, FedRS, la_local,
     bsm_local) take them as a fourth argument ``counts`` [Q], vmapped over the copies.
     """
@@ -232,21 +165,24 @@ def make_masked_loss(loss_fn: nn.Module) -> MaskedLoss:
         raise ValueError(f"the vectorised path needs a scalar loss (reduction 'mean' or 'sum'), got {reduction!r}")
     if isinstance(loss_fn, losses.CountsLoss):
         return _counts_loss(loss_fn)
-    if isinstance(loss_fn, (losses.GHMCLoss, losses.RatioLoss)):
-        return _mask_aware_loss(loss_fn)
-    if isinstance(loss_fn, losses.MFELoss):
-        return _mfe_loss(loss_fn)
+    if isinstance(loss_fn, losses.GHMCLoss) and loss_fn.momentum != 0:
+        raise ValueError(
+            "GHMCLoss with momentum > 0 keeps state across batches; the vectorised path supports "
+            "momentum 0 only (use training path 'sequential')"
+        )
+    if isinstance(loss_fn, _MASKED):
+        return loss_fn
     if isinstance(loss_fn, nn.CrossEntropyLoss):
-        return _torch_ce_loss(loss_fn)
-    if isinstance(loss_fn, _PER_SAMPLE):
-        return _per_sample_loss(loss_fn)
+        return _torch_cross_entropy(loss_fn)
     raise NotImplementedError(
         f"no masked form of {type(loss_fn).__name__} for the vectorised path; supported: "
-        f"{sorted(c.__name__ for c in (*_PER_SAMPLE, *_COUNTS, losses.GHMCLoss, losses.RatioLoss, losses.MFELoss, nn.CrossEntropyLoss))}"
+        f"{sorted(c.__name__ for c in (*_MASKED, *_COUNTS, nn.CrossEntropyLoss))}"
     )
 
 
-_PER_SAMPLE = (losses.CrossEntropyLoss, losses.FocalLoss, losses.MSELoss)
+_MASKED = (
+    losses.CrossEntropyLoss, losses.FocalLoss, losses.GHMCLoss, losses.RatioLoss, losses.MSELoss, losses.MFELoss
+)
 _COUNTS = tuple(c for c in losses.LOSSES.values() if issubclass(c, losses.CountsLoss))
 
 

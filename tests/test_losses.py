@@ -25,6 +25,7 @@ from fedbalance.losses import (
     logit_adjusted_loss,
     uses_monitor_prior,
 )
+from fedbalance.vectorised import make_masked_loss, takes_client_counts
 
 LOGITS = np.array(
     [[2.0, -1.0, 0.5, 0.0], [0.1, 0.2, 3.0, -2.0], [-1.5, 4.0, 0.3, 1.0], [0.0, 0.0, 0.0, 0.0], [1.0, 2.0, -3.0, 0.5]]
@@ -322,6 +323,127 @@ def test_ratio_batch_mean_equals_released_broadcast() -> None:
     assert not torch.allclose(ratio_loss(z, y, pi), released)
     with pytest.raises(ValueError, match="weighting"):
         RatioLoss(pi, weighting="per_class")
+
+
+# ---------------------------------------------------------------- per-sample masks
+
+REAL = np.array([0, 2, 3, 5, 7])  # LOGITS/TARGET sit at these rows of an 8-row padded batch
+
+
+def _padded_batch(seed: int = 7) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """LOGITS/TARGET interleaved with 3 padded rows (large random logits, classes 2, 2, 1): z [8, 4], y [8], mask [8]."""
+    z = torch.randn(8, 4, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 9
+    y = torch.tensor([2, 0, 2, 2, 1, 2, 1, 1])
+    z[REAL], y[REAL] = _t(LOGITS, TARGET)
+    mask = torch.zeros(8, dtype=torch.bool)
+    mask[REAL] = True
+    return z, y, mask
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("name", list(ALL))
+def test_mask_equals_loss_on_real_samples(name: str, reduction: str) -> None:
+    """loss(z, y, mask) == loss(z[mask], y[mask]); 'none' gives 0 on padding; padded logits get no gradient."""
+    z, y, mask = _padded_batch()
+    z.requires_grad_(True)
+    loss = get_loss(name, 4, **ALL[name], reduction=reduction).double()
+    masked = loss(z, y, mask)
+    real = loss(z[mask], y[mask])
+    if reduction == "none":
+        torch.testing.assert_close(masked[mask], real)
+        assert torch.equal(masked[~mask], torch.zeros(3, dtype=z.dtype))
+    else:
+        torch.testing.assert_close(masked, real)
+    torch.testing.assert_close(loss(z, y, mask.double()), masked)
+    (grad,) = torch.autograd.grad(masked.sum(), z)
+    assert torch.equal(grad[~mask], torch.zeros(3, 4, dtype=z.dtype))
+
+
+def test_masked_paper_losses_by_hand() -> None:
+    """CE, focal, MSE and MFE over the real rows of a padded batch against numpy on LOGITS/TARGET alone."""
+    z, y, mask = _padded_batch()
+    ce, e = _np_ce(LOGITS, TARGET), _np_sq_err(LOGITS, TARGET)
+    pt = np.exp(-ce)
+    focal = -((1 - pt) ** 2) * np.log(pt)
+    # TARGET = [0, 2, 3, 1, 0]: class 0 twice, classes 1-3 once
+    mfe = (e[0] + e[4]) / 2 + e[1] + e[2] + e[3]
+    for reduce in ("mean", "sum"):
+        _close(cross_entropy(z, y, reduce, mask), getattr(ce, reduce)())
+        _close(focal_loss(z, y, reduction=reduce, mask=mask), getattr(focal, reduce)())
+        _close(mse_loss(z, y, reduce, mask), getattr(e, reduce)())
+    _close(mfe_loss(z, y, reduction="sum", mask=mask), mfe)
+    _close(mfe_loss(z, y, reduction="mean", mask=mask), mfe / 4)
+    _close(mfe_loss(z, y, reduction="none", mask=mask)[mask], np.array([e[0] / 2, e[1], e[2], e[3], e[4] / 2]))
+
+
+def test_mfe_mask_removes_a_class_and_its_counts() -> None:
+    """Padding out sample 3 (class 1's only sample) and sample 4 (one of class 0's two) leaves classes {0, 2, 3}
+    with one sample each: padded samples count in neither n_c nor the classes present."""
+    z, y = _t(LOGITS, TARGET)
+    e = _np_sq_err(LOGITS, TARGET)
+    mask = torch.tensor([1, 1, 1, 0, 0])
+    _close(mfe_loss(z, y, reduction="sum", mask=mask), e[0] + e[1] + e[2])
+    _close(mfe_loss(z, y, reduction="mean", mask=mask), (e[0] + e[1] + e[2]) / 3)
+    _close(mfe_loss(z, y, reduction="none", mask=mask), np.array([e[0], e[1], e[2], 0.0, 0.0]))
+    torch.testing.assert_close(mfe_loss(z, y, reduction="mean", mask=mask), mfe_loss(z[:3], y[:3], reduction="mean"))
+
+
+@pytest.mark.parametrize("name", list(ALL))
+def test_all_padding_mask_gives_zero(name: str) -> None:
+    z, y, _ = _padded_batch()
+    z.requires_grad_(True)
+    none = torch.zeros(8, dtype=torch.bool)
+    for reduction in ("mean", "sum"):
+        value = get_loss(name, 4, **ALL[name], reduction=reduction).double()(z, y, none)
+        (grad,) = torch.autograd.grad(value, z)
+        assert value.item() == 0.0 and torch.equal(grad, torch.zeros_like(z))
+    w = torch.tensor([1.3, 0.7, 2.0, 1.1], dtype=torch.float64)
+    assert cross_entropy(z, y, "mean", none, w).item() == 0.0
+
+
+def test_cross_entropy_class_weights_are_torchs() -> None:
+    """``weight``: as F.cross_entropy(weight=...), whose 'mean' divides by the samples' weight sum; masked too."""
+    z, y, mask = _padded_batch()
+    w = torch.tensor([1.3, 0.7, 2.0, 1.1], dtype=torch.float64)
+    for reduction in ("mean", "sum", "none"):
+        torch.testing.assert_close(cross_entropy(z, y, reduction, weight=w), F.cross_entropy(z, y, w, reduction=reduction))
+        masked = cross_entropy(z, y, reduction, mask, w)
+        expected = F.cross_entropy(z[mask], y[mask], w, reduction=reduction)
+        torch.testing.assert_close(masked[mask] if reduction == "none" else masked, expected)
+
+
+@pytest.mark.parametrize("name", ["ce", "focal", "mse", "mfe"])
+def test_vmap_masked_over_clients(name: str) -> None:
+    """Each copy its own mask under vmap, as the vectorised path calls the losses."""
+    z = torch.randn(2, 6, 4, generator=torch.Generator().manual_seed(8), dtype=torch.float64) * 3
+    y = torch.tensor([[0, 0, 1, 2, 0, 3], [1, 1, 1, 2, 2, 0]])
+    m = torch.tensor([[1, 1, 1, 0, 1, 0], [0, 1, 1, 1, 1, 1]], dtype=torch.bool)
+    for reduction in ("mean", "sum"):
+        loss = get_loss(name, 4, reduction=reduction).double()
+        batched = torch.func.vmap(loss)(z, y, m)
+        torch.testing.assert_close(batched, torch.stack([loss(z[i][m[i]], y[i][m[i]]) for i in range(2)]))
+
+
+def test_vectorised_masked_loss_is_the_losses_own() -> None:
+    """vectorised.make_masked_loss gives exactly the loss's own masked form (nn.CrossEntropyLoss: cross_entropy)."""
+    z, y, mask = _padded_batch()
+    c = torch.tensor(COUNTS)
+    for name in ALL:
+        for reduction in ("mean", "sum"):
+            loss = get_loss(name, 4, **ALL[name], reduction=reduction).double()
+            if takes_client_counts(loss):
+                assert torch.equal(make_masked_loss(loss)(z, y, mask, c), loss.forward_counts(z, y, c, mask))
+            else:
+                assert torch.equal(make_masked_loss(loss)(z, y, mask), loss(z, y, mask))
+    w = torch.tensor([1.3, 0.7, 2.0, 1.1], dtype=torch.float64)
+    for weight in (None, w):
+        for reduction in ("mean", "sum"):
+            torch_ce = torch.nn.CrossEntropyLoss(weight=weight, reduction=reduction)
+            own = cross_entropy(z, y, reduction, mask, weight)
+            assert torch.equal(make_masked_loss(torch_ce)(z, y, mask), own)
+            torch.testing.assert_close(own, torch_ce(z[mask], y[mask]))
+    with pytest.raises(NotImplementedError, match="label_smoothing"):
+        make_masked_loss(torch.nn.CrossEntropyLoss(label_smoothing=0.1))
 
 
 def test_masks_ignore_padding() -> None:

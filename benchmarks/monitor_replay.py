@@ -1,9 +1,12 @@
 """Per-round CS of every composition estimator at the paper's protocol, from saved trajectories.
 
-Two ways in:
+Three ways in:
 
 * ``--trajectory A/trajectory.pt B/trajectory.pt ...``: replay saved jobs (``save_trajectory:
   true``, e.g. the loss-comparison jobs of config/mnist.yaml);
+* ``--recorded A/ B/ ...``: finished job folders with ``monitor.record``: the recorded estimators'
+  CS as written in rounds.csv, plus ``pooled`` (computed from the recorded ``released`` estimates);
+  seconds, no model replayed (no ``simulated``, whose estimates a job records only when it runs it);
 * ``--run --seed S``: first train the five jobs of the paper's protocol on real MNIST
   (``losses`` at Γ = 10 and 50 with CE and the Ratio Loss; the ``monitor`` experiment with random
   selection) from ``--config`` with ``save_trajectory``, into ``--out``, then replay them
@@ -25,7 +28,7 @@ import torch
 from fedbalance.config import Job, load_config, resolve_job
 from fedbalance.jobs import run_job
 from fedbalance.records import ESTIMATORS, UNIFORM
-from fedbalance.replay import load_trajectory, replay
+from fedbalance.replay import load_trajectory, recorded, replay
 
 PAPER_JOBS = (
     Job("losses", "mnist", "g10", "ce", 0),
@@ -37,12 +40,12 @@ PAPER_JOBS = (
 
 
 def summarise(rows: list[dict], estimators: list[str]) -> dict:
-    """CS per round, minimum and mean for each estimator and the uniform guess."""
+    """CS per round, minimum and mean for each estimator (that the rows hold) and the uniform guess."""
     out = {}
-    for m in [*estimators, UNIFORM]:
+    for m in [*(e for e in estimators if f"cs_{e}" in rows[0]), UNIFORM]:
         cs = [r[f"cs_{m}"] for r in rows]
         entry = {"per_round": [round(c, 4) for c in cs], "min": round(min(cs), 4), "mean": round(sum(cs) / len(cs), 4)}
-        if m != UNIFORM:
+        if m != UNIFORM and f"seconds_{m}" in rows[0]:
             entry["seconds_per_round"] = round(sum(r[f"seconds_{m}"] for r in rows) / len(rows), 3)
         out[m] = entry
     return out
@@ -69,6 +72,7 @@ def train(config: str, data_dir: str, out: Path, seed: int, rounds: int | None) 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trajectory", nargs="*", default=[], help="trajectory.pt files to replay")
+    ap.add_argument("--recorded", nargs="*", default=[], help="finished job folders (monitor.record) to read")
     ap.add_argument("--run", action="store_true", help="train the paper-protocol jobs first")
     ap.add_argument("--config", default="config/mnist.yaml")
     ap.add_argument("--data-dir", default="data")
@@ -82,10 +86,16 @@ def main() -> None:
     paths = [Path(p) for p in args.trajectory]
     if args.run:
         paths += train(args.config, args.data_dir, Path(args.out), args.seed, args.rounds)
-    if not paths:
-        ap.error("give --trajectory files or --run")
+    if not paths and not args.recorded:
+        ap.error("give --trajectory files, --recorded folders or --run")
     start = time.perf_counter()
     report = {"estimators": args.estimators, "jobs": {}}
+    for folder in args.recorded:
+        rows = recorded(folder)
+        spec = json.loads((Path(folder) / "metrics.json").read_text())["config"]
+        name = f"{spec['experiment']}/{spec['dataset']}/{spec['setting']}/{spec['loss']}/seed{spec['seed']}"
+        report["jobs"][name] = {"rounds": len(rows), "selection": spec["selection"], "source": "recorded",
+                                **summarise(rows, args.estimators)}
     for p in paths:
         traj = load_trajectory(p)
         spec = traj["spec"]

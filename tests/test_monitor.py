@@ -330,3 +330,43 @@ def test_ratio_clip_bounds_the_weights() -> None:
         _, pi = monitor.weights(dW)
         assert float(pi[0]) == pytest.approx(1.0 + 0.1 * top)
         assert float(pi[1]) == pytest.approx(1.0 + 0.1 * 2.0)
+
+
+def test_pooled_counts_fixed_clients_is_the_mean_of_the_rounds() -> None:
+    from fedbalance.monitor import pooled_counts
+
+    raw = torch.tensor([[50.0, 30.0, 20.0], [40.0, 40.0, 20.0], [60.0, 20.0, 20.0], [46.0, 34.0, 20.0]])
+    n = torch.tensor([30.0, 70.0])  # two clients, both every round: N = 100
+    got = pooled_counts(raw, [[0, 1]] * 4, n, ridge=1e-9)
+    assert torch.allclose(got, torch.tensor([49.0, 31.0, 20.0], dtype=torch.float64), atol=1e-6)
+    # a strong ridge pulls every client to the uniform guess n_j / Q
+    assert torch.allclose(pooled_counts(raw, [[0, 1]] * 4, n, ridge=1e9), torch.full((3,), 100 / 3, dtype=torch.float64), atol=1e-4)
+
+
+def test_pooled_counts_recovers_the_composition_of_changing_client_sets() -> None:
+    from fedbalance.monitor import pooled_counts
+
+    gen = torch.Generator().manual_seed(0)
+    comp = torch.randint(0, 20, (6, 4), generator=gen).double()  # 6 clients' fixed class counts
+    sets = [sorted(torch.randperm(6, generator=gen)[:3].tolist()) for _ in range(14)]
+    truth = torch.stack([comp[s].sum(0) for s in sets])
+    a = torch.zeros(14, 6)
+    for i, s in enumerate(sets):
+        a[i, s] = 1
+    assert torch.linalg.matrix_rank(a) == 6  # the clients are identifiable from these rounds
+    for t in (7, 10, 14):
+        got = pooled_counts(truth[:t], sets[:t], comp.sum(1), ridge=1e-9)
+        assert torch.allclose(got, truth[t - 1], atol=1e-5), t
+
+
+def test_pooled_counts_averages_noise_away() -> None:
+    from fedbalance.monitor import cosine_similarity, pooled_counts
+
+    gen = torch.Generator().manual_seed(1)
+    truth = torch.tensor([300.0, 300.0, 30.0, 300.0, 30.0], dtype=torch.float64)
+    noisy = truth * (1 + 0.3 * torch.randn(20, 5, generator=gen, dtype=torch.float64)).clamp_min(0.05)
+    single = sum(cosine_similarity(v, truth) for v in noisy) / 20
+    pooled = cosine_similarity(pooled_counts(noisy, [[0, 1, 2]] * 20, torch.tensor([320.0, 320.0, 320.0])), truth)
+    assert pooled > single and pooled > 0.99
+    with pytest.raises(ValueError, match="one selected set per round"):
+        pooled_counts(noisy, [[0]] * 3, torch.ones(3))

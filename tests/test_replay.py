@@ -41,3 +41,50 @@ def test_replay_reproduces_recorded_estimates(job: Path) -> None:
         truth = json.loads(rec["true_composition"])
         assert sum(rep["est_simulated"]) == pytest.approx(sum(truth))
         assert min(rep["est_simulated"]) >= 0.0
+
+
+def test_replay_pools_the_released_estimates_through_the_selected_clients(job: Path) -> None:
+    from fedbalance.fl import select_clients
+    from fedbalance.monitor import cosine_similarity, pooled_counts
+
+    traj = load_trajectory(job / "trajectory.pt")
+    spec = traj["spec"]
+    replayed = replay(traj, ["pooled"])
+    rows = list(csv.DictReader(open(job / "rounds.csv", newline="")))
+    raw = [json.loads(r["est_released"]) for r in rows]  # what the job recorded, not the replay
+    sets = [select_clients("fixed", 4, 3, 0, t).tolist() for t in range(len(rows))]
+    sizes = json.loads((job / "metrics.json").read_text())["partition"]["class_counts"]
+    sizes = [sum(c) for c in sizes]
+    for t, rep in enumerate(replayed):
+        want = pooled_counts(raw[: t + 1], sets[: t + 1], sizes)
+        assert rep["est_pooled"] == pytest.approx(want.tolist(), rel=1e-9)
+        assert rep["cs_pooled"] == pytest.approx(cosine_similarity(want, json.loads(rows[t]["true_composition"])), rel=1e-9)
+    assert spec["selection"] == "fixed"
+
+
+def test_recorded_rows_match_the_replay(job: Path) -> None:
+    from fedbalance.replay import recorded
+
+    fast = recorded(job)
+    slow = replay(load_trajectory(job / "trajectory.pt"), ["released", "nnls", "paper", "pooled"])
+    for a, b in zip(fast, slow, strict=True):
+        for m in ("released", "nnls", "paper", "pooled"):
+            assert a[f"est_{m}"] == pytest.approx(b[f"est_{m}"], rel=1e-9) and a[f"cs_{m}"] == pytest.approx(b[f"cs_{m}"], rel=1e-9)
+
+
+def test_monitor_replay_benchmark_reads_recorded_jobs(job: Path) -> None:
+    import subprocess
+    import sys
+
+    from fedbalance.replay import recorded
+
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "monitor_replay.py"), "--recorded", str(job)],
+                         capture_output=True, text=True, check=True, env={"PYTHONPATH": str(ROOT / "src")}, cwd=ROOT)
+    report = json.loads(out.stdout)
+    (entry,) = report["jobs"].values()
+    rows = recorded(job)
+    for m in ("released", "pooled", "uniform"):
+        cs = [r[f"cs_{m}"] for r in rows]
+        assert entry[m]["per_round"] == [round(c, 4) for c in cs]
+        assert entry[m]["min"] == round(min(cs), 4) and entry[m]["mean"] == round(sum(cs) / len(cs), 4)
+    assert "simulated" not in entry  # a job records simulated only when it ran it

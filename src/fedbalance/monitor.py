@@ -152,6 +152,45 @@ def cosine_similarity(a: Tensor | Sequence[float], b: Tensor | Sequence[float]) 
     return float(x @ y / (x.norm() * y.norm()))
 
 
+POOLED_BASE = "released"
+POOLED_RIDGE = 1.0
+
+
+def pooled_counts(
+    raw: Tensor | Sequence[Sequence[float]],
+    selected: Sequence[Sequence[int]],
+    client_totals: Tensor | Sequence[float],
+    ridge: float = POOLED_RIDGE,
+) -> Tensor:
+    """The last round's class counts, pooled over every round so far through its clients (ours, docs/monitor.md).
+
+    A client's data do not change between rounds, so round t's composition is the sum of its selected
+    clients' fixed compositions, V_t = sum_{j in S_t} c_j. Given the per-round estimates ``raw`` [T, Q]
+    (``released``'s, round 1 .. T), the clients selected in each round and every client's total n_j
+    (``client_totals`` [K]; only those of selected clients are read), solve
+
+        min_C  sum_t || sum_{j in S_t} c_j - raw_t ||^2 + ridge * sum_j || c_j - (n_j / Q) 1 ||^2
+
+    (one K x K system shared by the Q classes) and return sum_{j in S_T} c_j, clipped at 0 and rescaled
+    to the round's total. With the same clients every round and ``ridge`` -> 0 this is the mean of the
+    rounds' estimates; the ridge pulls a client seen in few rounds towards the uniform guess.
+    """
+    v = torch.as_tensor(raw, dtype=torch.float64)
+    if v.dim() != 2 or len(selected) != v.shape[0] or v.shape[0] == 0:
+        raise ValueError(f"raw must be [T, Q] with one selected set per round; got {tuple(v.shape)} and {len(selected)} sets")
+    n = torch.as_tensor(client_totals, dtype=torch.float64)
+    t, q = v.shape
+    a = torch.zeros(t, n.numel(), dtype=torch.float64)
+    for i, chosen in enumerate(selected):
+        a[i, torch.as_tensor(list(chosen), dtype=torch.long)] = 1.0
+    prior = n[:, None].expand(-1, q) / q
+    system = a.T @ a + ridge * torch.eye(n.numel(), dtype=torch.float64)
+    c = torch.linalg.solve(system, a.T @ v + ridge * prior)
+    counts = (a[-1] @ c).clamp_min(0.0)
+    total = float(n[a[-1].bool()].sum())
+    return counts * (total / float(counts.sum())) if float(counts.sum()) > 0 else prior[a[-1].bool()].sum(0)
+
+
 def _masked_mean(values: Tensor, mask: Tensor, total: float) -> tuple[Tensor, Tensor, int]:
     """Per-class mean over the last dims where ``mask``; classes with none get N/Q. Returns (means, kept, fallback)."""
     dims = tuple(range(1, values.dim()))

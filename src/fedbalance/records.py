@@ -8,8 +8,11 @@ from __future__ import annotations
 JOB_KEYS: tuple[str, ...] = ("experiment", "dataset", "setting", "loss", "seed")
 """What names one training job (``fedbalance.config.Job``'s fields; metrics.json's "job")."""
 
-ESTIMATORS: tuple[str, ...] = ("paper", "released", "nnls", "simulated")
+ESTIMATORS: tuple[str, ...] = ("paper", "released", "nnls", "simulated", "pooled")
 """Composition estimators recorded per round (``fedbalance.monitor``); a config lists a subset, the first is its default."""
+
+POOLED = "pooled"
+"""The estimator that pools ``released``'s per-round estimates through the clients (``monitor.pooled_counts``)."""
 
 UNIFORM = "uniform"
 """The no-information baseline N/Q reported beside every estimator."""

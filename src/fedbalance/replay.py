@@ -8,6 +8,8 @@ and can score estimators the job did not run.
 
 from __future__ import annotations
 
+import csv
+import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,11 +18,11 @@ from typing import Any
 import torch
 
 from fedbalance.data import Dataset, load_dataset
-from fedbalance.fl import TAG_MONITOR, build_monitor, sgd_config, torch_generator
+from fedbalance.fl import TAG_MONITOR, build_monitor, select_clients, sgd_config, torch_generator
 from fedbalance.jobs import auxiliary_data, build_partitions
 from fedbalance.models import build_model, device_layout
-from fedbalance.monitor import cosine_similarity, uniform_guess
-from fedbalance.records import UNIFORM
+from fedbalance.monitor import POOLED_BASE, cosine_similarity, pooled_counts, uniform_guess
+from fedbalance.records import ESTIMATORS, POOLED, UNIFORM
 
 
 def load_trajectory(path: str | Path) -> dict[str, Any]:
@@ -40,7 +42,10 @@ def replay(
     The monitor runs with the job's own settings (optimiser, aux data, seeds) and ``estimators``.
     """
     spec = dict(trajectory["spec"])
-    spec["monitor"] = {**spec["monitor"], "estimators": list(estimators)}
+    per_round = [m for m in estimators if m != POOLED]
+    if POOLED in estimators and POOLED_BASE not in per_round:
+        per_round.append(POOLED_BASE)
+    spec["monitor"] = {**spec["monitor"], "estimators": per_round}
     ds = dataset if dataset is not None else load_dataset(spec["source"], data_dir, **dict(spec.get("options") or {}))
     parts = build_partitions(spec, ds)
     aux_x, aux_y = auxiliary_data(spec, ds, parts)
@@ -49,6 +54,9 @@ def replay(
     monitor = build_monitor(spec, aux_x, aux_y, q, sgd_config(spec))
     rounds = trajectory["rounds"]
     nxt = [r["model"] for r in rounds[1:]] + [trajectory["final"]]
+    sizes = [len(c) for c in parts["main"].clients]
+    base: list[list[float]] = []
+    chosen: list[list[int]] = []
     rows = []
     for r, state_t1, true in zip(rounds, nxt, trajectory["true_composition"], strict=True):
         t = int(r["round"])
@@ -57,11 +65,52 @@ def replay(
         truth = torch.as_tensor(true, dtype=torch.float64)
         row: dict[str, Any] = {"round": t, f"cs_{UNIFORM}": cosine_similarity(uniform_guess(r["totals"], q), truth)}
         dW = monitor.updates(model, gen)
-        for m in estimators:
+        for m in per_round:
             start = time.perf_counter()
             est = monitor.observe(model, state_t1, r["totals"], gen, dW=dW, methods=(m,))["estimates"][m]
             row[f"seconds_{m}"] = time.perf_counter() - start
             row[f"est_{m}"] = [float(v) for v in est.counts]
             row[f"cs_{m}"] = cosine_similarity(est.counts, truth)
+        if POOLED in estimators:
+            start = time.perf_counter()
+            base.append(row[f"est_{POOLED_BASE}"])
+            chosen.append(select_clients(spec["selection"], len(sizes), int(spec["clients_per_round"]), int(spec["seed"]), t).tolist())
+            counts = pooled_counts(base, chosen, sizes)
+            row[f"seconds_{POOLED}"] = row[f"seconds_{POOLED_BASE}"] + time.perf_counter() - start
+            row[f"est_{POOLED}"] = [float(v) for v in counts]
+            row[f"cs_{POOLED}"] = cosine_similarity(counts, truth)
         rows.append(row)
+    return rows
+
+
+def recorded(folder: str | Path) -> list[dict[str, Any]]:
+    """One row per round of a finished job with ``monitor.record``, from its rounds.csv, plus ``pooled``.
+
+    The recorded estimators' ``est_``/``cs_`` columns are read as written; ``pooled`` is computed from the
+    recorded ``released`` estimates, the rounds' selected clients and the partition's client totals.
+    No model is replayed, so this takes seconds where ``replay`` takes minutes.
+    """
+    folder = Path(folder)
+    metrics = json.loads((folder / "metrics.json").read_text())
+    spec = metrics["config"]
+    sizes = [sum(c) for c in metrics["partition"]["class_counts"]]
+    rows: list[dict[str, Any]] = []
+    base: list[list[float]] = []
+    chosen: list[list[int]] = []
+    with open(folder / "rounds.csv", newline="") as fh:
+        for rec in csv.DictReader(fh):
+            t = int(rec["round"])
+            truth = json.loads(rec["true_composition"])
+            row: dict[str, Any] = {"round": t, f"cs_{UNIFORM}": float(rec[f"cs_{UNIFORM}"])}
+            for m in ESTIMATORS:
+                if rec.get(f"est_{m}"):
+                    row[f"est_{m}"] = json.loads(rec[f"est_{m}"])
+                    row[f"cs_{m}"] = float(rec[f"cs_{m}"])
+            if f"est_{POOLED_BASE}" in row:
+                base.append(row[f"est_{POOLED_BASE}"])
+                chosen.append(select_clients(spec["selection"], len(sizes), int(spec["clients_per_round"]), int(spec["seed"]), t).tolist())
+                counts = pooled_counts(base, chosen, sizes)
+                row[f"est_{POOLED}"] = [float(v) for v in counts]
+                row[f"cs_{POOLED}"] = cosine_similarity(counts, truth)
+            rows.append(row)
     return rows

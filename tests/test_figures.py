@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from test_aggregate import write_job
+from conftest import write_job
 
 from fedbalance.aggregate import collect
 from fedbalance.config import Job

@@ -18,7 +18,7 @@ import venv
 from pathlib import Path
 
 import pytest
-from test_aggregate import write_job
+from conftest import write_job
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"

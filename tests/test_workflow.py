@@ -121,7 +121,7 @@ def test_bad_config_fails_before_the_dag(tmp_path, edit, words):
 
 
 def _expected_rows(label: str, final: pd.DataFrame, rounds: pd.DataFrame, what: str) -> int:
-    from fedbalance.tables import TABLES, cell_values, layout
+    from fedbalance.presentation.tables import TABLES, cell_values, layout
 
     spec = TABLES[label]
     kind = "pm" if spec.layout == "imbalance" and what == "mean" else what
@@ -210,8 +210,8 @@ def test_quick_criteria_can_fail(tmp_path):
 @pytest.mark.slow
 def test_quick_dag_end_to_end(tmp_path):
     from fedbalance.aggregate import read_tidy
-    from fedbalance.figures import FIGURES
-    from fedbalance.tables import TABLES, table_labels
+    from fedbalance.presentation.figures import FIGURES
+    from fedbalance.presentation.tables import TABLES, table_labels
 
     t0 = time.perf_counter()
     r = in_tmp(tmp_path, "--cores", "2", "--configfile", str(QUICK), timeout=80 * 60)
@@ -246,7 +246,7 @@ def test_quick_dag_end_to_end(tmp_path):
     assert (res / "figures" / "fig_monitoring.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (res / "figures" / "fig_monitoring.pdf").read_bytes()[:5] == b"%PDF-"
     # claims.md: a verdict that rests on one seed is marked so, never "holds" / "does not hold"
-    from fedbalance.tables import FEW_SEEDS, NO_DATA, VERDICTS
+    from fedbalance.presentation.claims import FEW_SEEDS, NO_DATA, VERDICTS
 
     md = (res / "claims.md").read_text()
     rows = [line.split(" | ") for line in md.splitlines() if re.match(r"^\| \d+ \|", line)]

@@ -164,7 +164,9 @@ def write_tidy(final: pd.DataFrame, rounds: pd.DataFrame, out_dir: str | Path,
     return paths
 
 
-def _read(path: Path) -> pd.DataFrame:
+def read_frame(path: str | Path) -> pd.DataFrame:
+    """Read one tidy CSV (text keys kept as strings); AggregateError when it is missing."""
+    path = Path(path)
     if not path.is_file():
         raise AggregateError(f"{path}: missing")
     return pd.read_csv(path, dtype=_TEXT)
@@ -173,25 +175,27 @@ def _read(path: Path) -> pd.DataFrame:
 def read_tidy(out_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Read back ``final.csv`` and ``rounds.csv`` written by :func:`write_tidy` (list cells stay JSON strings)."""
     out = Path(out_dir)
-    return _read(out / FINAL_CSV), _read(out / ROUNDS_CSV)
+    return read_frame(out / FINAL_CSV), read_frame(out / ROUNDS_CSV)
 
 
 def read_clients(path: str | Path) -> pd.DataFrame:
     """Read back ``clients.csv`` (a file, or the folder holding it) written by :func:`write_tidy`."""
     p = Path(path)
-    return _read(p / CLIENTS_CSV if p.is_dir() else p)
+    return read_frame(p / CLIENTS_CSV if p.is_dir() else p)
 
 
 def class_counts(clients: pd.DataFrame, experiment: str, dataset: str, setting: str,
                  seed: int | None = None) -> pd.DataFrame | None:
-    """Client x class counts of one partition of ``clients`` (lowest seed by default); None when absent."""
+    """Client x class counts (clients 0.., classes 0..) of one partition of ``clients`` (lowest seed by default);
+    None when absent."""
     sel = clients[(clients.experiment == experiment) & (clients.dataset == dataset) & (clients.setting == setting)]
     if sel.empty:
         return None
     sel = sel[sel.seed == (sel.seed.min() if seed is None else seed)]
     if sel.empty:
         return None
-    return sel.pivot_table(index="client", columns="class", values="count", aggfunc="sum", fill_value=0)
+    m = sel.pivot_table(index="client", columns="class", values="count", aggfunc="sum", fill_value=0)
+    return m.reindex(index=range(int(sel.client.max()) + 1), columns=range(int(sel["class"].max()) + 1), fill_value=0)
 
 
 def parse_list(cell: Any) -> list[float] | None:

@@ -84,3 +84,4 @@ rule all:
         FIDELITY_FILES,
         f"{RESULTS}/aggregate/final.csv",
         f"{RESULTS}/aggregate/rounds.csv",
+        f"{RESULTS}/aggregate/clients.csv",

@@ -6,65 +6,14 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
-from fedbalance.aggregate import AggregateError, collect, parse_list, read_tidy, write_tidy
+from conftest import write_job
+
+from fedbalance.aggregate import (
+    AggregateError, class_counts, collect, collect_tidy, parse_list, read_clients, read_tidy, write_tidy,
+)
 from fedbalance.config import Job
-from fedbalance.records import ROUND_COLUMNS
-
-ROUND_HEADER = list(ROUND_COLUMNS)
-
-
-def write_job(
-    root: Path,
-    job: Job,
-    *,
-    acm: float = 0.5,
-    auc: float = 0.9,
-    acc_majority: float = 0.95,
-    mean_cs: float = 0.7,
-    train_loss: list[float] | None = None,
-    cs: dict[str, list[float]] | None = None,
-    emp: tuple[list[float], list[float]] | None = None,
-    class_counts: list[list[int]] | None = None,
-    monitor: dict[str, float] | None = None,
-) -> Path:
-    """Write a synthetic ``metrics.json`` + ``rounds.csv`` for ``job``; return its folder."""
-    d = root / job.path
-    d.mkdir(parents=True, exist_ok=True)
-    train_loss = train_loss or [1.0, 0.5]
-    n = len(train_loss)
-    counts = class_counts or [[5, 5, 1], [5, 0, 1]]
-    metrics = {
-        "job": {"experiment": job.experiment, "dataset": job.dataset, "setting": job.setting, "loss": job.loss,
-                "seed": job.seed},
-        "config": {"partition": {"scheme": "imbalance"}, "minority_classes": [2], "monitor": {}},
-        "final": {"acc": 0.9, "acc_minority": acm, "acc_majority": acc_majority, "auc_micro": auc,
-                  "auc_hard": auc, "auc_macro": auc - 0.01, "per_class_acc": [0.9, 0.9, acm], "train_loss": train_loss[-1]},
-        "partition": {"class_counts": counts, "global_counts": list(np.sum(counts, axis=0).tolist()), "gamma": 5.0,
-                      "cs": [mean_cs, mean_cs], "mean_cs": mean_cs, "num_samples": int(np.sum(counts))},
-        "monitor": {"mean_cs": monitor} if monitor else None,
-        "acknowledged_round": None,
-        "device": "cpu",
-        "versions": {},
-        "wall_time_s": 1.5,
-        "rounds": n,
-    }
-    (d / "metrics.json").write_text(json.dumps(metrics))
-    rows = []
-    for i in range(n):
-        row = {k: "" for k in ROUND_HEADER}
-        row.update(round=i + 1, train_loss=train_loss[i], acc=0.9, acc_minority=acm, acc_majority=acc_majority,
-                   auc_micro=auc, auc_hard=auc, seconds=0.1, true_composition=json.dumps([10, 6, 2]))
-        for k, v in (cs or {}).items():
-            row[f"cs_{k}"] = v[i]
-        if emp:
-            row["emp_cos"], row["emp_cv"] = emp[0][i], emp[1][i]
-        rows.append(row)
-    pd.DataFrame(rows, columns=ROUND_HEADER).to_csv(d / "rounds.csv", index=False)
-    return d
-
 
 def test_collect_one_row_per_job_and_round(tmp_path: Path) -> None:
     a = Job("losses", "mnist", "g10", "ce", 0)
@@ -121,3 +70,26 @@ def test_corrupt_file_names_it(tmp_path: Path) -> None:
     (d / "metrics.json").write_text(json.dumps({"job": {}}))
     with pytest.raises(AggregateError, match="metrics.json: missing or bad key"):
         collect(tmp_path)
+
+
+def test_clients_hold_each_partition_once_with_its_class_counts(tmp_path: Path) -> None:
+    """clients.csv: one row per positive (client, class) count, once per partition (the losses share it)."""
+    a = [[250, 25, 0], [0, 25, 250], [250, 0, 0]]
+    b = [[7, 0, 3], [1, 2, 0]]
+    for loss in ("ce", "ratio"):
+        write_job(tmp_path / "res", Job("losses", "mnist", "g10", loss, 0), class_counts=a)
+    write_job(tmp_path / "res", Job("losses", "mnist", "g10", "ce", 1), class_counts=b)
+    tidy = collect_tidy(tmp_path / "res")
+    paths = write_tidy(tidy.final, tidy.rounds, tmp_path / "tidy", clients=tidy.clients)
+    assert [p.name for p in paths] == ["final.csv", "rounds.csv", "clients.csv"]
+    clients = read_clients(tmp_path / "tidy")
+    assert len(clients) == sum(n > 0 for m in (a, b) for row in m for n in row)
+    for seed, m in ((0, a), (1, b)):
+        rows = clients[clients.seed == seed]
+        got = {(r.client, r["class"]): r["count"] for _, r in rows.iterrows()}
+        want = {(c, q): n for c, row in enumerate(m) for q, n in enumerate(row) if n > 0}
+        assert got == want
+        assert class_counts(clients, "losses", "mnist", "g10", seed).to_numpy().tolist() == m
+    assert class_counts(clients, "losses", "mnist", "g10").to_numpy().tolist() == a  # lowest seed
+    assert class_counts(clients, "losses", "mnist", "g20") is None
+    assert clients.setting.tolist()[0] == "g10" and set(clients.columns) >= {"client", "class", "count"}

@@ -7,20 +7,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from test_aggregate import write_job
+from conftest import write_job
 
-from fedbalance.aggregate import collect
+from fedbalance.aggregate import collect, collect_tidy
 from fedbalance.config import Job
-from fedbalance.figures import (
-    FIGURES, make_Beyond_paper, make_fig_monitoring, make_Res_mismatch, make_Sup_data_splitting, write_figures,
-)
+from fedbalance.presentation.figures import FIGURES, maker, module_file, write_figure, write_figures
+from fedbalance.presentation.figures.beyond import make_Beyond_paper
+from fedbalance.presentation.figures.data_splitting import make_Sup_data_splitting
+from fedbalance.presentation.figures.mismatch import make_Res_mismatch
+from fedbalance.presentation.figures.monitoring import make_fig_monitoring
 
 CS0 = {"paper": [0.90, 0.92], "released": [0.95, 0.97], "nnls": [0.80, 0.99], "uniform": [0.85, 0.86]}
 CS1 = {"paper": [0.70, 0.72], "released": [0.85, 0.89], "nnls": [0.60, 0.91], "uniform": [0.75, 0.80]}
 
 
 @pytest.fixture()
-def results(tmp_path: Path) -> tuple[Path, pd.DataFrame, pd.DataFrame]:
+def results(tmp_path: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     root = tmp_path / "res"
     write_job(root, Job("monitor", "mnist", "default", "ce", 0), cs=CS0, emp=([0.9, 0.95], [0.1, 0.05]))
     write_job(root, Job("monitor", "mnist", "default", "ce", 1), cs=CS1, emp=([0.8, 0.85], [0.2, 0.15]))
@@ -28,11 +30,11 @@ def results(tmp_path: Path) -> tuple[Path, pd.DataFrame, pd.DataFrame]:
         for seed, off in ((0, 0.0), (1, 0.1)):
             write_job(root, Job("mismatch", "mnist", f"c{c}_g10", "ratio", seed), acm=acm + off, mean_cs=cs + off / 10)
     write_job(root, Job("losses", "mnist", "g10", "ce", 0), class_counts=[[250, 25, 0], [0, 25, 250], [250, 0, 0]])
-    final, rounds = collect(root)
-    return root, final, rounds
+    final, rounds, clients = collect_tidy(root)
+    return clients, final, rounds
 
 
-def test_monitoring_lines_are_per_round_means(results: tuple[Path, pd.DataFrame, pd.DataFrame]) -> None:
+def test_monitoring_lines_are_per_round_means(results: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]) -> None:
     _, final, rounds = results
     fig = make_fig_monitoring(final, rounds)
     lines = {ln.get_label(): ln for ln in fig.axes[0].get_lines()}
@@ -43,7 +45,7 @@ def test_monitoring_lines_are_per_round_means(results: tuple[Path, pd.DataFrame,
     assert lines["uniform"].get_linestyle() == "--"
 
 
-def test_mismatch_points_are_realised_cs_and_acm(results: tuple[Path, pd.DataFrame, pd.DataFrame]) -> None:
+def test_mismatch_points_are_realised_cs_and_acm(results: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]) -> None:
     _, final, rounds = results
     fig = make_Res_mismatch(final, rounds, dataset="mnist")
     (line,) = fig.axes[0].get_lines()
@@ -53,21 +55,45 @@ def test_mismatch_points_are_realised_cs_and_acm(results: tuple[Path, pd.DataFra
     assert "no data for mismatch/cifar10" in " ".join(t.get_text() for t in empty.axes[0].texts)
 
 
-def test_data_splitting_stacks_class_counts(results: tuple[Path, pd.DataFrame, pd.DataFrame]) -> None:
-    root, final, rounds = results
-    fig = make_Sup_data_splitting(final, rounds, root)
+def test_data_splitting_stacks_class_counts(results: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]) -> None:
+    """The bars are the partition's class counts as written in metrics.json, read from clients.csv's frame."""
+    clients, final, rounds = results
+    fig = make_Sup_data_splitting(final, rounds, clients)
     heights = [[p.get_height() for p in c] for c in fig.axes[0].containers]
     assert heights == [[250, 0, 250], [25, 25, 0], [0, 250, 0]]
+    empty = make_Sup_data_splitting(final, rounds, clients[clients.setting != "g10"])
+    assert "no data for losses/mnist/g10" in " ".join(t.get_text() for t in empty.axes[0].texts)
 
 
-def test_write_figures_makes_valid_pdf_and_png(results: tuple[Path, pd.DataFrame, pd.DataFrame],
+def test_write_figures_makes_valid_pdf_and_png(results: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame],
                                                tmp_path: Path) -> None:
-    root, final, rounds = results
-    paths = write_figures(final, rounds, root, tmp_path / "fig", dataset_map={"Res_mismatch": "mnist"})
+    clients, final, rounds = results
+    paths = write_figures(tmp_path / "fig", final=final, rounds=rounds, clients=clients,
+                          dataset_map={"Res_mismatch": "mnist"})
     assert len(paths) == 2 * len(FIGURES)
     for name in FIGURES:
         assert (tmp_path / "fig" / f"{name}.pdf").read_bytes().startswith(b"%PDF")
         assert (tmp_path / "fig" / f"{name}.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_each_figure_reads_only_its_declared_frames(results: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame],
+                                                    tmp_path: Path) -> None:
+    """A figure job gets only the tidy frames its registry entry lists (the others are None)."""
+    clients, final, rounds = results
+    frames = {"final": final, "rounds": rounds, "clients": clients}
+    for name, spec in FIGURES.items():
+        given = {k: frames[k] for k in spec.inputs}
+        paths = write_figure(name, tmp_path / "one", dataset="mnist", **given)
+        assert [p.name for p in paths] == [f"{name}.pdf", f"{name}.png"]
+
+
+def test_registry_names_each_figure_module() -> None:
+    families = {"monitor", "mismatch", "clients", "losses", "beyond"}
+    for name, spec in FIGURES.items():
+        assert module_file(name).is_file() and module_file(name).parent.name == "figures"
+        assert maker(name).__module__.endswith("." + spec.module) and spec.family in families
+        assert set(spec.inputs) <= {"final", "rounds", "clients"}
+    assert FIGURES["Sup_data_splitting"].inputs == ("clients",)
 
 
 def test_beyond_paper_points_are_acm_per_gamma(tmp_path: Path) -> None:

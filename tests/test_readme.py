@@ -18,7 +18,7 @@ import venv
 from pathlib import Path
 
 import pytest
-from test_aggregate import write_job
+from conftest import write_job
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -159,10 +159,10 @@ def test_non_editable_install_renders_tables(tmp_path: Path) -> None:
     work = tmp_path / "elsewhere"
     work.mkdir()
     script = (
-        "import fedbalance, fedbalance.tables as t\n"
+        "import fedbalance, fedbalance.presentation.report as t\n"
         "from fedbalance.aggregate import collect\n"
         f"final, rounds = collect({str(jobs)!r})\n"
-        "t.write_tables(final, rounds, 'tables', summary_dir='.')\n"
+        "t.write_report(final, rounds, 'tables', summary_dir='.')\n"
         "print(fedbalance.__file__)\n"
     )
     r = subprocess.run([str(py), "-c", script], cwd=work, capture_output=True, text=True, timeout=600, env=env)

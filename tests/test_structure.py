@@ -1,4 +1,5 @@
-"""The library's layering: no import cycle among the modules of src/fedbalance (lazy imports count)."""
+"""The library's layering: no import cycle among the modules of src/fedbalance and its subpackages (lazy imports
+count), and nothing outside ``presentation`` imports it."""
 
 from __future__ import annotations
 
@@ -8,12 +9,18 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[1] / "src" / "fedbalance"
 
 
+def _module(path: Path) -> str:
+    """Dotted name below fedbalance: 'fl', 'presentation.tables', 'presentation.figures' (a package's __init__)."""
+    parts = path.relative_to(PKG).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 def import_graph() -> dict[str, set[str]]:
-    """module -> fedbalance modules it imports anywhere in its body (from the AST)."""
-    mods = {f.stem for f in PKG.glob("*.py") if f.stem != "__init__"}
-    graph: dict[str, set[str]] = {m: set() for m in mods}
-    for m in mods:
-        for node in ast.walk(ast.parse((PKG / f"{m}.py").read_text())):
+    """module -> fedbalance modules it imports anywhere in its body (from the AST); the top package is left out."""
+    files = {_module(f): f for f in PKG.rglob("*.py") if f != PKG / "__init__.py"}
+    graph: dict[str, set[str]] = {m: set() for m in files}
+    for m, f in files.items():
+        for node in ast.walk(ast.parse(f.read_text())):
             names = []
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
@@ -21,8 +28,15 @@ def import_graph() -> dict[str, set[str]]:
                 names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
             for name in names:
                 parts = name.split(".")
-                if parts[0] == "fedbalance" and len(parts) > 1 and parts[1] in mods and parts[1] != m:
-                    graph[m].add(parts[1])
+                if parts[0] != "fedbalance":
+                    continue
+                # the longest module the name denotes ('fedbalance.records.ESTIMATORS' -> 'records')
+                for k in range(len(parts), 1, -1):
+                    target = ".".join(parts[1:k])
+                    if target in files:
+                        if target != m:
+                            graph[m].add(target)
+                        break
     return graph
 
 
@@ -67,3 +81,14 @@ def test_no_import_cycle() -> None:
     assert {"train", "vectorised", "sgd", "monitor", "fl"} <= set(graph)
     assert "train" not in graph["vectorised"] and "sgd" in graph["vectorised"]
     assert cycles(graph) == []
+
+
+def test_presentation_sits_on_top() -> None:
+    """presentation imports records/config/aggregate; nothing outside it but fidelity (a report) imports it."""
+    graph = import_graph()
+    assert {"presentation.tables", "presentation.claims", "presentation.figures.common"} <= set(graph)
+    for m, deps in graph.items():
+        if not m.startswith("presentation") and m != "fidelity":
+            assert not any(d.startswith("presentation") for d in deps), (m, deps)
+    below = {d for m, deps in graph.items() if m.startswith("presentation") for d in deps}
+    assert {d for d in below if not d.startswith("presentation")} <= {"records", "config", "aggregate"}

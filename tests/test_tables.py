@@ -10,13 +10,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from test_aggregate import write_job
+from conftest import write_job
 
 from fedbalance.aggregate import collect
 from fedbalance.config import Job
-from fedbalance.tables import (
-    TABLES, VERDICTS, bold_mask, cell_values, claims, fmt, fmt_diff, layout, published, table_labels, vs_paper,
-    write_tables,
+from fedbalance.presentation.claims import VERDICTS, claims
+from fedbalance.presentation.report import write_report as write_tables
+from fedbalance.presentation.tables import (
+    TABLES, bold_mask, cell_values, fmt, fmt_diff, layout, published, table_labels, vs_paper,
 )
 
 PAPER_LABELS = [

@@ -75,8 +75,9 @@ def test_dry_run_full_protocol_plans_every_job(tmp_path):
     partitions = {(j.experiment, j.dataset, j.setting, j.seed) for j in expected if j not in twin_of}
     assert counts["partition"] == len(partitions)
     assert counts["prepare_data"] == len(cfg["datasets"])
-    for rule in ("aggregate", "tables", "figures", "all"):
+    for rule in ("aggregate", "claims", "paper_tables", "fidelity", "all"):
         assert counts[rule] == 1
+    assert_one_job_per_table_and_figure(counts)
     # every experiment family is planned
     assert {j.experiment for j in expected} == set(cfg["experiments"])
 
@@ -90,6 +91,53 @@ def test_dry_run_quick_protocol(tmp_path):
     assert counts["reuse"] == len(twins(load_config(QUICK))) == QUICK_TWINS
     assert counts["train"] == QUICK_JOBS - QUICK_TWINS
     assert counts["prepare_data"] == 1
+    assert_one_job_per_table_and_figure(counts)
+
+
+def assert_one_job_per_table_and_figure(counts: dict[str, int]) -> None:
+    """Rule table runs once per paper table, rule figure once per figure (spec and registry counted by hand)."""
+    captions = {p.stem for p in (REPO / "report").glob("*.rst")}
+    summaries = {"claims", "paper_tables", "workflow", "Fidelity", "table", "figure"}
+    both = {"Monitor_under_imbalance", "Beyond_paper"}  # a table and a figure of the same name
+    tables = (captions - summaries - FIGURE_NAMES) | both
+    assert counts["table"] == len(tables) == 17
+    assert counts["figure"] == len(FIGURE_NAMES) == 13
+    assert "tables" not in counts and "figures" not in counts
+
+
+# the figures of the paper and ours, as report/ captions them (independent of the registry)
+FIGURE_NAMES = {
+    "fig_monitoring", "Res_mismatch", "Sup_empirical_sim", "Sup_empirical_mul", "Sup_client_num_CIFAR10",
+    "Sup_client_num_FEMNIST", "Sup_curve_cifar_ratio", "Sup_curve_femnist_ratio", "Sup_curve_cifar_four_losses",
+    "Sup_curve_femnist_four_losses", "Sup_data_splitting", "Monitor_under_imbalance", "Beyond_paper",
+}
+
+
+def test_one_figure_module_reruns_only_its_figures(tmp_path):
+    """A figure job's inputs (from the dry run) are its tidy CSVs, its own module and the shared helpers, never
+    another figure's module; a table job's are its CSVs and presentation/tables.py."""
+    from fedbalance.presentation.figures import COMMON_FILE, FIGURES
+
+    r = in_tmp(tmp_path, "-n", "--configfile", str(QUICK), timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    blocks = re.split(r"\n(?=\[.*\]\n|rule |localrule )", r.stdout + r.stderr)
+    figure_inputs = {}
+    for block in blocks:
+        if re.match(r"(local)?rule figure:", block.strip()):
+            name = re.search(r"wildcards: name=(\S+)", block).group(1)
+            figure_inputs[name] = re.search(r"input: (.*)", block).group(1).split(", ")
+        if re.match(r"(local)?rule table:", block.strip()):
+            inputs = re.search(r"input: (.*)", block).group(1)
+            assert "presentation/tables.py" in inputs and "aggregate/final.csv" in inputs
+            assert "/figures/" not in inputs and "claims.py" not in inputs
+    assert set(figure_inputs) == set(FIGURES)
+    modules = {str(s.module_file) for s in FIGURES.values()}
+    for name, inputs in figure_inputs.items():
+        own = str(FIGURES[name].module_file)
+        assert own in inputs and str(COMMON_FILE) in inputs, (name, inputs)
+        assert not (modules - {own}) & set(inputs), (name, inputs)
+        assert {Path(i).stem for i in inputs if i.startswith("results/aggregate/")} == set(FIGURES[name].inputs)
+    assert figure_inputs["Sup_data_splitting"][0] == "results/aggregate/clients.csv"
 
 
 def _bad_config(tmp: Path, edit) -> Path:
@@ -121,7 +169,7 @@ def test_bad_config_fails_before_the_dag(tmp_path, edit, words):
 
 
 def _expected_rows(label: str, final: pd.DataFrame, rounds: pd.DataFrame, what: str) -> int:
-    from fedbalance.tables import TABLES, cell_values, layout
+    from fedbalance.presentation.tables import TABLES, cell_values, layout
 
     spec = TABLES[label]
     kind = "pm" if spec.layout == "imbalance" and what == "mean" else what
@@ -210,8 +258,8 @@ def test_quick_criteria_can_fail(tmp_path):
 @pytest.mark.slow
 def test_quick_dag_end_to_end(tmp_path):
     from fedbalance.aggregate import read_tidy
-    from fedbalance.figures import FIGURES
-    from fedbalance.tables import TABLES, table_labels
+    from fedbalance.presentation.figures import FIGURES
+    from fedbalance.presentation.tables import TABLES, table_labels
 
     t0 = time.perf_counter()
     r = in_tmp(tmp_path, "--cores", "2", "--configfile", str(QUICK), timeout=80 * 60)
@@ -246,7 +294,7 @@ def test_quick_dag_end_to_end(tmp_path):
     assert (res / "figures" / "fig_monitoring.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (res / "figures" / "fig_monitoring.pdf").read_bytes()[:5] == b"%PDF-"
     # claims.md: a verdict that rests on one seed is marked so, never "holds" / "does not hold"
-    from fedbalance.tables import FEW_SEEDS, NO_DATA, VERDICTS
+    from fedbalance.presentation.claims import FEW_SEEDS, NO_DATA, VERDICTS
 
     md = (res / "claims.md").read_text()
     rows = [line.split(" | ") for line in md.splitlines() if re.match(r"^\| \d+ \|", line)]

@@ -1,8 +1,10 @@
-"""Collect the engine's per-job outputs into two tidy frames (one row per job, one row per round).
+"""Collect the engine's per-job outputs into tidy frames: one row per job, one per round, one per client class.
 
 Each job folder ``<results>/<experiment>/<dataset>/<setting>/<loss>/seed<k>/`` holds
-``metrics.json`` and ``rounds.csv``. :func:`collect` reads them; :func:`write_tidy` saves the
-frames as CSV and :func:`read_tidy` reads them back.
+``metrics.json`` and ``rounds.csv``. :func:`collect_tidy` reads them into ``final``, ``rounds`` and
+``clients`` (the partition's class counts, once per (experiment, dataset, setting, seed): the
+partition does not depend on the loss); :func:`write_tidy` saves the frames as CSV and
+:func:`read_tidy` / :func:`read_clients` read them back.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 import pandas as pd
 
@@ -30,8 +32,21 @@ FINAL_COLUMNS = (
     + ["acknowledged_round", "wall_time_s"]
 )
 ROUND_COLUMNS = list(RECORD_COLUMNS)
+PARTITION_KEYS = ["experiment", "dataset", "setting", "seed"]
+CLIENT_COLUMNS = PARTITION_KEYS + ["client", "class", "count"]
 FINAL_CSV = "final.csv"
 ROUNDS_CSV = "rounds.csv"
+CLIENTS_CSV = "clients.csv"
+TIDY_CSVS = (FINAL_CSV, ROUNDS_CSV, CLIENTS_CSV)
+_TEXT = {"setting": str, "experiment": str, "dataset": str, "loss": str}
+
+
+class Tidy(NamedTuple):
+    """The three tidy frames of a study."""
+
+    final: pd.DataFrame
+    rounds: pd.DataFrame
+    clients: pd.DataFrame
 
 
 class AggregateError(ValueError):
@@ -73,6 +88,19 @@ def final_row(data: dict[str, Any], path: Path) -> dict[str, Any]:
     return row
 
 
+def client_rows(data: dict[str, Any], path: Path) -> list[dict[str, Any]]:
+    """One row per (client, class) with a positive count of the partition in one parsed ``metrics.json``."""
+    try:
+        job = data["job"]
+        counts = data["partition"]["class_counts"]
+        key = {k: job[k] for k in PARTITION_KEYS}
+        key["seed"] = int(key["seed"])
+        return [{**key, "client": c, "class": q, "count": int(n)}
+                for c, row in enumerate(counts) for q, n in enumerate(row) if n > 0]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AggregateError(f"{path}: missing or bad key {exc}") from exc
+
+
 def read_rounds(path: Path) -> pd.DataFrame:
     """Parse one ``rounds.csv``; AggregateError naming the file if it is missing, corrupt or lacks ``round``."""
     if not path.is_file():
@@ -91,14 +119,19 @@ def job_dirs(results_dir: str | Path) -> list[Path]:
     return sorted(p.parent for p in Path(results_dir).glob("*/*/*/*/seed*/metrics.json"))
 
 
-def collect(results_dir: str | Path, jobs: Iterable[Job] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(final, rounds) frames of the given jobs, or of every job folder found under ``results_dir``."""
+def collect_tidy(results_dir: str | Path, jobs: Iterable[Job] | None = None) -> Tidy:
+    """(final, rounds, clients) frames of the given jobs, or of every job folder found under ``results_dir``."""
     root = Path(results_dir)
     dirs = job_dirs(root) if jobs is None else [root / j.path for j in jobs]
-    finals, rounds = [], []
+    finals, rounds, clients, seen = [], [], [], set()
     for d in dirs:
-        row = final_row(read_metrics(d / "metrics.json"), d / "metrics.json")
+        data = read_metrics(d / "metrics.json")
+        row = final_row(data, d / "metrics.json")
         finals.append(row)
+        partition = tuple(row[k] for k in PARTITION_KEYS)
+        if partition not in seen:
+            seen.add(partition)
+            clients += client_rows(data, d / "metrics.json")
         r = read_rounds(d / "rounds.csv")
         for k in reversed(JOB_COLUMNS):
             r.insert(0, k, row[k])
@@ -109,29 +142,60 @@ def collect(results_dir: str | Path, jobs: Iterable[Job] | None = None) -> tuple
     rnd = pd.concat(rounds, ignore_index=True) if rounds else pd.DataFrame(columns=cols)
     extra = [c for c in rnd.columns if c not in cols]
     rnd = rnd.reindex(columns=cols + extra)
-    return final, rnd
+    cli = pd.DataFrame(clients, columns=CLIENT_COLUMNS).astype({c: "int64" for c in ("seed", "client", "class", "count")})
+    return Tidy(final, rnd, cli)
 
 
-def write_tidy(final: pd.DataFrame, rounds: pd.DataFrame, out_dir: str | Path) -> list[Path]:
-    """Write ``final.csv`` and ``rounds.csv`` into ``out_dir``; return their paths."""
+def collect(results_dir: str | Path, jobs: Iterable[Job] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(final, rounds) frames of the given jobs, or of every job folder found under ``results_dir``."""
+    tidy = collect_tidy(results_dir, jobs)
+    return tidy.final, tidy.rounds
+
+
+def write_tidy(final: pd.DataFrame, rounds: pd.DataFrame, out_dir: str | Path,
+               clients: pd.DataFrame | None = None) -> list[Path]:
+    """Write ``final.csv``, ``rounds.csv`` and (when given) ``clients.csv`` into ``out_dir``; return their paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / FINAL_CSV, out / ROUNDS_CSV]
-    final.to_csv(paths[0], index=False)
-    rounds.to_csv(paths[1], index=False)
+    frames = [final, rounds] + ([] if clients is None else [clients])
+    paths = [out / name for name in TIDY_CSVS[:len(frames)]]
+    for frame, path in zip(frames, paths):
+        frame.to_csv(path, index=False)
     return paths
 
 
+def read_frame(path: str | Path) -> pd.DataFrame:
+    """Read one tidy CSV (text keys kept as strings); AggregateError when it is missing."""
+    path = Path(path)
+    if not path.is_file():
+        raise AggregateError(f"{path}: missing")
+    return pd.read_csv(path, dtype=_TEXT)
+
+
 def read_tidy(out_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Read back the frames written by :func:`write_tidy` (list cells stay JSON strings)."""
+    """Read back ``final.csv`` and ``rounds.csv`` written by :func:`write_tidy` (list cells stay JSON strings)."""
     out = Path(out_dir)
-    frames = []
-    for name in (FINAL_CSV, ROUNDS_CSV):
-        path = out / name
-        if not path.is_file():
-            raise AggregateError(f"{path}: missing")
-        frames.append(pd.read_csv(path, dtype={"setting": str, "experiment": str, "dataset": str, "loss": str}))
-    return frames[0], frames[1]
+    return read_frame(out / FINAL_CSV), read_frame(out / ROUNDS_CSV)
+
+
+def read_clients(path: str | Path) -> pd.DataFrame:
+    """Read back ``clients.csv`` (a file, or the folder holding it) written by :func:`write_tidy`."""
+    p = Path(path)
+    return read_frame(p / CLIENTS_CSV if p.is_dir() else p)
+
+
+def class_counts(clients: pd.DataFrame, experiment: str, dataset: str, setting: str,
+                 seed: int | None = None) -> pd.DataFrame | None:
+    """Client x class counts (clients 0.., classes 0..) of one partition of ``clients`` (lowest seed by default);
+    None when absent."""
+    sel = clients[(clients.experiment == experiment) & (clients.dataset == dataset) & (clients.setting == setting)]
+    if sel.empty:
+        return None
+    sel = sel[sel.seed == (sel.seed.min() if seed is None else seed)]
+    if sel.empty:
+        return None
+    m = sel.pivot_table(index="client", columns="class", values="count", aggfunc="sum", fill_value=0)
+    return m.reindex(index=range(int(sel.client.max()) + 1), columns=range(int(sel["class"].max()) + 1), fill_value=0)
 
 
 def parse_list(cell: Any) -> list[float] | None:

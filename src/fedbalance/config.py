@@ -22,6 +22,8 @@ from typing import Any, Mapping
 import jsonschema
 import yaml
 
+from fedbalance.records import setting_name
+
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 _SETTING_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 PARTITION_KEYS = {
@@ -143,10 +145,6 @@ def _set_dotted(d: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
     return {head: _set_dotted({}, rest, value) if rest else value}
 
 
-def _format_value(v: Any) -> str:
-    return f"{v:g}" if isinstance(v, float) else str(v)
-
-
 def settings(cfg: Mapping[str, Any], experiment: str) -> dict[str, dict[str, Any]]:
     """Setting name -> job overrides of one experiment (explicit ``settings`` plus the ``grid`` product).
 
@@ -160,7 +158,7 @@ def settings(cfg: Mapping[str, Any], experiment: str) -> dict[str, dict[str, Any
     if grid:
         axes = [[(prefix, ax["key"], v) for v in ax["values"]] for prefix, ax in grid.items()]
         for combo in itertools.product(*axes):
-            name = "_".join(f"{p}{_format_value(v)}" for p, _, v in combo)
+            name = setting_name(*((p, v) for p, _, v in combo))
             what = "grid values " + ", ".join(f"{key}={v!r}" for _, key, v in combo)
             if name in out:
                 raise ConfigError(

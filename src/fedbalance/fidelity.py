@@ -12,7 +12,8 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from fedbalance.tables import GAMMAS, published
+from fedbalance.presentation.names import GAMMAS, gamma_setting
+from fedbalance.presentation.tables import published
 
 TABLE_OF = {"mnist": "Res_3_datasets", "cifar10": "Res_3_datasets", "fer2013": "Res_3_datasets", "femnist": "FL_FEMNIST"}
 COLUMNS = [
@@ -38,7 +39,7 @@ def fidelity_frame(
     """
     base = dict(base or {})
     pub = published() if pub is None else pub
-    column = {f"g{g}": label for label, g in GAMMAS}
+    column = {gamma_setting(g): label for label, g in GAMMAS}
     f = final[final.experiment == experiment]
     r = rounds[rounds.experiment == experiment]
     out = []

@@ -1,9 +1,12 @@
-"""Names the engine writes and the report reads: estimators and the per-round columns (torch-free).
+"""Names the engine writes and the report reads: estimators, per-round columns, setting names (torch-free).
 
-Defined once here; ``fl``, ``jobs``, ``aggregate``, ``tables`` and ``figures`` import them.
+Defined once here; ``config``, ``fl``, ``jobs``, ``aggregate``, ``fidelity`` and ``presentation`` import them.
 """
 
 from __future__ import annotations
+
+import re
+from typing import Any
 
 JOB_KEYS: tuple[str, ...] = ("experiment", "dataset", "setting", "loss", "seed")
 """What names one training job (``fedbalance.config.Job``'s fields; metrics.json's "job")."""
@@ -36,3 +39,44 @@ ROUND_COLUMNS: tuple[str, ...] = (
     "emp_cv",
 )
 """Columns of a job's rounds.csv, in order (``fedbalance.fl.run_fedavg`` documents each)."""
+
+
+SETTING_PART = re.compile(r"([A-Za-z]+)(-?(?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?|-?inf|nan)")
+"""One ``<prefix><value>`` part of a grid setting name: letters, then a number as ``format(v, "g")`` or ``str(v)`` writes it."""
+
+
+def format_value(value: Any) -> str:
+    """A grid value as it appears in a setting name: floats with ``:g`` (10.0 -> "10", 0.25 -> "0.25"), else ``str``."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def setting_name(*pairs: tuple[str, Any]) -> str:
+    """The name of a grid setting from its (prefix, value) pairs, joined by "_": ``("c", 5), ("g", 10)`` -> "c5_g10"."""
+    return "_".join(f"{prefix}{format_value(value)}" for prefix, value in pairs)
+
+
+def _number(text: str) -> int | float:
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def parse_setting(name: str) -> tuple[tuple[str, int | float], ...]:
+    """The (prefix, value) pairs of a grid setting name (inverse of :func:`setting_name`); ValueError for a name
+    outside the grammar (an explicit setting such as "default" or "S")."""
+    pairs = []
+    for part in str(name).split("_"):
+        m = SETTING_PART.fullmatch(part)
+        if m is None:
+            raise ValueError(f"{name!r} is not a grid setting name (<prefix><value>, joined by '_')")
+        pairs.append((m.group(1), _number(m.group(2))))
+    return tuple(pairs)
+
+
+def setting_value(name: str, prefix: str) -> int | float | None:
+    """The value of ``prefix`` in setting ``name`` ("c5_g10", "g" -> 10); None when absent or not a grid name."""
+    try:
+        return dict(parse_setting(name)).get(prefix)
+    except ValueError:
+        return None

@@ -1,5 +1,5 @@
-# Stage 4: every job's metrics.json / rounds.csv -> two tidy CSVs (one row per job; one per job
-# and round) that the tables and figures read.
+# Stage 4: every job's metrics.json / rounds.csv -> three tidy CSVs (one row per job; one per job
+# and round; one per partition's client and class) that the tables and figures read.
 
 from pathlib import Path
 
@@ -16,6 +16,7 @@ rule aggregate:
     output:
         final=result("aggregate", "final.csv"),
         rounds=result("aggregate", "rounds.csv"),
+        clients=result("aggregate", "clients.csv"),
     log:
         result("logs", "aggregate.log"),
     benchmark:

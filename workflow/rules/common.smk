@@ -3,7 +3,13 @@
 
 import re
 
+from pathlib import Path
+
 from fedbalance.config import Job, jobs, resolve_job, settings, twins
+from fedbalance.presentation import figures as presentation_figures
+from fedbalance.presentation import tables as presentation_tables
+from fedbalance.presentation.figures import FIGURES
+from fedbalance.presentation.tables import TABLES
 
 JOBS = jobs(config)
 # Jobs equal to an earlier one but for their experiment's and setting's names: written from it by
@@ -110,47 +116,32 @@ def data_mem_mb(wildcards, attempt):
     return (16000 if dataset_source(wildcards.dataset) == "femnist" else 4000) * attempt
 
 
-# Paper label / figure name -> experiment family of config/config.yaml (report category).
-FAMILY = {
-    "FL_FEMNIST": "losses",
-    "Res_3_datasets": "losses",
-    "Sup_majority": "losses",
-    "Sup_majority_femnist": "losses",
-    "Monitor_under_imbalance": "losses",
-    "Sup_curve_cifar_ratio": "losses",
-    "Sup_curve_femnist_ratio": "losses",
-    "Sup_curve_cifar_four_losses": "losses",
-    "Sup_curve_femnist_four_losses": "losses",
-    "Sup_data_splitting": "losses",
-    "Sup_fe_dynamic": "dynamic",
-    "Res_without_mismatch": "centralised",
-    "Sup_data_MNIST": "mismatch",
-    "Sup_data_CIFAR10": "mismatch",
-    "Sup_data_Fer2013": "mismatch",
-    "Res_mismatch": "mismatch",
-    "Sup_MFE": "mfe",
-    "Sup_hyper_T_ra": "t_ra",
-    "Sup_hyper_a": "alpha",
-    "Sup_hyper_b": "beta",
-    "Importance_early": "early",
-    "Sup_bs_ep": "batch_size + local_epochs",
-    "Sup_client_num_CIFAR10": "clients",
-    "Sup_client_num_FEMNIST": "clients",
-    "fig_monitoring": "monitor",
-    "Sup_empirical_sim": "monitor",
-    "Sup_empirical_mul": "monitor",
-    "Beyond_paper": "beyond",
-}
-
-
-def family(name):
-    return FAMILY.get(name, "other")
-
-
-def caption(name):
-    """report/<name>.rst, relative to this file (Snakemake resolves captions from the rule file)."""
-    return f"../../report/{name}.rst"
-
-
 def result(*parts):
     return "/".join([RESULTS, *parts])
+
+
+# The report's jobs (report.smk): what each table and figure job reads, and its caption.
+PRESENTATION = Path(presentation_tables.__file__).parent
+TEMPLATES = presentation_tables.TEMPLATES
+NAMES_CODE = str(PRESENTATION / "names.py")
+TABLES_CODE = [str(PRESENTATION / "tables.py"), NAMES_CODE]
+TIDY = {name: result("aggregate", f"{name}.csv") for name in ("final", "rounds", "clients")}
+
+
+def table_inputs(wildcards):
+    """The tidy CSVs a table reads, its code, its templates and the published numbers."""
+    spec = TABLES[wildcards.label]
+    code = TABLES_CODE + [str(TEMPLATES / t) for t in ("table.tex.j2", "vs_paper.tex.j2")]
+    return {**{k: TIDY[k] for k in spec.inputs}, "code": code, "published": str(presentation_tables.PUBLISHED)}
+
+
+def figure_inputs(wildcards):
+    """The tidy CSVs a figure reads and its code: its own module, the shared helpers and the registry."""
+    spec = FIGURES[wildcards.name]
+    code = [str(spec.module_file), str(presentation_figures.COMMON_FILE), presentation_figures.__file__, NAMES_CODE]
+    return {**{k: TIDY[k] for k in spec.inputs}, "code": code}
+
+
+def caption_text(kind):
+    """The caption of table/figure ``name`` (report/<name>.rst), rendered by report/<kind>.rst."""
+    return lambda wildcards: (Path(workflow.basedir) / "report" / f"{getattr(wildcards, kind)}.rst").read_text()

@@ -1,21 +1,20 @@
-# Stage 5: LaTeX tables (+ std, + comparison with the published numbers), claims.md,
-# paper_tables.tex and figures, every one registered for `snakemake --report` with a caption
-# (report/<name>.rst) in a category named after the experiment family it comes from.
-# The library always writes every table and figure: cells whose jobs the config does not run
-# are rendered as '–', so the file lists below do not depend on the config.
+# Stage 5: one job per LaTeX table (+ std, + comparison with the published numbers), one per
+# figure (PDF + PNG), claims.md and paper_tables.tex, every one registered for `snakemake --report`
+# with its caption (report/<name>.rst, through report/table.rst and report/figure.rst) in a category
+# named after the experiment family it comes from (the table's spec, the figure's registry entry).
+# The library always writes every table and figure: cells whose jobs the config does not run are
+# rendered as '–', so the file lists below do not depend on the config. Each job declares what it
+# reads: the tidy CSVs it uses and the code that draws it (a figure's own module, not the others').
 
-from pathlib import Path
+from fedbalance.presentation.figures import DEFAULT_DATASET
+from fedbalance.presentation.tables import TABLE_SUFFIXES
 
-from fedbalance.figures import DEFAULT_DATASET, FIGURES
-from fedbalance.tables import table_labels
-
-TABLES = list(table_labels())
 TABLES_DIR = result("tables")
 FIGURES_DIR = result("figures")
+FIGURE_FORMATS = presentation_figures.FORMATS
 
-TABLE_SUFFIXES = (".tex", "_std.tex", "_vs_paper.csv", "_vs_paper.tex")
 TABLE_FILES = [f"{TABLES_DIR}/{label}{suffix}" for label in TABLES for suffix in TABLE_SUFFIXES]
-FIGURE_FILES = [f"{FIGURES_DIR}/{name}.{ext}" for name in FIGURES for ext in ("pdf", "png")]
+FIGURE_FILES = [f"{FIGURES_DIR}/{name}.{ext}" for name in FIGURES for ext in FIGURE_FORMATS]
 # A figure drawn from one dataset (e.g. the CIFAR10 curves) uses the first dataset of the config
 # when that dataset is not part of the study (config/quick.yaml has only mnist).
 FIGURE_DATASETS = {name: (d if d in config["datasets"] else DATASETS[0]) for name, d in DEFAULT_DATASET.items()}
@@ -24,54 +23,87 @@ FIDELITY_FILES = [f"{TABLES_DIR}/Fidelity.md", f"{TABLES_DIR}/Fidelity.csv"]
 LOSS_BASES = {name: v["loss"] for name, v in (config.get("loss_variants") or {}).items()}
 
 
+wildcard_constraints:
+    label=_alternation(TABLES),
+    name=_alternation(FIGURES),
+
+
 localrules:
-    tables,
-    figures,
+    table,
+    figure,
+    claims,
+    paper_tables,
     fidelity,
 
 
-rule tables:
+rule table:
     input:
-        final=result("aggregate", "final.csv"),
-        rounds=result("aggregate", "rounds.csv"),
+        unpack(table_inputs),
     output:
         [
             report(
-                f"{TABLES_DIR}/{label}{suffix}", caption=caption(label), category=family(label), subcategory="Tables"
+                f"{TABLES_DIR}/{{label}}{suffix}",
+                caption="../../report/table.rst",
+                category=lambda wildcards: TABLES[wildcards.label].family,
+                subcategory="Tables",
             )
-            for label in TABLES
             for suffix in TABLE_SUFFIXES
         ],
-        claims=report(result("claims.md"), caption="../../report/claims.rst", category="summary"),
-        paper_tables=report(result("paper_tables.tex"), caption="../../report/paper_tables.rst", category="summary"),
     log:
-        result("logs", "tables.log"),
+        result("logs", "tables", "{label}.log"),
     conda:
         "../../envs/report.yaml"
     threads: 1
     resources:
-        mem_mb=4000,
-        runtime=30,
+        mem_mb=2000,
+        runtime=10,
     params:
-        out_dir=lambda wildcards, output: Path(output[0]).parent,
-        summary_dir=lambda wildcards, output: Path(output.claims).parent,
+        out_dir=lambda wildcards, output: str(Path(output[0]).parent),
         estimator=DEFAULT_ESTIMATOR,
+        caption=caption_text("label"),
     script:
-        "../scripts/tables.py"
+        "../scripts/table.py"
 
 
-rule figures:
+rule figure:
     input:
-        final=result("aggregate", "final.csv"),
-        rounds=result("aggregate", "rounds.csv"),
+        unpack(figure_inputs),
     output:
         [
-            report(f"{FIGURES_DIR}/{name}.{ext}", caption=caption(name), category=family(name), subcategory="Figures")
-            for name in FIGURES
-            for ext in ("pdf", "png")
+            report(
+                f"{FIGURES_DIR}/{{name}}.{ext}",
+                caption="../../report/figure.rst",
+                category=lambda wildcards: FIGURES[wildcards.name].family,
+                subcategory="Figures",
+            )
+            for ext in FIGURE_FORMATS
         ],
     log:
-        result("logs", "figures.log"),
+        result("logs", "figures", "{name}.log"),
+    conda:
+        "../../envs/report.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        out_dir=lambda wildcards, output: str(Path(output[0]).parent),
+        dataset=lambda wildcards: FIGURE_DATASETS.get(wildcards.name),
+        estimator=DEFAULT_ESTIMATOR,
+        caption=caption_text("name"),
+    script:
+        "../scripts/figure.py"
+
+
+rule claims:
+    input:
+        final=TIDY["final"],
+        rounds=TIDY["rounds"],
+        code=[str(PRESENTATION / "claims.py"), *TABLES_CODE, str(TEMPLATES / "claims.md.j2")],
+    output:
+        report(result("claims.md"), caption="../../report/claims.rst", category="summary"),
+    log:
+        result("logs", "claims.log"),
     conda:
         "../../envs/report.yaml"
     threads: 1
@@ -79,18 +111,38 @@ rule figures:
         mem_mb=4000,
         runtime=30,
     params:
-        results_dir=lambda wildcards, input: Path(input.final).parent.parent,
-        out_dir=lambda wildcards, output: Path(output[0]).parent,
-        dataset_map=FIGURE_DATASETS,
         estimator=DEFAULT_ESTIMATOR,
     script:
-        "../scripts/figures.py"
+        "../scripts/claims.py"
+
+
+rule paper_tables:
+    input:
+        # the files it \input's
+        tables=[f"{TABLES_DIR}/{label}{suffix}" for label in TABLES for suffix in (".tex", "_std.tex", "_vs_paper.tex")],
+        code=[*TABLES_CODE, str(TEMPLATES / "paper_tables.tex.j2")],
+    output:
+        report(result("paper_tables.tex"), caption="../../report/paper_tables.rst", category="summary"),
+    log:
+        result("logs", "paper_tables.log"),
+    conda:
+        "../../envs/report.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    params:
+        tables_dir=lambda wildcards, input: str(Path(input.tables[0]).parent),
+        labels=list(TABLES),
+        estimator=DEFAULT_ESTIMATOR,
+    script:
+        "../scripts/paper_tables.py"
 
 
 rule fidelity:
     input:
-        final=result("aggregate", "final.csv"),
-        rounds=result("aggregate", "rounds.csv"),
+        final=TIDY["final"],
+        rounds=TIDY["rounds"],
     output:
         markdown=report(f"{TABLES_DIR}/Fidelity.md", caption="../../report/Fidelity.rst", category="summary"),
         csv=f"{TABLES_DIR}/Fidelity.csv",

@@ -7,8 +7,9 @@ in 1e-5. Bold rule: the best loss (stage) per column as in the paper (``bold="co
 all bold, compared as printed); sweeps bold the best value of each row (max mean, min variance);
 Sup_bs_ep bolds nothing, as the paper. Cells without data print as ``--`` (an en dash).
 
-Outputs of :func:`write_tables`: ``<label>.tex``, ``<label>_std.tex``, ``<label>_vs_paper.csv``,
-``<label>_vs_paper.tex`` for every table, ``claims.md`` and the standalone ``paper_tables.tex``.
+Outputs of :func:`write_table`: ``<label>.tex``, ``<label>_std.tex``, ``<label>_vs_paper.csv`` and
+``<label>_vs_paper.tex`` of one table; :func:`write_paper_tables` writes the standalone
+``paper_tables.tex`` that ``\\input``'s them (the claims are :mod:`fedbalance.presentation.claims`).
 """
 
 from __future__ import annotations
@@ -22,28 +23,21 @@ from typing import Iterable
 import jinja2
 import pandas as pd
 
-from fedbalance.records import ESTIMATORS as RECORDED
-from fedbalance.records import UNIFORM
+from fedbalance.presentation.names import (
+    BEYOND_LOSSES, DATASET_NAME, ESTIMATORS, FOUR_LOSSES, GAMMAS, LOSS_LABEL, gamma_setting,
+)
+from fedbalance.records import setting_name
 
-PUBLISHED = Path(__file__).with_name("published") / "paper_numbers.csv"
+PUBLISHED = Path(__file__).parent.parent / "published" / "paper_numbers.csv"
 TEMPLATES = Path(__file__).with_name("templates")  # package data: also found after a non-editable install
 KEY = ["experiment", "dataset", "setting", "loss"]
 CELL_KEY = ["metric", "dataset", "column", "row"]
 MISSING = "--"
-ESTIMATORS = (*RECORDED, UNIFORM)
-
-DATASET_NAME = {"mnist": "MNIST", "cifar10": "CIFAR10", "fer2013": "Fer2013", "femnist": "FEMNIST"}
-LOSS_LABEL = {
-    "ce": r"$L_{C\!E}$", "focal": r"$L_{F\!L}$", "ghmc": r"$L_{G\!H\!M\!C}$", "ratio": r"$L_{R\!L}$(ours)",
-    "mse": r"$L_{M\!S\!E}$", "mfe": r"$L_{M\!F\!E}$",
-}
+TABLE_SUFFIXES = (".tex", "_std.tex", "_vs_paper.csv", "_vs_paper.tex")
 METRIC_LABEL = {
     "acm": r"Ac.M \%", "auc": "AUC", "acc_majority": r"Ac. \%", "cs_mean": "Mean", "cs_var": r"Var. ($\times10^{-5}$)",
 }
-PLAIN_METRIC = {"acm": "Ac.M", "auc": "AUC", "acc_majority": "Ac.", "cs_mean": "mean CS", "cs_var": "CS variance"}
 FINAL_SOURCE = {"acm": ("acc_minority", 100.0), "auc": ("auc_hard", 1.0), "acc_majority": ("acc_majority", 100.0)}
-GAMMAS = (("B.", 1), ("10:1", 10), ("20:1", 20), ("50:1", 50), ("100:1", 100))
-FOUR_LOSSES = ("ce", "focal", "ghmc", "ratio")
 CS_LEVELS = {  # classes per client -> the paper's CS level
     10: ((5, "0.6960"), (4, "0.6158"), (3, "0.5111"), (2, "0.3984")),
     7: ((6, "0.9343"), (5, "0.8489"), (4, "0.7411"), (3, "0.6732")),
@@ -79,7 +73,12 @@ class Group:
 
 @dataclass(frozen=True)
 class TableSpec:
-    """How to build one table: its cells, its layout and its bold rule."""
+    """How to build one table: its cells, its layout and its bold rule.
+
+    ``family`` is the experiment family the table comes from (its report category); ``realised`` says
+    where a grid table prints the partitions' realised CS of its groups: after each group's title
+    ("title"), in a row under the column labels ("row"), or nowhere (None).
+    """
 
     label: str
     caption: str
@@ -93,10 +92,17 @@ class TableSpec:
     estimator: str | None = None
     bold: str | None = "column"
     block_columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    family: str = "other"
+    realised: str | None = None
 
     def cell_frame(self) -> pd.DataFrame:
         """The cells as a frame (one row per cell)."""
         return pd.DataFrame([c.__dict__ for c in self.cells], columns=list(Cell.__dataclass_fields__))
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The tidy frames the table reads: ``final`` always (cells or realised CS), ``rounds`` for round statistics."""
+        return ("final",) if self.source == "final" else ("final", "rounds")
 
 
 def _loss_table(label: str, caption: str, experiment: str, datasets: Iterable[str], metrics: tuple[str, ...],
@@ -104,12 +110,12 @@ def _loss_table(label: str, caption: str, experiment: str, datasets: Iterable[st
     """Datasets side by side, Γ columns, one row per loss in each metric block."""
     groups, cells = [], []
     for d in datasets:
-        cols = tuple((lab, f"g{g}") for lab, g in GAMMAS)
+        cols = tuple((lab, gamma_setting(g)) for lab, g in GAMMAS)
         groups.append(Group(rf"\textbf{{{DATASET_NAME[d]}}}", d, tuple((c, c) for c, _ in cols)))
         cells += [Cell(m, d, c, loss, experiment, s, loss) for m in metrics for c, s in cols for loss in FOUR_LOSSES]
     rows = tuple((loss, LOSS_LABEL[loss]) for loss in FOUR_LOSSES)
     return TableSpec(label, caption, "grid", tuple(cells), metrics, rows, tuple(groups),
-                     corner=(r"\textbf{Data}", corner2))
+                     corner=(r"\textbf{Data}", corner2), family=experiment)
 
 
 def _mismatch_table(label: str, dataset: str) -> TableSpec:
@@ -120,7 +126,7 @@ def _mismatch_table(label: str, dataset: str) -> TableSpec:
     levels = [lv for i, lv in enumerate(CS_LEVELS[q]) if i != skip]
     groups, cells = [], []
     for c, cs in levels:
-        cols = tuple((f"{cs}/{lab}", lab, f"c{c}_g{g}") for lab, g in GAMMAS)
+        cols = tuple((f"{cs}/{lab}", lab, setting_name(("c", c), ("g", g))) for lab, g in GAMMAS)
         groups.append(Group(rf"$C\!S$={cs}", dataset, tuple((k, lab) for k, lab, _ in cols),
                             (experiment, tuple(s for _, _, s in cols))))
         cells += [Cell(m, dataset, k, loss, experiment, s, loss)
@@ -130,7 +136,8 @@ def _mismatch_table(label: str, dataset: str) -> TableSpec:
                r"between local and global imbalance (paper's $C\!S$; ours, realised, in brackets) and different levels "
                "of global imbalance.")
     return TableSpec(label, caption, "grid", tuple(cells), ("acm", "auc"), rows, tuple(groups),
-                     corner=(rf"\textbf{{{DATASET_NAME[dataset]}}}", r"$\Gamma$"))
+                     corner=(rf"\textbf{{{DATASET_NAME[dataset]}}}", r"$\Gamma$"), family="mismatch",
+                     realised="title")
 
 
 def _mfe_table() -> TableSpec:
@@ -139,25 +146,25 @@ def _mfe_table() -> TableSpec:
         q = 7 if d == "fer2013" else 10
         exp = "mfe_fer2013" if d == "fer2013" else "mfe"
         groups.append(Group(rf"\textbf{{{DATASET_NAME[d]}}}", d, tuple((cs, cs) for _, cs in CS_LEVELS[q]),
-                            (exp, tuple(f"c{c}" for c, _ in CS_LEVELS[q]))))
-        cells += [Cell(m, d, cs, loss, exp, f"c{c}", loss)
+                            (exp, tuple(setting_name(("c", c)) for c, _ in CS_LEVELS[q]))))
+        cells += [Cell(m, d, cs, loss, exp, setting_name(("c", c)), loss)
                   for m in ("acm", "auc") for c, cs in CS_LEVELS[q] for loss in ("mse", "mfe")]
     caption = (r"Comparison between the Mean-Square-Error Loss ($L_{M\!S\!E}$) and the MFE Loss with local knowledge "
                r"($L_{M\!F\!E}$) under different levels of mismatch (paper's $C\!S$; ours, realised, in the row "
                r"below), $\Gamma=10:1$.")
     return TableSpec("Sup_MFE", caption, "grid", tuple(cells), ("acm", "auc"),
                      (("mse", LOSS_LABEL["mse"]), ("mfe", LOSS_LABEL["mfe"])), tuple(groups),
-                     corner=(r"\textbf{Data}", r"$C\!S$"))
+                     corner=(r"\textbf{Data}", r"$C\!S$"), family="mfe", realised="row")
 
 
 def _sweep_table(label: str, caption: str, experiment: str, prefix: str, row: str, symbol: str,
                  values: tuple[float, ...], metrics: tuple[str, ...], loss: str, source: str = "final",
                  estimator: str | None = None) -> TableSpec:
-    cols = tuple((f"{v:.2f}", f"{prefix}{v:g}") for v in values)
+    cols = tuple((f"{v:.2f}", setting_name((prefix, v))) for v in values)
     cells = tuple(Cell(m, "mnist", c, row, experiment, s, loss) for m in metrics for c, s in cols)
     return TableSpec(label, caption, "sweep", cells, metrics, ((row, symbol),),
                      (Group("", "mnist", tuple((c, c) for c, _ in cols)),), corner=(symbol, ""), source=source,
-                     estimator=estimator, bold="row")
+                     estimator=estimator, bold="row", family=experiment)
 
 
 def _early_table() -> TableSpec:
@@ -168,12 +175,12 @@ def _early_table() -> TableSpec:
     groups = tuple(Group(rf"\textbf{{{DATASET_NAME[d]}}}", d, ((DATASET_NAME[d], DATASET_NAME[d]),)) for d in datasets)
     return TableSpec("Importance_early", "Comparison when global imbalance ($\\Gamma=100:1$) is acknowledged at "
                      "different stages of FL training (start S., middle M., end E.).", "single", cells,
-                     ("acm", "auc"), stages, groups, corner=(r"\textbf{Metric}", r"\textbf{Stage}"))
+                     ("acm", "auc"), stages, groups, corner=(r"\textbf{Metric}", r"\textbf{Stage}"), family="early")
 
 
 def _bs_ep_table() -> TableSpec:
     blocks = {"bs": ("batch_size", (32, 64, 96, 128, 256)), "ep": ("local_epochs", (4, 8, 10, 20, 30))}
-    cells = tuple(Cell(m, d, str(v), row, exp, f"{row}{v}", "ce")
+    cells = tuple(Cell(m, d, str(v), row, exp, setting_name((row, v)), "ce")
                   for row, (exp, vals) in blocks.items() for d in ("cifar10", "femnist")
                   for m in ("cs_mean", "cs_var") for v in vals)
     groups = tuple(Group(rf"\textbf{{{DATASET_NAME[d]}}}", d, tuple((str(i), str(i)) for i in range(5)))
@@ -183,28 +190,25 @@ def _bs_ep_table() -> TableSpec:
                      "sizes and epochs.", "blocks", cells, ("cs_mean", "cs_var"),
                      (("bs", r"\textbf{Batch Size}"), ("ep", r"\textbf{Local Epochs}")), groups,
                      source="monitor", bold=None,
-                     block_columns={r: tuple(str(v) for v in vals) for r, (_, vals) in blocks.items()})
+                     block_columns={r: tuple(str(v) for v in vals) for r, (_, vals) in blocks.items()},
+                     family=" + ".join(exp for exp, _ in blocks.values()))
 
 
 def _imbalance_table() -> TableSpec:
     datasets = ("mnist", "cifar10", "fer2013", "femnist")
-    cells = tuple(Cell("cs", d, lab, est, "losses", f"g{g}", "ratio")
+    cells = tuple(Cell("cs", d, lab, est, "losses", gamma_setting(g), "ratio")
                   for d in datasets for lab, g in GAMMAS for est in ESTIMATORS)
     rows = tuple((lab, lab) for lab, _ in GAMMAS)
     groups = (Group(r"\textbf{Estimator}", "", tuple((e, rf"\texttt{{{e}}}") for e in ESTIMATORS)),)
     return TableSpec("Monitor_under_imbalance", "Beyond the paper: CS between each estimator's composition estimate "
                      "(and the uniform guess $N/Q$) and the true composition of the round, mean $\\pm$ std over "
                      "rounds and seeds, Ratio-Loss jobs of the fixed-client loss comparison.", "imbalance", cells,
-                     ("cs",), rows, groups, corner=(r"\textbf{Data}", r"$\Gamma$"), source="imbalance")
+                     ("cs",), rows, groups, corner=(r"\textbf{Data}", r"$\Gamma$"), source="imbalance",
+                     family="losses")
 
 
 # ---------------------------------------------------------------- beyond the paper: newer losses (issue 14)
 
-BEYOND_LOSSES = ("ce", "ratio", "la", "la_local", "fedlc", "fedrs")
-LOSS_LABEL.update({
-    "la": r"$L_{L\!A}$ (monitor $\pi$)", "la_local": r"$L_{L\!A}$ (local $\pi$)",
-    "bsm": r"$L_{B\!S}$ (monitor)", "bsm_local": r"$L_{B\!S}$ (local)", "fedlc": "FedLC", "fedrs": "FedRS",
-})
 CAPTION_BEYOND = (
     r"Beyond the paper: newer class-imbalance losses under the paper's protocol (the fixed clients, "
     r"partitions and seeds of the loss comparison), over MNIST and CIFAR10 and different levels of global "
@@ -219,11 +223,12 @@ def _beyond_table() -> TableSpec:
     ``BEYOND_LOSSES`` of the experiment family ``beyond``."""
     groups, cells = [], []
     for d in ("mnist", "cifar10"):
-        cols = tuple((lab, f"g{g}") for lab, g in GAMMAS)
+        cols = tuple((lab, gamma_setting(g)) for lab, g in GAMMAS)
         groups.append(Group(rf"\textbf{{{DATASET_NAME[d]}}}", d, tuple((c, c) for c, _ in cols)))
         cells += [Cell(m, d, c, loss, "beyond", s, loss) for m in ("acm", "auc") for c, s in cols for loss in BEYOND_LOSSES]
     rows = tuple((loss, LOSS_LABEL[loss]) for loss in BEYOND_LOSSES)
-    return TableSpec("Beyond_paper", CAPTION_BEYOND, "grid", tuple(cells), ("acm", "auc"), rows, tuple(groups))
+    return TableSpec("Beyond_paper", CAPTION_BEYOND, "grid", tuple(cells), ("acm", "auc"), rows, tuple(groups),
+                     family="beyond")
 
 
 def _specs() -> dict[str, TableSpec]:
@@ -270,8 +275,13 @@ TABLES: dict[str, TableSpec] = _specs()
 
 
 def table_labels() -> list[str]:
-    """Labels of every table written by :func:`write_tables` (paper order, then ours)."""
+    """Labels of every table (paper order, then ours)."""
     return list(TABLES)
+
+
+def table_files(label: str) -> list[str]:
+    """The file names :func:`write_table` writes for ``label``."""
+    return [f"{label}{suffix}" for suffix in TABLE_SUFFIXES]
 
 
 def published() -> pd.DataFrame:
@@ -427,12 +437,12 @@ def layout(spec: TableSpec, values: pd.DataFrame, final: pd.DataFrame, what: str
         titles = []
         for i, g in enumerate(spec.groups):
             title = g.title
-            if g.realised and spec.label.startswith("Sup_data"):
+            if g.realised and spec.realised == "title":
                 title += f" (ours {_realised_cs(final, g.realised[0], g.dataset, g.realised[1])})"
             titles.append(_mc(len(g.columns), "c|" if i < len(spec.groups) - 1 else "c", title))
         lines += [[_mc(2, "c|", spec.corner[0])] + titles, "hline",
                   [_mc(2, "c|", spec.corner[1])] + [lab for g in spec.groups for _, lab in g.columns]]
-        if spec.label == "Sup_MFE":
+        if spec.realised == "row":
             lines.append([_mc(2, "c|", r"ours $C\!S$")] + [_realised_cs(final, g.realised[0], g.dataset, [s])
                                                             for g in spec.groups for s in g.realised[1]])
     for m in spec.metrics:
@@ -467,337 +477,56 @@ def _vs_paper_rows(cmp: pd.DataFrame) -> list[list[str]]:
     return rows
 
 
-# ---------------------------------------------------------------- claims
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A headline claim of the paper and its verdict on our numbers."""
-
-    text: str
-    verdict: str
-    evidence: str
-
-
-HOLDS, FAILS, NO_DATA = "holds", "does not hold", "not enough data"
-FEW_SEEDS, INDISTINCT = "too few seeds", "not distinguishable"
-VERDICTS = (HOLDS, FAILS, INDISTINCT, FEW_SEEDS, NO_DATA)
-# Outcome of one comparison a verdict rests on: the claim's side wins by more than the seeds' spread (YES),
-# the other side does (NO), the gap is within the spread (TIE), or a side has fewer than 2 seeds (FEW).
-YES, NO, TIE, FEW = "yes", "no", "tie", "few"
-
-
-@dataclass(frozen=True)
-class Stat:
-    """A value as a mean over seeds, its standard deviation over seeds and the number of seeds."""
-
-    mean: float
-    std: float = 0.0
-    n: int = 0
-
-    @staticmethod
-    def const(value: float) -> Stat:
-        """A fixed threshold: no spread, as many 'seeds' as needed."""
-        return Stat(float(value), 0.0, 10**9)
-
-
-def _compare(a: Stat, b: Stat, margin: float = 0.0) -> str:
-    """Is ``a > b + margin``? YES / NO when the gap exceeds the seeds' spread (the larger std over seeds of
-    the two), TIE when it does not, FEW when either side has fewer than 2 seeds (no spread to judge by)."""
-    if min(a.n, b.n) < 2:
-        return FEW
-    spread = max(a.std if math.isfinite(a.std) else 0.0, b.std if math.isfinite(b.std) else 0.0)
-    gap = a.mean - b.mean - margin
-    if abs(gap) <= spread:
-        return TIE
-    return YES if gap > 0 else NO
-
-
-def _undecided(outcomes: list[str]) -> str:
-    return FEW_SEEDS if FEW in outcomes else INDISTINCT
-
-
-def _all(outcomes: list[str]) -> str:
-    """Verdict of a claim that needs every comparison: one clear NO refutes it; it holds only when all are clear."""
-    if not outcomes:
-        return NO_DATA
-    if NO in outcomes:
-        return FAILS
-    return HOLDS if all(o == YES for o in outcomes) else _undecided(outcomes)
-
-
-def _most(outcomes: list[str]) -> str:
-    """Verdict of a claim about most comparisons: holds when clear YES are a majority, fails when clear NO
-    leave no majority possible, else undecided."""
-    if not outcomes:
-        return NO_DATA
-    if 2 * outcomes.count(YES) > len(outcomes):
-        return HOLDS
-    if 2 * outcomes.count(NO) >= len(outcomes):
-        return FAILS
-    return _undecided(outcomes)
-
-
-def _tally(outcomes: list[str]) -> str:
-    """'k clear for, j clear against, t within the seeds' spread, f on < 2 seeds' (zero counts left out)."""
-    parts = [(outcomes.count(YES), "clear for"), (outcomes.count(NO), "clear against"),
-             (outcomes.count(TIE), "within the seeds' spread"), (outcomes.count(FEW), "on < 2 seeds")]
-    return ", ".join(f"{k} {what}" for k, what in parts if k) or "no comparison"
-
-
-def _stat(row: pd.Series) -> Stat:
-    return Stat(float(row["mean"]), float(row["std"]), int(row["n"]))
-
-
-def _best_count(spec: TableSpec, values: pd.DataFrame, metric: str, row: str) -> tuple[int, int, list[str]]:
-    """(columns where ``row`` is bold, columns where ``row`` and another row have data, per column the
-    outcome of ``row`` against the best other row)."""
-    v = values[values.metric == metric].copy()
-    v["bold"] = bold_mask(spec, values)[v.index]
-    best = total = 0
-    outcomes = []
-    for _, col in v.groupby(["dataset", "column"], sort=False):
-        have = col.dropna(subset=["mean"])
-        if row in set(have["row"]) and len(have) > 1:
-            total += 1
-            mine = have[have["row"] == row].iloc[0]
-            best += int(mine["bold"])
-            others = have[have["row"] != row]
-            outcomes.append(_compare(_stat(mine), _stat(others.loc[others["mean"].idxmax()])))
-    return best, total, outcomes
-
-
-def _chain(stats: list[Stat], increasing: bool = True) -> list[str]:
-    """Outcomes of each adjacent pair of ``stats`` against the claimed order."""
-    return [_compare(b, a) if increasing else _compare(a, b) for a, b in zip(stats, stats[1:])]
-
-
-def _seed_stats(frame: pd.DataFrame, by: list[str], column: str, scale: float = 1.0) -> pd.DataFrame:
-    """Per group of ``by``: mean, std and n over seeds of the per-seed mean of ``column``."""
-    per_seed = frame.dropna(subset=[column]).groupby(by + ["seed"])[column].mean() * scale
-    g = per_seed.groupby(level=by)
-    return pd.DataFrame({"mean": g.mean(), "std": g.std(), "n": g.count()}).reset_index()
-
-
-def _mean_cs(rounds: pd.DataFrame, experiment: str, est: str) -> pd.DataFrame:
-    col = f"cs_{est}"
-    sel = rounds[rounds.experiment == experiment]
-    if col not in sel.columns or sel[col].dropna().empty:
-        return pd.DataFrame(columns=["dataset", "setting", "mean", "std", "n"])
-    return _seed_stats(sel, ["dataset", "setting"], col)
-
-
-def claims(final: pd.DataFrame, rounds: pd.DataFrame, estimator: str = "released",
-           values: dict[str, pd.DataFrame] | None = None) -> list[Claim]:
-    """Each headline claim of the paper with a verdict from the regenerated numbers.
-
-    A verdict is "holds" or "does not hold" only when the comparisons it rests on differ by more than the
-    seeds' spread (the larger standard deviation over seeds of the two values compared); otherwise it is
-    "not distinguishable" (a decisive gap within the spread) or "too few seeds" (a decisive value from
-    fewer than 2 seeds). The evidence says how many comparisons were clear.
-    """
-    values = values or {k: cell_values(s, final, rounds, estimator) for k, s in TABLES.items()}
-    out: list[Claim] = []
-    for label in ("Res_3_datasets", "FL_FEMNIST", "Res_without_mismatch", "Sup_fe_dynamic",
-                  "Sup_data_MNIST", "Sup_data_CIFAR10", "Sup_data_Fer2013"):
-        for metric in ("acm", "auc"):
-            best, total, outcomes = _best_count(TABLES[label], values[label], metric, "ratio")
-            out.append(Claim(f"Ratio Loss has the best {PLAIN_METRIC[metric]} in most cells of {label}",
-                             _most(outcomes), f"{best}/{total} cells" + (f"; {_tally(outcomes)}" if total else "")))
-    text = "Ratio Loss does not sacrifice the majority classes (Ac. within 1 point of CE or better)"
-    maj = pd.concat([values["Sup_majority"], values["Sup_majority_femnist"]]).dropna(subset=["mean"])
-    outcomes, ok = [], 0
-    for _, cell in maj.groupby(["dataset", "column"], sort=False):
-        if {"ratio", "ce"} <= set(cell.row):
-            r, c = (_stat(cell[cell.row == x].iloc[0]) for x in ("ratio", "ce"))
-            ok += int(r.mean >= c.mean - 1.0)
-            outcomes.append(_compare(r, c, margin=-1.0))
-    out.append(Claim(text, _most(outcomes), f"{ok}/{len(outcomes)} cells; {_tally(outcomes)}" if outcomes
-                     else "no Sup_majority cells with both losses"))
-    out += _monitor_claims(rounds, estimator)
-    out += _mismatch_claims(final)
-    out += _sweep_claims(values)
-    return out
-
-
-def _monitor_claims(rounds: pd.DataFrame, estimator: str) -> list[Claim]:
-    out = []
-    est = _mean_cs(rounds, "monitor", estimator)
-    uni = _mean_cs(rounds, "monitor", "uniform")
-    above_text = f"Monitor: mean CS above 0.98 on every dataset (estimator {estimator})"
-    beats_text = f"Monitor: estimator {estimator} beats the uniform guess on every dataset"
-    if est.empty:
-        out += [Claim(above_text, NO_DATA, "no monitor rounds with a CS"),
-                Claim(beats_text, NO_DATA, "no monitor rounds with a CS")]
-    else:
-        ev, above, beats = [], [], []
-        for _, r in est.iterrows():
-            u = uni[(uni.dataset == r["dataset"]) & (uni.setting == r["setting"])]
-            ev.append(f"{r['dataset']}: {estimator} {fmt(r['mean'], 'cs')} vs uniform "
-                      f"{fmt(float(u['mean'].iloc[0]) if len(u) else float('nan'), 'cs')}")
-            above.append(_compare(_stat(r), Stat.const(0.98)))
-            if len(u):
-                beats.append(_compare(_stat(r), _stat(u.iloc[0])))
-        out.append(Claim(above_text, _all(above), "; ".join(ev + [_tally(above)])))
-        out.append(Claim(beats_text, _all(beats), "; ".join(ev + [_tally(beats)])))
-    imb = rounds[(rounds.experiment == "losses") & (rounds.loss == "ratio") & (rounds.setting != "g1")]
-    col = f"cs_{estimator}"
-    text = f"Monitor under imbalance (Gamma >= 10): {estimator} beats the uniform guess"
-    if col in imb.columns and not imb.dropna(subset=[col, "cs_uniform"]).empty:
-        both = imb.dropna(subset=[col, "cs_uniform"])
-        e, u = (_seed_stats(both, ["dataset", "setting"], c) for c in (col, "cs_uniform"))
-        m = e.merge(u, on=["dataset", "setting"], suffixes=("_e", "_u"))
-        outcomes = [_compare(Stat(r.mean_e, r.std_e, r.n_e), Stat(r.mean_u, r.std_u, r.n_u)) for r in m.itertuples()]
-        wins = int((m["mean_e"] > m["mean_u"]).sum())
-        out.append(Claim(text, _all(outcomes), f"{wins}/{len(m)} (dataset, Gamma) settings; {_tally(outcomes)}"))
-    else:
-        out.append(Claim(text, NO_DATA, "no Ratio-Loss rounds of the losses experiment with a CS"))
-    for exp in ("clients_cifar10", "clients_femnist"):
-        cs = _mean_cs(rounds, exp, estimator)
-        outcomes, ev = [], []
-        for d, sub in cs.groupby("dataset"):
-            sub = sub.assign(k=sub.setting.str.lstrip("k").astype(int)).sort_values("k")
-            outcomes += _chain([_stat(r) for _, r in sub.iterrows()], increasing=True)
-            ev.append(f"{d}: " + ", ".join(f"k={k} {fmt(v, 'cs')}" for k, v in zip(sub.k, sub["mean"])))
-        out.append(Claim(f"More selected clients bring the CS closer to 1 ({exp})", _all(outcomes),
-                         "; ".join(ev + [_tally(outcomes)]) if ev else "no rounds"))
-    for exp in ("batch_size", "local_epochs"):
-        cs = _mean_cs(rounds, exp, estimator)
-        outcomes, ev = [], []
-        for d, s in cs.groupby("dataset"):
-            if len(s) > 1:
-                span = float(s["mean"].max() - s["mean"].min())
-                lo, hi = _stat(s.loc[s["mean"].idxmin()]), _stat(s.loc[s["mean"].idxmax()])
-                outcomes.append(_compare(Stat.const(0.01), Stat(span, max(lo.std, hi.std), min(lo.n, hi.n))))
-                ev.append(f"{d}: range {span:.4f}")
-        out.append(Claim(f"{exp.replace('_', ' ').capitalize()} has little impact on the monitor (CS range < 0.01)",
-                         _all(outcomes), "; ".join(ev + [_tally(outcomes)]) if ev else "no rounds"))
-    return out
-
-
-def _mismatch_claims(final: pd.DataFrame) -> list[Claim]:
-    out = []
-    sel = final[final.experiment.isin(["mismatch", "mismatch_fer2013"]) & final.setting.str.endswith("_g10")]
-    acm = _seed_stats(sel, ["dataset", "loss", "setting"], "acc_minority", 100.0)
-    acm["c"] = acm.setting.str.extract(r"^c(\d+)_")[0].astype(int)
-    outcomes, ev = [], []
-    for (d, loss), sub in acm.groupby(["dataset", "loss"]):
-        sub = sub.sort_values("c", ascending=False)
-        if len(sub) > 1:
-            mono = _chain([_stat(r) for _, r in sub.iterrows()], increasing=False)
-            outcomes += mono
-            ev.append(f"{d}/{loss}: {'yes' if _ordered(sub['mean'].tolist(), increasing=False) else 'no'}")
-    n_mono = sum(1 for e in ev if e.endswith("yes"))
-    out.append(Claim("Larger mismatch hurts all losses: Ac.M falls as classes per client fall (Gamma = 10)",
-                     _all(outcomes),
-                     "; ".join([f"{n_mono}/{len(ev)} (dataset, loss) monotone"] + ev + [_tally(outcomes)])))
-    outcomes, wins, levels = [], 0, 0
-    for _, sub in acm.groupby(["dataset", "c"]):
-        if "ratio" in set(sub.loss) and len(sub) > 1:
-            levels += 1
-            mine, others = sub[sub.loss == "ratio"].iloc[0], sub[sub.loss != "ratio"]
-            wins += int(mine["mean"] >= sub["mean"].max())
-            outcomes.append(_compare(_stat(mine), _stat(others.loc[others["mean"].idxmax()])))
-    out.append(Claim("Ratio Loss has the best Ac.M at every mismatch level (Res_mismatch, Gamma = 10)",
-                     _all(outcomes), f"{wins}/{levels} (dataset, classes per client)"
-                     + (f"; {_tally(outcomes)}" if levels else "")))
-    return out
-
-
-def _ordered(seq: list[float], increasing: bool = True) -> bool:
-    pairs = list(zip(seq, seq[1:]))
-    return all(b >= a for a, b in pairs) if increasing else all(b <= a for a, b in pairs)
-
-
-def _sweep_claims(values: dict[str, pd.DataFrame]) -> list[Claim]:
-    out = []
-    v = values["Importance_early"]
-    acm = v[v.metric == "acm"].dropna(subset=["mean"])
-    outcomes, ev = [], []
-    for d, sub in acm.groupby("dataset", sort=False):
-        order = [s for s in ("S", "M", "E") if s in set(sub.row)]
-        stats = [_stat(sub[sub.row == s].iloc[0]) for s in order]
-        if len(stats) > 1:
-            outcomes += _chain(stats, increasing=False)
-            ev.append(f"{d}: " + " > ".join(f"{s} {fmt(st.mean, 'acm')}" for s, st in zip(order, stats)))
-    out.append(Claim("Early acknowledgment helps: Ac.M S. > M. > E.", _all(outcomes),
-                     "; ".join(ev + [_tally(outcomes)]) if ev else "no early jobs"))
-    for label, best, metric in (("Sup_hyper_T_ra", "1.25", "cs_mean"), ("Sup_hyper_T_ra", "1.25", "cs_var"),
-                                ("Sup_hyper_a", "1.00", "acm"), ("Sup_hyper_b", "0.10", "acm")):
-        t = values[label]
-        t = t[t.metric == metric].dropna(subset=["mean"])
-        bold = bold_mask(TABLES[label], values[label])
-        winners = list(values[label].loc[bold[bold].index].query("metric == @metric")["column"])
-        outcomes = []
-        if best in set(t.column):
-            mine = _stat(t[t.column == best].iloc[0])
-            for _, r in t[t.column != best].iterrows():
-                outcomes.append(_compare(_stat(r), mine) if metric == "cs_var" else _compare(mine, _stat(r)))
-        verdict = NO_DATA if t.empty or best not in set(t.column) else _all(outcomes)
-        out.append(Claim(f"{label}: {best} gives the best {PLAIN_METRIC[metric]}", verdict,
-                         f"best: {', '.join(winners) or '--'}" + (f"; {_tally(outcomes)}" if outcomes else "")))
-    v = values["Sup_MFE"]
-    acm = v[(v.metric == "acm")].dropna(subset=["mean"])
-    worse, outcomes = 0, []
-    for (d, c), sub in acm.groupby(["dataset", "column"]):
-        if {"mse", "mfe"} <= set(sub.row):
-            mse, mfe = (_stat(sub[sub.row == x].iloc[0]) for x in ("mse", "mfe"))
-            worse += int(mfe.mean <= mse.mean)
-            outcomes.append(_compare(mse, mfe))
-    out.append(Claim("MFE with local knowledge is no better than MSE (Sup_MFE Ac.M)", _most(outcomes),
-                     f"MFE <= MSE in {worse}/{len(outcomes)} cells" + (f"; {_tally(outcomes)}" if outcomes else "")))
-    return out
-
-
 # ---------------------------------------------------------------- writing
 
 
-def _env(templates: Path) -> jinja2.Environment:
+def environment(templates: str | Path | None = None) -> jinja2.Environment:
+    """The jinja2 environment of the LaTeX and Markdown templates (LaTeX-friendly delimiters)."""
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates)), block_start_string="((*", block_end_string="*))",
-        variable_start_string="(((", variable_end_string=")))", comment_start_string="((=",
+        loader=jinja2.FileSystemLoader(str(Path(templates) if templates else TEMPLATES)), block_start_string="((*",
+        block_end_string="*))", variable_start_string="(((", variable_end_string=")))", comment_start_string="((=",
         comment_end_string="=))", trim_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined,
     )
 
 
-def write_tables(final: pd.DataFrame, rounds: pd.DataFrame, out_dir: str | Path, *, estimator: str = "released",
-                 templates: str | Path | None = None, summary_dir: str | Path | None = None) -> list[Path]:
-    """Write every table (mean, std, comparison with the paper) into ``out_dir``, and ``claims.md`` and
-    ``paper_tables.tex`` (which \\input's the tables by relative path) into ``summary_dir`` (default ``out_dir``)."""
+def write_table(label: str, final: pd.DataFrame, rounds: pd.DataFrame, out_dir: str | Path, *,
+                estimator: str = "released", templates: str | Path | None = None,
+                values: pd.DataFrame | None = None) -> list[Path]:
+    """Write one table into ``out_dir``: mean, std and the comparison with the paper (CSV and LaTeX)."""
+    spec = TABLES[label]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    summary = Path(summary_dir) if summary_dir is not None else out
-    summary.mkdir(parents=True, exist_ok=True)
-    prefix = "" if summary.resolve() == out.resolve() else Path(os.path.relpath(out.resolve(), summary.resolve())).as_posix() + "/"
-    env = _env(Path(templates) if templates else TEMPLATES)
-    pub = published()
+    env = environment(templates)
+    values = cell_values(spec, final, rounds, estimator) if values is None else values
     paths: list[Path] = []
-    all_values: dict[str, pd.DataFrame] = {}
-    for label, spec in TABLES.items():
-        values = cell_values(spec, final, rounds, estimator)
-        all_values[label] = values
-        for what, name, cap in (("mean", label, spec.caption),
-                                ("std", f"{label}_std", f"Standard deviation over seeds of Table~\\ref{{{label}}}.")):
-            kind = "pm" if spec.layout == "imbalance" and what == "mean" else what
-            colspec, lines = layout(spec, values, final, kind)
-            p = out / f"{name}.tex"
-            p.write_text(env.get_template("table.tex.j2").render(colspec=colspec, lines=lines, caption=cap, label=name))
-            paths.append(p)
-        cmp = vs_paper(values, pub)
-        p = out / f"{label}_vs_paper.csv"
-        cmp.to_csv(p, index=False)
+    for what, name, cap in (("mean", label, spec.caption),
+                            ("std", f"{label}_std", f"Standard deviation over seeds of Table~\\ref{{{label}}}.")):
+        kind = "pm" if spec.layout == "imbalance" and what == "mean" else what
+        colspec, lines = layout(spec, values, final, kind)
+        p = out / f"{name}.tex"
+        p.write_text(env.get_template("table.tex.j2").render(colspec=colspec, lines=lines, caption=cap, label=name))
         paths.append(p)
-        rows = _vs_paper_rows(cmp)
-        chunks = [rows[i:i + 35] for i in range(0, len(rows), 35)]
-        p = out / f"{label}_vs_paper.tex"
-        p.write_text(env.get_template("vs_paper.tex.j2").render(title=label.replace("_", r"\_"), chunks=chunks))
-        paths.append(p)
-    p = summary / "claims.md"
-    p.write_text(env.get_template("claims.md.j2").render(
-        claims=claims(final, rounds, estimator, all_values), estimator=estimator))
+    cmp = vs_paper(values)
+    p = out / f"{label}_vs_paper.csv"
+    cmp.to_csv(p, index=False)
     paths.append(p)
-    p = summary / "paper_tables.tex"
-    items = [{"table": prefix + t, "std": f"{prefix}{t}_std", "vs": f"{prefix}{t}_vs_paper"} for t in TABLES]
-    p.write_text(env.get_template("paper_tables.tex.j2").render(tables=items, estimator=estimator))
+    rows = _vs_paper_rows(cmp)
+    chunks = [rows[i:i + 35] for i in range(0, len(rows), 35)]
+    p = out / f"{label}_vs_paper.tex"
+    p.write_text(env.get_template("vs_paper.tex.j2").render(title=label.replace("_", r"\_"), chunks=chunks))
     paths.append(p)
     return paths
+
+
+def write_paper_tables(path: str | Path, tables_dir: str | Path, *, estimator: str = "released",
+                       labels: Iterable[str] | None = None, templates: str | Path | None = None) -> Path:
+    """Write the standalone ``paper_tables.tex`` at ``path``; it \\input's each table of ``tables_dir`` by
+    relative path."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    summary, out = p.parent.resolve(), Path(tables_dir).resolve()
+    prefix = "" if summary == out else Path(os.path.relpath(out, summary)).as_posix() + "/"
+    items = [{"table": prefix + t, "std": f"{prefix}{t}_std", "vs": f"{prefix}{t}_vs_paper"}
+             for t in (TABLES if labels is None else labels)]
+    p.write_text(environment(templates).get_template("paper_tables.tex.j2").render(tables=items, estimator=estimator))
+    return p

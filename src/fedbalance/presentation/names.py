@@ -1,0 +1,43 @@
+"""Display names shared by the tables and the figures: datasets, Γ levels, loss lists and labels."""
+
+from __future__ import annotations
+
+from fedbalance.records import ESTIMATORS as RECORDED
+from fedbalance.records import UNIFORM, setting_name
+
+DATASETS: tuple[str, ...] = ("mnist", "cifar10", "fer2013", "femnist")
+"""The paper's datasets, in the order its tables and figures show them."""
+
+DATASET_NAME = {"mnist": "MNIST", "cifar10": "CIFAR10", "fer2013": "Fer2013", "femnist": "FEMNIST"}
+
+GAMMAS: tuple[tuple[str, int], ...] = (("B.", 1), ("10:1", 10), ("20:1", 20), ("50:1", 50), ("100:1", 100))
+"""(printed label, Γ) of the global-imbalance levels, balanced first."""
+
+ESTIMATORS: tuple[str, ...] = (*RECORDED, UNIFORM)
+"""Every recorded composition estimator and the uniform guess."""
+
+FOUR_LOSSES: tuple[str, ...] = ("ce", "focal", "ghmc", "ratio")
+"""The paper's loss comparison."""
+
+BEYOND_LOSSES: tuple[str, ...] = ("ce", "ratio", "la", "la_local", "fedlc", "fedrs")
+"""The beyond-the-paper comparison (experiment family ``beyond``)."""
+
+LOSS_LABEL = {
+    "ce": r"$L_{C\!E}$", "focal": r"$L_{F\!L}$", "ghmc": r"$L_{G\!H\!M\!C}$", "ratio": r"$L_{R\!L}$(ours)",
+    "mse": r"$L_{M\!S\!E}$", "mfe": r"$L_{M\!F\!E}$",
+    "la": r"$L_{L\!A}$ (monitor $\pi$)", "la_local": r"$L_{L\!A}$ (local $\pi$)",
+    "bsm": r"$L_{B\!S}$ (monitor)", "bsm_local": r"$L_{B\!S}$ (local)", "fedlc": "FedLC", "fedrs": "FedRS",
+}
+"""LaTeX label of each loss in the tables."""
+
+LOSS_NAME = {"ce": "CE", "focal": "Focal", "ghmc": "GHMC", "ratio": "Ratio (ours)"}
+"""Plain name of each loss of the paper's comparison in the figures."""
+
+BEYOND_NAME = {"ce": "CE", "ratio": "Ratio (paper)", "la": "LA, monitor prior", "la_local": "LA, local prior",
+               "fedlc": "FedLC", "fedrs": "FedRS"}
+"""Plain name of each loss in the beyond-the-paper figure."""
+
+
+def gamma_setting(gamma: int) -> str:
+    """The setting name of global imbalance Γ in the loss experiments ("g10")."""
+    return setting_name(("g", gamma))

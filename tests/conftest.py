@@ -1,0 +1,64 @@
+"""Helpers shared by the test modules: synthetic job folders (``write_job``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fedbalance.config import Job
+from fedbalance.records import ROUND_COLUMNS
+
+ROUND_HEADER = list(ROUND_COLUMNS)
+
+
+def write_job(
+    root: Path,
+    job: Job,
+    *,
+    acm: float = 0.5,
+    auc: float = 0.9,
+    acc_majority: float = 0.95,
+    mean_cs: float = 0.7,
+    train_loss: list[float] | None = None,
+    cs: dict[str, list[float]] | None = None,
+    emp: tuple[list[float], list[float]] | None = None,
+    class_counts: list[list[int]] | None = None,
+    monitor: dict[str, float] | None = None,
+) -> Path:
+    """Write a synthetic ``metrics.json`` + ``rounds.csv`` for ``job``; return its folder."""
+    d = root / job.path
+    d.mkdir(parents=True, exist_ok=True)
+    train_loss = train_loss or [1.0, 0.5]
+    n = len(train_loss)
+    counts = class_counts or [[5, 5, 1], [5, 0, 1]]
+    metrics = {
+        "job": {"experiment": job.experiment, "dataset": job.dataset, "setting": job.setting, "loss": job.loss,
+                "seed": job.seed},
+        "config": {"partition": {"scheme": "imbalance"}, "minority_classes": [2], "monitor": {}},
+        "final": {"acc": 0.9, "acc_minority": acm, "acc_majority": acc_majority, "auc_micro": auc,
+                  "auc_hard": auc, "auc_macro": auc - 0.01, "per_class_acc": [0.9, 0.9, acm], "train_loss": train_loss[-1]},
+        "partition": {"class_counts": counts, "global_counts": list(np.sum(counts, axis=0).tolist()), "gamma": 5.0,
+                      "cs": [mean_cs, mean_cs], "mean_cs": mean_cs, "num_samples": int(np.sum(counts))},
+        "monitor": {"mean_cs": monitor} if monitor else None,
+        "acknowledged_round": None,
+        "device": "cpu",
+        "versions": {},
+        "wall_time_s": 1.5,
+        "rounds": n,
+    }
+    (d / "metrics.json").write_text(json.dumps(metrics))
+    rows = []
+    for i in range(n):
+        row = {k: "" for k in ROUND_HEADER}
+        row.update(round=i + 1, train_loss=train_loss[i], acc=0.9, acc_minority=acm, acc_majority=acc_majority,
+                   auc_micro=auc, auc_hard=auc, seconds=0.1, true_composition=json.dumps([10, 6, 2]))
+        for k, v in (cs or {}).items():
+            row[f"cs_{k}"] = v[i]
+        if emp:
+            row["emp_cos"], row["emp_cv"] = emp[0][i], emp[1][i]
+        rows.append(row)
+    pd.DataFrame(rows, columns=ROUND_HEADER).to_csv(d / "rounds.csv", index=False)
+    return d

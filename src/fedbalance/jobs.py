@@ -51,7 +51,18 @@ from fedbalance.centralised import num_epochs, run_centralised
 from fedbalance.config import base_loss, job_value, partition_args
 from fedbalance.data import Dataset, load_dataset
 from fedbalance.records import JOB_KEYS
-from fedbalance.fl import ESTIMATORS, ROUND_COLUMNS, TAG_AUX, TAG_INIT, JobData, derive_seed, needs_monitor, run_fedavg
+from fedbalance.fl import (
+    ESTIMATORS,
+    ROUND_COLUMNS,
+    TAG_AUX,
+    TAG_INIT,
+    JobData,
+    RoundCallback,
+    RoundState,
+    derive_seed,
+    needs_monitor,
+    run_fedavg,
+)
 from fedbalance.losses import get_loss
 from fedbalance.metrics import evaluate
 from fedbalance.models import build_model, device_layout
@@ -242,7 +253,7 @@ def fingerprint(spec: Mapping[str, Any], partitions: Mapping[str, Partition]) ->
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
-def _load_checkpoint(path: Path, fp: str, device: torch.device, rt: Mapping[str, Any]) -> dict[str, Any] | None:
+def _load_checkpoint(path: Path, fp: str, device: torch.device, rt: Mapping[str, Any]) -> RoundState | None:
     if not path.is_file():
         return None
     try:
@@ -263,7 +274,12 @@ def _load_checkpoint(path: Path, fp: str, device: torch.device, rt: Mapping[str,
             f"{path} was written under another runtime ({diff}), which changes the numbers: resume with the "
             f"checkpoint's settings (e.g. --threads {was.get('threads')}), or delete it to start the job over"
         )
-    return ckpt["state"]
+    try:
+        return RoundState.from_dict(ckpt["state"])
+    except (KeyError, TypeError, ValueError) as exc:
+        warnings.warn(f"ignoring checkpoint {path}, whose round state this version cannot read ({exc}): "
+                      f"starting the job over", stacklevel=2)
+        return None
 
 
 def _cell(value: Any) -> Any:
@@ -320,7 +336,7 @@ def run_job(
     download: bool = False,
     partitions: Mapping[str, Partition] | None = None,
     progress: bool | None = None,
-    on_round: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
+    on_round: RoundCallback | None = None,
 ) -> dict[str, Any]:
     """Run one job (resuming from ``out_dir/checkpoint.pt`` if present); return metrics.json's content.
 
@@ -366,22 +382,22 @@ def run_job(
         for stale in out.glob(f".{name}.*.tmp"):
             stale.unlink(missing_ok=True)
     state = _load_checkpoint(ckpt_path, fp, dev, rt)
-    elapsed0 = float(state["extra"].get("wall_time_s", 0.0)) if state is not None else 0.0
+    elapsed0 = state.wall_time_s if state is not None else 0.0
     total = num_epochs(spec) if spec["mode"] == "centralised" else int(spec["rounds"])
-    done0 = len(state["rows"]) if state else 0
+    done0 = len(state.rows) if state is not None else 0
     bar = tqdm(total=total, initial=done0, desc=_job_name(spec), disable=None if progress is None else not progress, leave=False)
     log_lines = progress is None and bar.disable  # no terminal (a Snakemake log, a SLURM job): plain lines
     loop_start = time.perf_counter()
 
-    def checkpoint(st: dict[str, Any], row: dict[str, Any]) -> None:
-        st["extra"]["wall_time_s"] = elapsed0 + time.perf_counter() - start
-        atomic_write(ckpt_path, lambda fh: torch.save({"fingerprint": fp, "runtime": rt, "state": st}, fh), mode="wb")
+    def checkpoint(st: RoundState, row: dict[str, Any]) -> None:
+        st.wall_time_s = elapsed0 + time.perf_counter() - start
+        atomic_write(ckpt_path, lambda fh: torch.save({"fingerprint": fp, "runtime": rt, "state": st.to_dict()}, fh), mode="wb")
         cs = next((row[f"cs_{m}"] for m in spec["monitor"]["estimators"] if row.get(f"cs_{m}") is not None), None)
         shown = {"loss": row["train_loss"], "acc": row["acc"], "cs": cs}
         bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if v is not None}, refresh=False)
         bar.update(1)
         if log_lines:
-            done = len(st["rows"])
+            done = len(st.rows)
             per_round = (time.perf_counter() - loop_start) / max(done - done0, 1)
             print(progress_line(_job_name(spec), done, total, row, cs, per_round), file=sys.stderr, flush=True)
         if on_round is not None:
@@ -393,27 +409,27 @@ def run_job(
     finally:
         bar.close()
     final = evaluate(model, data.x_test, data.y_test, data.num_classes, data.minority_classes)
-    final["train_loss"] = state["rows"][-1]["train_loss"] if state["rows"] else None
+    final["train_loss"] = state.rows[-1]["train_loss"] if state.rows else None
     metrics = {
         "job": {k: spec[k] for k in JOB_KEYS},
         "config": spec,
         "final": final,
         "partition": {k: v for k, v in parts["main"].stats(dataset.y_train.numpy()).items() if k != "local_gamma"},
-        "monitor": _monitor_summary(state["rows"]),
-        "acknowledged_round": state["ack_round"],
+        "monitor": _monitor_summary(state.rows),
+        "acknowledged_round": state.ack_round,
         "device": _describe(dev),
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "fedbalance": fedbalance.__version__},
         "threads": rt["threads"],
         "deterministic": rt["deterministic"],
         "wall_time_s": elapsed0 + time.perf_counter() - start,
-        "rounds": len(state["rows"]),
+        "rounds": len(state.rows),
     }
     metrics = _clean(metrics)
-    csv_text = rounds_csv(state["rows"])
+    csv_text = rounds_csv(state.rows)
     atomic_write(out / "rounds.csv", lambda fh: fh.write(csv_text))
     if spec.get("save_trajectory"):
-        trajectory = {"spec": _clean(spec), "rounds": state["extra"].get("trajectory", []), "final": state["model"],
-                      "true_composition": [r["true_composition"] for r in state["rows"]]}
+        trajectory = {"spec": _clean(spec), "rounds": state.trajectory, "final": state.model,
+                      "true_composition": [r["true_composition"] for r in state.rows]}
         atomic_write(out / TRAJECTORY, lambda fh: torch.save(trajectory, fh), mode="wb")
     atomic_write(out / "metrics.json", lambda fh: json.dump(metrics, fh, indent=1))
     ckpt_path.unlink(missing_ok=True)

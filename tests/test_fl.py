@@ -15,6 +15,7 @@ from fedbalance.fl import (
     TAG_CLIENT,
     FLError,
     JobData,
+    RoundState,
     derive_seed,
     needs_monitor,
     run_fedavg,
@@ -128,7 +129,7 @@ def test_one_round_is_fedavg(data, aggregation):
         expect = sum(float(wi) * st[k].double() for wi, st in zip(w, states))
         assert torch.allclose(v.double(), expect, atol=1e-6), k
     assert not torch.equal(m.state_dict()["classifier.weight"], start["classifier.weight"])
-    row = state["rows"][0]
+    row = state.rows[0]
     assert set(row) == set(ROUND_COLUMNS)
     assert row["cs_paper"] is None and row["weights"] is None and row["acc"] is not None
     counts = p.class_counts(data.y_train.numpy())[chosen].sum(0)
@@ -139,7 +140,7 @@ def test_ratio_weights_handed_over_and_monitor_recorded(data):
     s = spec(loss="ratio", rounds=2, selection="random")
     p = partition()
     state, _, loss = run(s, data, {"main": p})
-    rows = state["rows"]
+    rows = state.rows
     for t, row in enumerate(rows):
         true = np.array(row["true_composition"])
         chosen = select_clients("random", 4, 3, s["seed"], t)
@@ -154,9 +155,9 @@ def test_ratio_weights_handed_over_and_monitor_recorded(data):
     # round 1's clients trained with the weights the monitor produced in round 0
     assert torch.allclose(loss.weight.double(), torch.tensor(rows[0]["weights"], dtype=torch.float64), atol=1e-6)
     assert rows[0]["weights"] != rows[1]["weights"]
-    assert torch.equal(state["pi"], torch.tensor(rows[1]["weights"], dtype=torch.float64))
+    assert torch.equal(state.pi, torch.tensor(rows[1]["weights"], dtype=torch.float64))
     if any(r["acknowledged"] for r in rows):
-        assert state["ack_round"] == min(t for t, r in enumerate(rows) if r["acknowledged"])
+        assert state.ack_round == min(t for t, r in enumerate(rows) if r["acknowledged"])
 
 
 def test_switch_round_trains_on_balanced_partition(data):
@@ -165,11 +166,11 @@ def test_switch_round_trains_on_balanced_partition(data):
     state, _, _ = run(s, data, {"main": main, "balanced": bal})
     chosen = select_clients("fixed", 4, 3, s["seed"], 0)
     y = data.y_train.numpy()
-    comps = [r["true_composition"] for r in state["rows"]]
+    comps = [r["true_composition"] for r in state.rows]
     assert comps[0] == comps[1] == main.class_counts(y)[chosen].sum(0).astype(float).tolist()
     assert comps[2] == bal.class_counts(y)[chosen].sum(0).astype(float).tolist()
-    assert [r["acc"] is not None for r in state["rows"]] == [False, True, True]
-    assert all(0 < r["emp_cos"] <= 1 + 1e-9 and r["emp_cv"] >= 0 for r in state["rows"])
+    assert [r["acc"] is not None for r in state.rows] == [False, True, True]
+    assert all(0 < r["emp_cos"] <= 1 + 1e-9 and r["emp_cv"] >= 0 for r in state.rows)
     with pytest.raises(FLError, match="balanced"):
         run(s, data, {"main": main})
 
@@ -184,18 +185,18 @@ def test_fedavg_resume_is_bit_identical(data):
         pass
 
     def stop(state, row):
-        saved.update(copy.deepcopy(state))
+        saved["state"] = RoundState.from_dict(copy.deepcopy(state.to_dict()))  # as a checkpoint holds it
         if row["round"] == 1:
             raise Stop
 
     with pytest.raises(Stop):
         run(s, data, parts, on_round=stop)
-    assert saved["next_round"] == 2
-    resumed, m_res, _ = run(s, data, parts, state=saved)
+    assert saved["state"].next_round == 2
+    resumed, m_res, _ = run(s, data, parts, state=saved["state"])
     for k, v in m_full.state_dict().items():
         assert torch.equal(v, m_res.state_dict()[k]), k
     strip = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]  # noqa: E731
-    assert strip(full["rows"]) == strip(resumed["rows"])
+    assert strip(full.rows) == strip(resumed.rows)
 
 
 def test_vectorised_matches_sequential(data):
@@ -211,7 +212,7 @@ def test_centralised_pooled_epochs_ratio_and_resume(data):
     assert num_epochs(s) == 2 and num_epochs({**s, "centralised_epochs": 5}) == 5
     p = partition()
     full, m_full, loss = run(s, data, {"main": p})
-    rows = full["rows"]
+    rows = full.rows
     assert len(rows) == 2
     pooled = np.bincount(data.y_train.numpy()[p.pooled()], minlength=Q).astype(float).tolist()
     assert all(r["true_composition"] == pooled for r in rows)
@@ -221,13 +222,13 @@ def test_centralised_pooled_epochs_ratio_and_resume(data):
 
     def keep(state, row):
         if row["round"] == 0:
-            first.update(copy.deepcopy(state))
+            first["state"] = copy.deepcopy(state)
 
     run(s, data, {"main": p}, on_round=keep)
-    resumed, m_res, _ = run(s, data, {"main": p}, state=first)
+    resumed, m_res, _ = run(s, data, {"main": p}, state=first["state"])
     for k, v in m_full.state_dict().items():
         assert torch.equal(v, m_res.state_dict()[k]), k
-    assert [r["train_loss"] for r in resumed["rows"]] == [r["train_loss"] for r in rows]
+    assert [r["train_loss"] for r in resumed.rows] == [r["train_loss"] for r in rows]
 
 
 # ---------------------------------------------------------------- beyond the paper (issue 14)
@@ -245,14 +246,14 @@ def test_la_prior_is_the_monitors_estimate_handed_over(data, monkeypatch):
 
     monkeypatch.setattr(LogitAdjustedLoss, "set_prior", spy)
     state, _, loss = run(s, data, {"main": partition()})
-    rows = state["rows"]
+    rows = state.rows
     lead = s["monitor"]["estimators"][0]
     # round 0: uniform; round 1: the lead estimator's estimate of round 0's composition
     assert len(installed) == 2
     assert torch.equal(installed[0], torch.ones(Q, dtype=torch.float64))
     torch.testing.assert_close(installed[1], torch.tensor(rows[0][f"est_{lead}"], dtype=torch.float64))
     torch.testing.assert_close(loss.counts.double(), installed[1], rtol=1e-6, atol=1e-4)
-    torch.testing.assert_close(state["prior"], torch.tensor(rows[1][f"est_{lead}"], dtype=torch.float64))
+    torch.testing.assert_close(state.prior, torch.tensor(rows[1][f"est_{lead}"], dtype=torch.float64))
     # the estimate is the monitor's, not the truth: it differs from the true composition
     assert rows[0][f"est_{lead}"] != rows[0]["true_composition"]
 
@@ -296,7 +297,7 @@ def test_centralised_local_counts_are_the_pool_and_la_gets_the_prior(data):
     assert loss.counts.tolist() == pooled.tolist()
     state, _, loss = run(spec(mode="centralised", loss="la", rounds=2, local_epochs=1), data, {"main": p})
     lead = spec()["monitor"]["estimators"][0]
-    torch.testing.assert_close(loss.counts.double(), torch.tensor(state["rows"][0][f"est_{lead}"], dtype=torch.float64), rtol=1e-6, atol=1e-4)
+    torch.testing.assert_close(loss.counts.double(), torch.tensor(state.rows[0][f"est_{lead}"], dtype=torch.float64), rtol=1e-6, atol=1e-4)
 
 
 def test_la_resume_is_bit_identical(data):
@@ -308,11 +309,29 @@ def test_la_resume_is_bit_identical(data):
 
     def keep(state, row):
         if row["round"] == 1:
-            saved.update(copy.deepcopy(state))
+            saved["state"] = copy.deepcopy(state)
 
     run(s, data, parts, on_round=keep)
-    assert not torch.equal(saved["prior"], torch.ones(Q, dtype=torch.float64))
-    resumed, m_res, _ = run(s, data, parts, state=saved)
+    assert not torch.equal(saved["state"].prior, torch.ones(Q, dtype=torch.float64))
+    resumed, m_res, _ = run(s, data, parts, state=saved["state"])
     for k, v in m_full.state_dict().items():
         assert torch.equal(v, m_res.state_dict()[k]), k
-    assert [r["train_loss"] for r in full["rows"]] == [r["train_loss"] for r in resumed["rows"]]
+    assert [r["train_loss"] for r in full.rows] == [r["train_loss"] for r in resumed.rows]
+
+
+def test_round_state_checkpoint_dict(data):
+    """``to_dict`` keeps the checkpoint layout of the untyped state; a state written before the
+    monitor prior existed still reads; unknown keys are refused, not misread."""
+    state, _, _ = run(spec(loss="ratio", rounds=1), data, {"main": partition()})
+    d = state.to_dict()
+    assert set(d) == {"next_round", "model", "loss_state", "pi", "prior", "ack", "ack_round", "rows", "extra"}
+    back = RoundState.from_dict(d)
+    assert back.next_round == 1 and back.rows == state.rows and torch.equal(back.pi, state.pi)
+    legacy = {k: v for k, v in d.items() if k != "prior"}
+    legacy["extra"] = {"optimizer": {"state": {}}, "wall_time_s": 2.5}
+    old = RoundState.from_dict(legacy)
+    assert old.prior is None and old.optimizer == {"state": {}} and old.wall_time_s == 2.5
+    with pytest.raises(ValueError, match="unknown keys"):
+        RoundState.from_dict({**d, "format": 2})
+    with pytest.raises(ValueError, match=r"missing keys \['model'\]"):
+        RoundState.from_dict({k: v for k, v in d.items() if k != "model"})

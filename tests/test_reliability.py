@@ -319,6 +319,26 @@ def test_legacy_checkpoint_without_runtime_resumes_with_a_warning(tmp_path: Path
         assert run_job(spec, out, device="cpu", progress=False)["rounds"] == 3
 
 
+def test_checkpoint_with_an_unknown_round_state_is_ignored_with_a_warning(tmp_path: Path, one_thread) -> None:
+    import torch
+
+    from fedbalance.jobs import CHECKPOINT, run_job
+
+    def kill(state, row: dict) -> None:
+        if row["round"] == 0:
+            raise KeyboardInterrupt
+
+    spec, out = tiny_spec(), tmp_path / "job"
+    with pytest.raises(KeyboardInterrupt):
+        run_job(spec, out, device="cpu", progress=False, on_round=kill)
+    ckpt = torch.load(out / CHECKPOINT, weights_only=False)
+    ckpt["state"]["format"] = 2
+    torch.save(ckpt, out / CHECKPOINT)
+    with pytest.warns(UserWarning, match=r"round state this version cannot read.*unknown keys \['format'\]"):
+        m = run_job(spec, out, device="cpu", progress=False)
+    assert m["rounds"] == 3 and not (out / CHECKPOINT).exists()
+
+
 def test_cli_default_threads_equal_the_workflows(tmp_path: Path, quick: dict) -> None:
     import json
 

@@ -18,7 +18,6 @@ losses that read local label counts (FedLC, FedRS, ``*_local``) get the pooled d
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,25 +27,19 @@ from torch import nn
 
 from fedbalance.fl import (
     TAG_EPOCH,
-    TAG_MONITOR,
-    FLError,
     JobData,
     RoundCallback,
-    build_acknowledger,
-    build_monitor,
-    close_round,
-    empty_row,
-    evaluate_into,
-    fresh_state,
-    hand_over_prior,
-    monitor_round,
+    RoundData,
+    RoundState,
+    RoundStep,
+    Trained,
+    check_switch,
     needs_monitor,
-    restore_state,
+    partition_of_round,
+    run_rounds,
     sgd_config,
     torch_generator,
 )
-from fedbalance.config import base_loss
-from fedbalance.metrics import empirical_y_stats
 from fedbalance.partition import Partition
 from fedbalance.sgd import batch_schedule, make_optimizer, sgd_steps
 
@@ -57,6 +50,48 @@ def num_epochs(spec: Mapping[str, Any]) -> int:
     return int(e) if e is not None else int(spec["rounds"]) * int(spec["local_epochs"])
 
 
+class PooledStep(RoundStep):
+    """One epoch of SGD on the pooled data, one optimiser for the whole run (its state is checkpointed)."""
+
+    def __init__(self, spec: Mapping[str, Any], model: nn.Module, loss_fn: nn.Module, data: JobData, partitions: Mapping[str, Partition]):
+        check_switch(spec, partitions)
+        device = next(iter(model.state_dict().values())).device
+        self.spec, self.model, self.loss_fn, self.data = spec, model, loss_fn, data
+        self.seed, self.rounds, self.cfg = int(spec["seed"]), num_epochs(spec), sgd_config(spec, epochs=1)
+        labels = data.y_train.cpu().numpy()
+        self.pools = {
+            name: (torch.from_numpy(np.array(p.pooled(), dtype=np.int64)).to(device), p.class_counts(labels).sum(0))
+            for name, p in partitions.items()
+        }
+        self.opt = make_optimizer(model, self.cfg)
+        self.shadow = copy.deepcopy(model) if needs_monitor(spec) else None
+
+    def round_data(self, t: int) -> RoundData:
+        """The pooled samples of the epoch's partition, as one client."""
+        pool, true_counts = self.pools[partition_of_round(self.spec, t)]
+        return RoundData(np.zeros(1, dtype=np.int64), [pool], true_counts)
+
+    def train(self, t: int, batch: RoundData, state: RoundState) -> Trained:
+        """One epoch of seeded mini-batches; the model is trained in place, ``shadow`` keeps G_t for the monitor."""
+        (pool,) = batch.indices
+        x, y = self.data.x_train[pool], self.data.y_train[pool]
+        if getattr(self.loss_fn, "uses_client_counts", False):
+            self.loss_fn.set_client_counts(torch.as_tensor(batch.true_counts, dtype=torch.float32))
+        if self.shadow is not None:
+            self.shadow.load_state_dict(self.model.state_dict())
+        batches = batch_schedule(len(y), self.cfg, torch_generator(self.seed, TAG_EPOCH, t))
+        return Trained(sgd_steps(self.model, self.opt, x, y, self.loss_fn, batches), self.shadow, None)
+
+    def restore(self, state: RoundState) -> None:
+        """Resume the optimiser (momentum buffers) of a checkpointed run."""
+        if state.optimizer is not None:
+            self.opt.load_state_dict(state.optimizer)
+
+    def save(self, state: RoundState) -> None:
+        """Snapshot the optimiser after the epoch."""
+        state.optimizer = copy.deepcopy(self.opt.state_dict())
+
+
 def run_centralised(
     spec: Mapping[str, Any],
     model: nn.Module,
@@ -64,60 +99,13 @@ def run_centralised(
     data: JobData,
     partitions: Mapping[str, Partition],
     *,
-    state: dict[str, Any] | None = None,
+    state: RoundState | None = None,
     on_round: RoundCallback | None = None,
-) -> dict[str, Any]:
+) -> RoundState:
     """Train on the pooled data of ``partitions["main"]`` (from ``switch_round`` on: "balanced").
 
-    Same contract as ``fedbalance.fl.run_fedavg``: returns the final engine state, calls
+    Same contract as ``fedbalance.fl.run_fedavg``: returns the final ``RoundState``, calls
     ``on_round(state, row)`` after every epoch, resumes from ``state`` (optimiser included).
     """
-    device = next(iter(model.state_dict().values())).device
-    seed, q = int(spec["seed"]), data.num_classes
-    switch = spec.get("switch_round")
-    if switch is not None and "balanced" not in partitions:
-        raise FLError("switch_round is set but no 'balanced' partition was given")
-    labels = data.y_train.cpu().numpy()
-    pools = {
-        name: (torch.from_numpy(np.array(p.pooled(), dtype=np.int64)).to(device), p.class_counts(labels).sum(0))
-        for name, p in partitions.items()
-    }
-    cfg = sgd_config(spec, epochs=1)
-    opt = make_optimizer(model, cfg)
-    monitor = build_monitor(spec, data.aux_x, data.aux_y, q, cfg) if needs_monitor(spec) else None
-    ack = build_acknowledger(spec) if monitor is not None else None
-    shadow = copy.deepcopy(model) if monitor is not None else None
-    state = fresh_state(model, loss_fn, q) if state is None else state
-    restore_state(state, model, loss_fn, ack)
-    if "optimizer" in state["extra"]:
-        opt.load_state_dict(state["extra"]["optimizer"])
-    epochs, eval_every = num_epochs(spec), int(spec.get("eval_every", 1))
-    lead = tuple(spec["monitor"]["estimators"])[0] if monitor is not None else None
-    for t in range(int(state["next_round"]), epochs):
-        start = time.perf_counter()
-        row = empty_row(t)
-        pool, true_counts = pools["balanced" if switch is not None and t >= switch else "main"]
-        x, y = data.x_train[pool], data.y_train[pool]
-        row["true_composition"] = [float(c) for c in true_counts]
-        if spec.get("empirical"):
-            row.update(empirical_y_stats(model, x, y, cfg.batch_size))
-        if base_loss(spec) == "ratio":
-            loss_fn.set_weight(state["pi"])
-        hand_over_prior(state, loss_fn, q)
-        if getattr(loss_fn, "uses_client_counts", False):
-            loss_fn.set_client_counts(torch.as_tensor(true_counts, dtype=torch.float32))
-        if shadow is not None:
-            shadow.load_state_dict(model.state_dict())
-        batches = batch_schedule(len(y), cfg, torch_generator(seed, TAG_EPOCH, t))
-        row["train_loss"] = sgd_steps(model, opt, x, y, loss_fn, batches)
-        if monitor is not None:
-            totals = [len(y)]
-            observed = monitor.observe(shadow, model.state_dict(), totals, torch_generator(seed, TAG_MONITOR, t))
-            monitor_round(state, row, observed, ack, lead, true_counts, totals)
-        if (t + 1) % eval_every == 0 or t == epochs - 1:
-            evaluate_into(row, model, data)
-        close_round(state, row, model, loss_fn, start)
-        state["extra"]["optimizer"] = copy.deepcopy(opt.state_dict())
-        if on_round is not None:
-            on_round(state, row)
-    return state
+    step = PooledStep(spec, model, loss_fn, data, partitions)
+    return run_rounds(spec, model, loss_fn, data, step, state=state, on_round=on_round)

@@ -19,7 +19,13 @@ One round t (0-based) of ``run_fedavg``:
    selected clients is computed here for evaluation only and never reaches the monitor;
 5. the test metrics of G_{t+1} are computed every ``eval_every`` rounds and at the last round.
 
-With ``save_trajectory`` the state's ``extra["trajectory"]`` keeps G_t and the selected clients'
+The loop is written once, ``run_rounds`` over a typed ``RoundState`` (what a checkpoint holds):
+it restores the state, hands pi and the prior to the loss, records the row, runs the monitor,
+evaluates and calls ``on_round``; a ``RoundStep`` supplies what differs, the round's data and the
+training that turns G_t into G_{t+1}: ``FedAvgStep`` (steps 1-3 above, ``run_fedavg``) or
+``fedbalance.centralised.PooledStep`` (one epoch of pooled SGD, ``run_centralised``).
+
+With ``save_trajectory`` the state's ``trajectory`` keeps G_t and the selected clients'
 totals of every round (the monitor's inputs), so estimators can be replayed offline.
 
 Per-round columns (``ROUND_COLUMNS``): ``weights`` is the pi the monitor derived in round t (used
@@ -37,7 +43,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -53,9 +59,6 @@ from fedbalance.records import ESTIMATORS, ROUND_COLUMNS, UNIFORM
 from fedbalance.train import SGDConfig, average_stacked, train_copies
 
 TAG_INIT, TAG_SELECT, TAG_CLIENT, TAG_MONITOR, TAG_AUX, TAG_EPOCH = 1, 2, 3, 4, 5, 6
-
-RoundCallback = Callable[[dict[str, Any], dict[str, Any]], None]
-
 
 class FLError(ValueError):
     """The job cannot run as specified (e.g. a missing balanced partition); the message names the key."""
@@ -104,14 +107,6 @@ def needs_monitor(spec: Mapping[str, Any]) -> bool:
         or uses_monitor_prior(base_loss(spec))
         or bool(spec.get("monitor", {}).get("record", False))
     )
-
-
-def hand_over_prior(state: Mapping[str, Any], loss_fn: nn.Module, num_classes: int) -> None:
-    """Install the monitor's estimate of the previous round's class counts as the prior of a loss
-    with ``uses_monitor_prior`` (uniform in round 0), as the Ratio-Loss weights are handed over."""
-    if getattr(loss_fn, "uses_monitor_prior", False):
-        prior = state.get("prior")
-        loss_fn.set_prior(torch.ones(num_classes, dtype=torch.float64) if prior is None else prior)
 
 
 def build_monitor(spec: Mapping[str, Any], aux_x: Tensor, aux_y: Tensor, num_classes: int, cfg: SGDConfig) -> Monitor:
@@ -191,31 +186,88 @@ def _device(model: nn.Module) -> torch.device:
     return next(iter(model.state_dict().values())).device
 
 
-def fresh_state(model: nn.Module, loss_fn: nn.Module, num_classes: int) -> dict[str, Any]:
-    """Round-0 engine state (what a checkpoint holds)."""
-    return {
-        "next_round": 0,
-        "model": {k: v.detach().clone() for k, v in model.state_dict().items()},
-        "loss_state": {k: v.detach().clone() for k, v in loss_fn.state_dict().items()},
-        "pi": torch.ones(num_classes, dtype=torch.float64),
-        "prior": torch.ones(num_classes, dtype=torch.float64),
-        "ack": None,
-        "ack_round": None,
-        "rows": [],
-        "extra": {},
-    }
+def _snapshot(module: nn.Module) -> dict[str, Tensor]:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
-def restore_state(state: dict[str, Any], model: nn.Module, loss_fn: nn.Module, ack: Acknowledger | None) -> None:
-    """Load a (fresh or checkpointed) engine state into the model, the loss and the acknowledger."""
-    model.load_state_dict(state["model"])
-    loss_fn.load_state_dict(state["loss_state"])
-    if ack is not None and state["ack"] is not None:
-        ack.load_state_dict(state["ack"])
+STATE_KEYS = ("next_round", "model", "loss_state", "pi", "prior", "ack", "ack_round", "rows", "extra")
+EXTRA_KEYS = ("optimizer", "trajectory", "wall_time_s")
+
+
+@dataclass
+class RoundState:
+    """What a run carries from round to round, and what a checkpoint holds to resume after a round.
+
+    ``model``/``loss_state``: G_t and the loss's state at the start of round ``next_round``; ``pi``
+    and ``prior``: the monitor's Ratio-Loss weights and composition estimate for that round;
+    ``ack``/``ack_round``: the acknowledger's state and its first imbalanced round; ``rows``: one dict
+    per finished round (keys ``ROUND_COLUMNS``); ``optimizer``: the centralised optimiser's state;
+    ``trajectory``: G_t and totals per round (``save_trajectory``); ``wall_time_s``: the job's time so far.
+    """
+
+    model: dict[str, Tensor]
+    loss_state: dict[str, Tensor]
+    pi: Tensor
+    prior: Tensor | None
+    next_round: int = 0
+    ack: dict[str, Any] | None = None
+    ack_round: int | None = None
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    optimizer: dict[str, Any] | None = None
+    trajectory: list[dict[str, Any]] = field(default_factory=list)
+    wall_time_s: float = 0.0
+
+    @classmethod
+    def fresh(cls, model: nn.Module, loss_fn: nn.Module, num_classes: int) -> RoundState:
+        """Round-0 state: the initial model and loss, pi = 1, a uniform prior."""
+        ones = torch.ones(num_classes, dtype=torch.float64)
+        return cls(_snapshot(model), _snapshot(loss_fn), ones, ones.clone())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The checkpoint's ``state``: the keys ``STATE_KEYS``, as written before the state was typed
+        (the optional parts under ``extra``, present only when set)."""
+        extra: dict[str, Any] = {}
+        if self.optimizer is not None:
+            extra["optimizer"] = self.optimizer
+        if self.trajectory:
+            extra["trajectory"] = self.trajectory
+        if self.wall_time_s:
+            extra["wall_time_s"] = self.wall_time_s
+        return {
+            "next_round": self.next_round, "model": self.model, "loss_state": self.loss_state, "pi": self.pi,
+            "prior": self.prior, "ack": self.ack, "ack_round": self.ack_round, "rows": self.rows, "extra": extra,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RoundState:
+        """Inverse of ``to_dict``; also reads a state without ``prior`` (uniform prior). ValueError
+        naming the keys when ``d`` has keys this version does not know or lacks required ones."""
+        unknown = sorted(set(d) - set(STATE_KEYS)) + sorted(f"extra.{k}" for k in set(d.get("extra") or {}) - set(EXTRA_KEYS))
+        missing = sorted(set(STATE_KEYS) - set(d) - {"prior", "extra"})
+        if unknown or missing:
+            raise ValueError(f"not a round state of this version (unknown keys {unknown}, missing keys {missing})")
+        extra = d.get("extra") or {}
+        return cls(
+            model=d["model"], loss_state=d["loss_state"], pi=d["pi"], prior=d.get("prior"),
+            next_round=int(d["next_round"]), ack=d["ack"], ack_round=d["ack_round"], rows=list(d["rows"]),
+            optimizer=extra.get("optimizer"), trajectory=list(extra.get("trajectory", [])),
+            wall_time_s=float(extra.get("wall_time_s", 0.0)),
+        )
+
+
+RoundCallback = Callable[[RoundState, dict[str, Any]], None]
+
+
+def hand_over_prior(state: RoundState, loss_fn: nn.Module, num_classes: int) -> None:
+    """Install the monitor's estimate of the previous round's class counts as the prior of a loss
+    with ``uses_monitor_prior`` (uniform in round 0), as the Ratio-Loss weights are handed over."""
+    if getattr(loss_fn, "uses_monitor_prior", False):
+        prior = state.prior
+        loss_fn.set_prior(torch.ones(num_classes, dtype=torch.float64) if prior is None else prior)
 
 
 def monitor_round(
-    state: dict[str, Any],
+    state: RoundState,
     row: dict[str, Any],
     observed: Mapping[str, Any],
     ack: Acknowledger,
@@ -227,20 +279,158 @@ def monitor_round(
     and prior (the lead estimator's composition estimate, for ``la``/``bsm``)."""
     record_monitor(row, observed, true_counts, totals)
     row["acknowledged"] = ack.update(observed["estimates"][lead].counts)
-    if row["acknowledged"] and state["ack_round"] is None:
-        state["ack_round"] = row["round"]
-    state["pi"] = observed["weights"].detach().cpu().double()
-    state["prior"] = torch.as_tensor(observed["estimates"][lead].counts).detach().cpu().double()
-    state["ack"] = ack.state_dict()
+    if row["acknowledged"] and state.ack_round is None:
+        state.ack_round = row["round"]
+    state.pi = observed["weights"].detach().cpu().double()
+    state.prior = torch.as_tensor(observed["estimates"][lead].counts).detach().cpu().double()
+    state.ack = ack.state_dict()
 
 
-def close_round(state: dict[str, Any], row: dict[str, Any], model: nn.Module, loss_fn: nn.Module, start: float) -> None:
-    """Append the finished round's row and snapshot what a checkpoint needs to resume after it."""
-    row["seconds"] = time.perf_counter() - start
-    state["rows"].append(row)
-    state["next_round"] = row["round"] + 1
-    state["model"] = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    state["loss_state"] = {k: v.detach().clone() for k, v in loss_fn.state_dict().items()}
+@dataclass
+class RoundData:
+    """What round t trains on: the ids of its clients (one pseudo-client when centralised), their
+    samples' indices into the training set, and their true class counts (for evaluation only)."""
+
+    clients: np.ndarray
+    indices: list[Tensor]
+    true_counts: np.ndarray
+
+    @property
+    def totals(self) -> list[int]:
+        """The clients' sample counts, all the monitor learns of the round's data."""
+        return [len(i) for i in self.indices]
+
+
+@dataclass
+class Trained:
+    """A round's training result: the reported train loss, G_t as a module (for the monitor; None
+    without one) and G_{t+1}'s state (None when the step trained the model in place)."""
+
+    train_loss: float
+    start: nn.Module | None
+    after: dict[str, Tensor] | None
+
+
+class RoundStep:
+    """The part of a round that differs between FedAvg and centralised training: which data the
+    round uses and how it turns G_t into G_{t+1}. ``rounds`` is the run's length, ``cfg`` the SGD
+    configuration of the monitor and the empirical statistics."""
+
+    rounds: int
+    cfg: SGDConfig
+
+    def round_data(self, t: int) -> RoundData:
+        """The clients and samples of round ``t``."""
+        raise NotImplementedError
+
+    def train(self, t: int, batch: RoundData, state: RoundState) -> Trained:
+        """Train round ``t`` from the model's current weights G_t."""
+        raise NotImplementedError
+
+    def restore(self, state: RoundState) -> None:
+        """Load the step's own part of a (checkpointed) state; nothing by default."""
+
+    def save(self, state: RoundState) -> None:
+        """Snapshot the step's own part of the state after a round; nothing by default."""
+
+
+def check_switch(spec: Mapping[str, Any], partitions: Mapping[str, Partition]) -> None:
+    """FLError when ``switch_round`` is set but there is no balanced partition to switch to."""
+    if spec.get("switch_round") is not None and "balanced" not in partitions:
+        raise FLError("switch_round is set but no 'balanced' partition was given")
+
+
+def partition_of_round(spec: Mapping[str, Any], t: int) -> str:
+    """"balanced" from ``switch_round`` on (early acknowledgment), else "main"."""
+    switch = spec.get("switch_round")
+    return "balanced" if switch is not None and t >= switch else "main"
+
+
+def run_rounds(
+    spec: Mapping[str, Any],
+    model: nn.Module,
+    loss_fn: nn.Module,
+    data: JobData,
+    step: RoundStep,
+    *,
+    state: RoundState | None = None,
+    on_round: RoundCallback | None = None,
+) -> RoundState:
+    """The round loop of both engines: restore, hand over pi and prior, ``step``, monitor, evaluate
+    every ``eval_every`` rounds and at the last, record the row, ``on_round(state, row)``."""
+    seed, q = int(spec["seed"]), data.num_classes
+    monitor = build_monitor(spec, data.aux_x, data.aux_y, q, step.cfg) if needs_monitor(spec) else None
+    ack = build_acknowledger(spec) if monitor is not None else None
+    lead = tuple(spec["monitor"]["estimators"])[0] if monitor is not None else None
+    state = RoundState.fresh(model, loss_fn, q) if state is None else state
+    model.load_state_dict(state.model)
+    loss_fn.load_state_dict(state.loss_state)
+    if ack is not None and state.ack is not None:
+        ack.load_state_dict(state.ack)
+    step.restore(state)
+    eval_every = int(spec.get("eval_every", 1))
+    for t in range(state.next_round, step.rounds):
+        start = time.perf_counter()
+        row = empty_row(t)
+        batch = step.round_data(t)
+        row["true_composition"] = [float(c) for c in batch.true_counts]
+        if spec.get("empirical"):
+            pooled = torch.cat(batch.indices)
+            row.update(empirical_y_stats(model, data.x_train[pooled], data.y_train[pooled], step.cfg.batch_size))
+        if base_loss(spec) == "ratio":
+            loss_fn.set_weight(state.pi)
+        hand_over_prior(state, loss_fn, q)
+        trained = step.train(t, batch, state)
+        row["train_loss"] = trained.train_loss
+        if monitor is not None:
+            after = model.state_dict() if trained.after is None else trained.after
+            observed = monitor.observe(trained.start, after, batch.totals, torch_generator(seed, TAG_MONITOR, t))
+            monitor_round(state, row, observed, ack, lead, batch.true_counts, batch.totals)
+        if trained.after is not None:
+            model.load_state_dict(trained.after)
+        if (t + 1) % eval_every == 0 or t == step.rounds - 1:
+            evaluate_into(row, model, data)
+        row["seconds"] = time.perf_counter() - start
+        state.rows.append(row)
+        state.next_round = t + 1
+        state.model, state.loss_state = _snapshot(model), _snapshot(loss_fn)
+        step.save(state)
+        if on_round is not None:
+            on_round(state, row)
+    return state
+
+
+class FedAvgStep(RoundStep):
+    """A FedAvg round: the selected clients train copies of G_t, the server averages them."""
+
+    def __init__(self, spec: Mapping[str, Any], model: nn.Module, loss_fn: nn.Module, data: JobData, partitions: Mapping[str, Partition]):
+        check_switch(spec, partitions)
+        device = _device(model)
+        self.spec, self.model, self.loss_fn, self.data = spec, model, loss_fn, data
+        self.seed, self.rounds, self.cfg = int(spec["seed"]), int(spec["rounds"]), sgd_config(spec)
+        self.num_clients = partitions["main"].num_clients
+        labels = data.y_train.cpu().numpy()
+        self.parts = {name: (_client_indices(p, device), p.class_counts(labels)) for name, p in partitions.items()}
+
+    def round_data(self, t: int) -> RoundData:
+        """The round's selected clients (``select_clients``) of the round's partition."""
+        indices, counts = self.parts[partition_of_round(self.spec, t)]
+        chosen = select_clients(self.spec["selection"], self.num_clients, int(self.spec["clients_per_round"]), self.seed, t)
+        return RoundData(chosen, [indices[j] for j in chosen], counts[chosen].sum(0))
+
+    def train(self, t: int, batch: RoundData, state: RoundState) -> Trained:
+        """Local training of every selected client (``train_copies``), then ``mean``/``weighted`` averaging."""
+        model, data, totals = self.model, self.data, batch.totals
+        if self.spec.get("save_trajectory"):
+            snapshot = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+            state.trajectory.append({"round": t, "model": snapshot, "totals": totals})
+        datasets = [(data.x_train[i], data.y_train[i]) for i in batch.indices]
+        gens = [torch_generator(self.seed, TAG_CLIENT, t, int(j)) for j in batch.clients]
+        stacked, losses = train_copies(model, datasets, self.loss_fn, self.cfg, gens, path=self.spec["path"])
+        w = torch.tensor(totals, dtype=torch.float64) if self.spec["aggregation"] == "weighted" else None
+        new_state = average_stacked(stacked, None if w is None else w.to(_device(model)))
+        train_loss = float((losses.double() * (w / w.sum() if w is not None else 1 / len(totals))).sum())
+        return Trained(train_loss, model, new_state)
 
 
 def run_fedavg(
@@ -250,64 +440,15 @@ def run_fedavg(
     data: JobData,
     partitions: Mapping[str, Partition],
     *,
-    state: dict[str, Any] | None = None,
+    state: RoundState | None = None,
     on_round: RoundCallback | None = None,
-) -> dict[str, Any]:
-    """Run (or resume from ``state``) the job's FedAvg rounds; return the final engine state.
+) -> RoundState:
+    """Run (or resume from ``state``) the job's FedAvg rounds; return the final ``RoundState``.
 
     ``model`` and ``loss_fn`` are updated in place (``model`` ends as the final global model).
     ``state`` is a previous return value or the ``state`` handed to ``on_round`` (a checkpoint);
-    ``on_round(state, row)`` is called after every finished round. ``state["rows"]`` holds one
-    dict per round with the keys ``ROUND_COLUMNS``; ``state["ack_round"]`` the first round whose
-    estimate was acknowledged as imbalanced (monitor runs only). ``partitions["balanced"]`` is
+    ``on_round(state, row)`` is called after every finished round. ``partitions["balanced"]`` is
     needed when ``spec["switch_round"]`` is set (early acknowledgment: train on it from that round on).
     """
-    device = _device(model)
-    seed, q = int(spec["seed"]), data.num_classes
-    switch = spec.get("switch_round")
-    if switch is not None and "balanced" not in partitions:
-        raise FLError("switch_round is set but no 'balanced' partition was given")
-    main = partitions["main"]
-    parts = {name: (p, _client_indices(p, device), p.class_counts(data.y_train.cpu().numpy())) for name, p in partitions.items()}
-    cfg = sgd_config(spec)
-    monitor = build_monitor(spec, data.aux_x, data.aux_y, q, cfg) if needs_monitor(spec) else None
-    ack = build_acknowledger(spec) if monitor is not None else None
-    state = fresh_state(model, loss_fn, q) if state is None else state
-    restore_state(state, model, loss_fn, ack)
-    rounds, k = int(spec["rounds"]), int(spec["clients_per_round"])
-    eval_every = int(spec.get("eval_every", 1))
-    weights_of_clients = spec["aggregation"] == "weighted"
-    lead = tuple(spec["monitor"]["estimators"])[0] if monitor is not None else None
-    for t in range(int(state["next_round"]), rounds):
-        start = time.perf_counter()
-        row = empty_row(t)
-        _, indices, counts = parts["balanced" if switch is not None and t >= switch else "main"]
-        chosen = select_clients(spec["selection"], main.num_clients, k, seed, t)
-        datasets = [(data.x_train[indices[j]], data.y_train[indices[j]]) for j in chosen]
-        totals = [len(indices[j]) for j in chosen]
-        true_counts = counts[chosen].sum(0)
-        row["true_composition"] = [float(c) for c in true_counts]
-        if spec.get("empirical"):
-            pooled = torch.cat([indices[j] for j in chosen])
-            row.update(empirical_y_stats(model, data.x_train[pooled], data.y_train[pooled], cfg.batch_size))
-        if base_loss(spec) == "ratio":
-            loss_fn.set_weight(state["pi"])
-        hand_over_prior(state, loss_fn, q)
-        if spec.get("save_trajectory"):
-            snapshot = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-            state["extra"].setdefault("trajectory", []).append({"round": t, "model": snapshot, "totals": totals})
-        gens = [torch_generator(seed, TAG_CLIENT, t, int(j)) for j in chosen]
-        stacked, losses = train_copies(model, datasets, loss_fn, cfg, gens, path=spec["path"])
-        w = torch.tensor(totals, dtype=torch.float64) if weights_of_clients else None
-        new_state = average_stacked(stacked, None if w is None else w.to(device))
-        row["train_loss"] = float((losses.double() * (w / w.sum() if w is not None else 1 / len(totals))).sum())
-        if monitor is not None:
-            observed = monitor.observe(model, new_state, totals, torch_generator(seed, TAG_MONITOR, t))
-            monitor_round(state, row, observed, ack, lead, true_counts, totals)
-        model.load_state_dict(new_state)
-        if (t + 1) % eval_every == 0 or t == rounds - 1:
-            evaluate_into(row, model, data)
-        close_round(state, row, model, loss_fn, start)
-        if on_round is not None:
-            on_round(state, row)
-    return state
+    step = FedAvgStep(spec, model, loss_fn, data, partitions)
+    return run_rounds(spec, model, loss_fn, data, step, state=state, on_round=on_round)

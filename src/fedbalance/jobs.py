@@ -36,6 +36,7 @@ import math
 import os
 import platform
 import socket
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -51,7 +52,18 @@ from fedbalance.centralised import num_epochs, run_centralised
 from fedbalance.config import base_loss, job_value, partition_args
 from fedbalance.data import Dataset, load_dataset
 from fedbalance.records import JOB_KEYS
-from fedbalance.fl import ESTIMATORS, ROUND_COLUMNS, TAG_AUX, TAG_INIT, JobData, derive_seed, needs_monitor, run_fedavg
+from fedbalance.fl import (
+    ESTIMATORS,
+    ROUND_COLUMNS,
+    TAG_AUX,
+    TAG_INIT,
+    JobData,
+    RoundCallback,
+    RoundState,
+    derive_seed,
+    needs_monitor,
+    run_fedavg,
+)
 from fedbalance.losses import get_loss
 from fedbalance.metrics import evaluate
 from fedbalance.models import build_model, device_layout
@@ -242,7 +254,7 @@ def fingerprint(spec: Mapping[str, Any], partitions: Mapping[str, Partition]) ->
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
-def _load_checkpoint(path: Path, fp: str, device: torch.device, rt: Mapping[str, Any]) -> dict[str, Any] | None:
+def _load_checkpoint(path: Path, fp: str, device: torch.device, rt: Mapping[str, Any]) -> RoundState | None:
     if not path.is_file():
         return None
     try:
@@ -263,7 +275,12 @@ def _load_checkpoint(path: Path, fp: str, device: torch.device, rt: Mapping[str,
             f"{path} was written under another runtime ({diff}), which changes the numbers: resume with the "
             f"checkpoint's settings (e.g. --threads {was.get('threads')}), or delete it to start the job over"
         )
-    return ckpt["state"]
+    try:
+        return RoundState.from_dict(ckpt["state"])
+    except (KeyError, TypeError, ValueError) as exc:
+        warnings.warn(f"ignoring checkpoint {path}, whose round state this version cannot read ({exc}): "
+                      f"starting the job over", stacklevel=2)
+        return None
 
 
 def _cell(value: Any) -> Any:
@@ -309,6 +326,115 @@ def resolve_path(path: str, device: torch.device) -> str:
     return path
 
 
+def _job_data(
+    spec: Mapping[str, Any], dataset: Dataset, parts: Mapping[str, Partition], dev: torch.device
+) -> JobData:
+    """The job's tensors on ``dev``: train/test splits, the monitor's auxiliary data (empty without monitor)."""
+    aux_x, aux_y = auxiliary_data(spec, dataset, parts) if needs_monitor(spec) else (dataset.x_test[:0], dataset.y_test[:0])
+    return JobData(
+        dataset.x_train.to(dev),
+        dataset.y_train.to(dev),
+        dataset.x_test.to(dev),
+        dataset.y_test.to(dev),
+        aux_x.to(dev),
+        aux_y.to(dev),
+        dataset.num_classes,
+        tuple(int(c) for c in spec.get("minority_classes", ())),
+    )
+
+
+def _model_and_loss(spec: Mapping[str, Any], dataset: Dataset, dev: torch.device) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """The initial global model (seeded from the job seed) and the job's loss, on ``dev``."""
+    q = dataset.num_classes
+    torch.manual_seed(derive_seed(int(spec["seed"]), TAG_INIT))
+    model = device_layout(build_model(spec["model"], dataset.in_channels, q, dataset.image_size).to(dev), dev)
+    loss_fn = get_loss(base_loss(spec), q, **dict(spec.get("loss_params", {}).get(base_loss(spec), {}))).to(dev)
+    return model, loss_fn
+
+
+def _remove_stale_temporaries(out: Path) -> None:
+    """Delete the temporary files an interrupted ``atomic_write`` left in ``out``."""
+    for name in (CHECKPOINT, TRAJECTORY, "metrics.json", "rounds.csv"):
+        for stale in out.glob(f".{name}.*.tmp"):
+            stale.unlink(missing_ok=True)
+
+
+class _Checkpointer:
+    """The engines' ``on_round``: write the checkpoint, advance the progress bar or log a line, then
+    call the caller's ``on_round``."""
+
+    def __init__(
+        self, spec: Mapping[str, Any], path: Path, fp: str, rt: Mapping[str, Any], state: RoundState | None,
+        progress: bool | None, on_round: RoundCallback | None, start: float,
+    ):
+        from tqdm.auto import tqdm
+
+        self.start = start
+        self.spec, self.path, self.fp, self.rt, self.on_round = spec, path, fp, rt, on_round
+        self.elapsed0 = state.wall_time_s if state is not None else 0.0
+        self.total = num_epochs(spec) if spec["mode"] == "centralised" else int(spec["rounds"])
+        self.done0 = len(state.rows) if state is not None else 0
+        disable = None if progress is None else not progress
+        self.bar = tqdm(total=self.total, initial=self.done0, desc=_job_name(spec), disable=disable, leave=False)
+        self.log_lines = progress is None and self.bar.disable  # no terminal (a Snakemake log, a SLURM job): plain lines
+        self.loop_start = time.perf_counter()
+
+    def wall_time(self) -> float:
+        """The job's seconds so far, those before a resume included."""
+        return self.elapsed0 + time.perf_counter() - self.start
+
+    def __call__(self, state: RoundState, row: dict[str, Any]) -> None:
+        state.wall_time_s = self.wall_time()
+        ckpt = {"fingerprint": self.fp, "runtime": self.rt, "state": state.to_dict()}
+        atomic_write(self.path, lambda fh: torch.save(ckpt, fh), mode="wb")
+        cs = next((row[f"cs_{m}"] for m in self.spec["monitor"]["estimators"] if row.get(f"cs_{m}") is not None), None)
+        shown = {"loss": row["train_loss"], "acc": row["acc"], "cs": cs}
+        self.bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if v is not None}, refresh=False)
+        self.bar.update(1)
+        if self.log_lines:
+            done = len(state.rows)
+            per_round = (time.perf_counter() - self.loop_start) / max(done - self.done0, 1)
+            print(progress_line(_job_name(self.spec), done, self.total, row, cs, per_round), file=sys.stderr, flush=True)
+        if self.on_round is not None:
+            self.on_round(state, row)
+
+
+def _job_metrics(
+    spec: Mapping[str, Any], state: RoundState, model: torch.nn.Module, data: JobData, dataset: Dataset,
+    parts: Mapping[str, Partition], dev: torch.device, rt: Mapping[str, Any], wall_time: Callable[[], float],
+) -> dict[str, Any]:
+    """metrics.json's content (JSON-safe) for the finished run."""
+    final = evaluate(model, data.x_test, data.y_test, data.num_classes, data.minority_classes)
+    final["train_loss"] = state.rows[-1]["train_loss"] if state.rows else None
+    metrics = {
+        "job": {k: spec[k] for k in JOB_KEYS},
+        "config": spec,
+        "final": final,
+        "partition": {k: v for k, v in parts["main"].stats(dataset.y_train.numpy()).items() if k != "local_gamma"},
+        "monitor": _monitor_summary(state.rows),
+        "acknowledged_round": state.ack_round,
+        "device": _describe(dev),
+        "versions": {"python": platform.python_version(), "torch": torch.__version__, "fedbalance": fedbalance.__version__},
+        "threads": rt["threads"],
+        "deterministic": rt["deterministic"],
+        "wall_time_s": wall_time(),
+        "rounds": len(state.rows),
+    }
+    return _clean(metrics)
+
+
+def _write_outputs(out: Path, spec: Mapping[str, Any], state: RoundState, metrics: Mapping[str, Any]) -> None:
+    """rounds.csv, trajectory.pt (``save_trajectory``), then metrics.json; the checkpoint goes last."""
+    csv_text = rounds_csv(state.rows)
+    atomic_write(out / "rounds.csv", lambda fh: fh.write(csv_text))
+    if spec.get("save_trajectory"):
+        trajectory = {"spec": _clean(spec), "rounds": state.trajectory, "final": state.model,
+                      "true_composition": [r["true_composition"] for r in state.rows]}
+        atomic_write(out / TRAJECTORY, lambda fh: torch.save(trajectory, fh), mode="wb")
+    atomic_write(out / "metrics.json", lambda fh: json.dump(metrics, fh, indent=1))
+    (out / CHECKPOINT).unlink(missing_ok=True)
+
+
 @_locked
 def run_job(
     spec: Mapping[str, Any],
@@ -320,7 +446,7 @@ def run_job(
     download: bool = False,
     partitions: Mapping[str, Partition] | None = None,
     progress: bool | None = None,
-    on_round: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
+    on_round: RoundCallback | None = None,
 ) -> dict[str, Any]:
     """Run one job (resuming from ``out_dir/checkpoint.pt`` if present); return metrics.json's content.
 
@@ -331,10 +457,6 @@ def run_job(
     plain line per round on stderr (``progress_line``: what ``tail -f`` of a job's log shows).
     ``on_round(state, row)`` runs after each round's checkpoint is written (tests interrupt there).
     """
-    import sys
-
-    from tqdm.auto import tqdm
-
     start = time.perf_counter()
     out = Path(out_dir)
     dev = resolve_device(device)
@@ -344,79 +466,19 @@ def run_job(
     dataset = load_dataset(spec["source"], data_dir, download=download, **dict(spec.get("options") or {}))
     parts = dict(partitions) if partitions is not None else build_partitions(spec, dataset)
     _check_partitions(spec, parts, dataset)
-    aux_x, aux_y = auxiliary_data(spec, dataset, parts) if needs_monitor(spec) else (dataset.x_test[:0], dataset.y_test[:0])
-    q = dataset.num_classes
-    data = JobData(
-        dataset.x_train.to(dev),
-        dataset.y_train.to(dev),
-        dataset.x_test.to(dev),
-        dataset.y_test.to(dev),
-        aux_x.to(dev),
-        aux_y.to(dev),
-        q,
-        tuple(int(c) for c in spec.get("minority_classes", ())),
-    )
-    torch.manual_seed(derive_seed(int(spec["seed"]), TAG_INIT))
-    model = device_layout(build_model(spec["model"], dataset.in_channels, q, dataset.image_size).to(dev), dev)
-    loss_fn = get_loss(base_loss(spec), q, **dict(spec.get("loss_params", {}).get(base_loss(spec), {}))).to(dev)
-    fp = fingerprint(spec, parts)
-    rt = runtime(dev, deterministic)
-    ckpt_path = out / CHECKPOINT
-    for name in (CHECKPOINT, TRAJECTORY, "metrics.json", "rounds.csv"):
-        for stale in out.glob(f".{name}.*.tmp"):
-            stale.unlink(missing_ok=True)
-    state = _load_checkpoint(ckpt_path, fp, dev, rt)
-    elapsed0 = float(state["extra"].get("wall_time_s", 0.0)) if state is not None else 0.0
-    total = num_epochs(spec) if spec["mode"] == "centralised" else int(spec["rounds"])
-    done0 = len(state["rows"]) if state else 0
-    bar = tqdm(total=total, initial=done0, desc=_job_name(spec), disable=None if progress is None else not progress, leave=False)
-    log_lines = progress is None and bar.disable  # no terminal (a Snakemake log, a SLURM job): plain lines
-    loop_start = time.perf_counter()
-
-    def checkpoint(st: dict[str, Any], row: dict[str, Any]) -> None:
-        st["extra"]["wall_time_s"] = elapsed0 + time.perf_counter() - start
-        atomic_write(ckpt_path, lambda fh: torch.save({"fingerprint": fp, "runtime": rt, "state": st}, fh), mode="wb")
-        cs = next((row[f"cs_{m}"] for m in spec["monitor"]["estimators"] if row.get(f"cs_{m}") is not None), None)
-        shown = {"loss": row["train_loss"], "acc": row["acc"], "cs": cs}
-        bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if v is not None}, refresh=False)
-        bar.update(1)
-        if log_lines:
-            done = len(st["rows"])
-            per_round = (time.perf_counter() - loop_start) / max(done - done0, 1)
-            print(progress_line(_job_name(spec), done, total, row, cs, per_round), file=sys.stderr, flush=True)
-        if on_round is not None:
-            on_round(st, row)
-
+    data = _job_data(spec, dataset, parts, dev)
+    model, loss_fn = _model_and_loss(spec, dataset, dev)
+    fp, rt = fingerprint(spec, parts), runtime(dev, deterministic)
+    _remove_stale_temporaries(out)
+    state = _load_checkpoint(out / CHECKPOINT, fp, dev, rt)
+    checkpoint = _Checkpointer(spec, out / CHECKPOINT, fp, rt, state, progress, on_round, start)
     runner = run_centralised if spec["mode"] == "centralised" else run_fedavg
     try:
         state = runner(spec, model, loss_fn, data, parts, state=state, on_round=checkpoint)
     finally:
-        bar.close()
-    final = evaluate(model, data.x_test, data.y_test, data.num_classes, data.minority_classes)
-    final["train_loss"] = state["rows"][-1]["train_loss"] if state["rows"] else None
-    metrics = {
-        "job": {k: spec[k] for k in JOB_KEYS},
-        "config": spec,
-        "final": final,
-        "partition": {k: v for k, v in parts["main"].stats(dataset.y_train.numpy()).items() if k != "local_gamma"},
-        "monitor": _monitor_summary(state["rows"]),
-        "acknowledged_round": state["ack_round"],
-        "device": _describe(dev),
-        "versions": {"python": platform.python_version(), "torch": torch.__version__, "fedbalance": fedbalance.__version__},
-        "threads": rt["threads"],
-        "deterministic": rt["deterministic"],
-        "wall_time_s": elapsed0 + time.perf_counter() - start,
-        "rounds": len(state["rows"]),
-    }
-    metrics = _clean(metrics)
-    csv_text = rounds_csv(state["rows"])
-    atomic_write(out / "rounds.csv", lambda fh: fh.write(csv_text))
-    if spec.get("save_trajectory"):
-        trajectory = {"spec": _clean(spec), "rounds": state["extra"].get("trajectory", []), "final": state["model"],
-                      "true_composition": [r["true_composition"] for r in state["rows"]]}
-        atomic_write(out / TRAJECTORY, lambda fh: torch.save(trajectory, fh), mode="wb")
-    atomic_write(out / "metrics.json", lambda fh: json.dump(metrics, fh, indent=1))
-    ckpt_path.unlink(missing_ok=True)
+        checkpoint.bar.close()
+    metrics = _job_metrics(spec, state, model, data, dataset, parts, dev, rt, checkpoint.wall_time)
+    _write_outputs(out, spec, state, metrics)
     return metrics
 
 

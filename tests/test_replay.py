@@ -88,3 +88,32 @@ def test_monitor_replay_benchmark_reads_recorded_jobs(job: Path) -> None:
         assert entry[m]["per_round"] == [round(c, 4) for c in cs]
         assert entry[m]["min"] == round(min(cs), 4) and entry[m]["mean"] == round(sum(cs) / len(cs), 4)
     assert "simulated" not in entry  # a job records simulated only when it ran it
+
+
+@pytest.mark.parametrize("selection, switch", [("random", None), ("fixed", 2)])
+def test_a_job_records_pooled_from_its_own_released_estimates(tmp_path: Path, selection: str, switch: int | None) -> None:
+    from fedbalance.fl import select_clients
+    from fedbalance.monitor import pooled_counts
+
+    cfg = load_config(ROOT / "config" / "quick.yaml")
+    spec = resolve_job(cfg, Job("losses", "mnist", "g10", "ce", 0))
+    spec["partition"].update(num_clients=5, majority_samples=12)
+    spec["monitor"] = {**spec["monitor"], "aux_per_class": 8, "record": True, "estimators": ["pooled", "nnls"]}
+    spec.update(clients_per_round=3, rounds=4, batch_size=16, lr=0.05, local_epochs=1, selection=selection,
+                switch_round=switch, eval_every=1)
+    metrics = run_job(spec, tmp_path / "job", device="cpu")
+    rows = list(csv.DictReader(open(tmp_path / "job" / "rounds.csv", newline="")))
+    raw = [json.loads(r["est_released"]) for r in rows]  # released runs as pooled's base
+    sets = [select_clients(selection, 5, 3, 0, t).tolist() for t in range(4)]
+    if switch is not None:  # after the switch the same ids are other clients (the balanced partition)
+        sets = [s if t < switch else [5 + c for c in s] for t, s in enumerate(sets)]
+    from fedbalance.data import load_dataset
+    from fedbalance.jobs import build_partitions
+
+    parts = build_partitions(spec, load_dataset("mnist5k"))
+    sizes = [len(c) for c in parts["main"].clients] + ([len(c) for c in parts["balanced"].clients] if switch else [])
+    assert sizes[:5] == [sum(c) for c in metrics["partition"]["class_counts"]]
+    for t in range(4):
+        want = pooled_counts(raw[: t + 1], sets[: t + 1], [float(x) for x in sizes])
+        assert json.loads(rows[t]["est_pooled"]) == pytest.approx(want.tolist(), rel=1e-9), t
+    assert sum(json.loads(rows[-1]["est_pooled"])) == pytest.approx(sum(json.loads(rows[-1]["true_composition"])))

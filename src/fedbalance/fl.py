@@ -53,9 +53,9 @@ from torch import Tensor, nn
 from fedbalance.config import base_loss, job_value
 from fedbalance.losses import uses_monitor_prior
 from fedbalance.metrics import empirical_y_stats, evaluate
-from fedbalance.monitor import Acknowledger, Monitor, cosine_similarity, uniform_guess
+from fedbalance.monitor import POOLED_BASE, Acknowledger, Monitor, cosine_similarity, per_round_methods, pooled_estimate, uniform_guess
 from fedbalance.partition import Partition
-from fedbalance.records import ESTIMATORS, ROUND_COLUMNS, UNIFORM
+from fedbalance.records import ESTIMATORS, POOLED, ROUND_COLUMNS, UNIFORM
 from fedbalance.train import SGDConfig, average_stacked, train_copies
 
 TAG_INIT, TAG_SELECT, TAG_CLIENT, TAG_MONITOR, TAG_AUX, TAG_EPOCH = 1, 2, 3, 4, 5, 6
@@ -119,7 +119,7 @@ def build_monitor(spec: Mapping[str, Any], aux_x: Tensor, aux_y: Tensor, num_cla
         cfg,
         t_ra=float(m["t_ra"]),
         variant=m["variant"],
-        methods=tuple(m["estimators"]),
+        methods=per_round_methods(m["estimators"]),
         alpha=float(m["alpha"]),
         beta=float(m["beta"]),
         clip=float(job_value(spec, "monitor.ratio_clip")),
@@ -346,6 +346,28 @@ def partition_of_round(spec: Mapping[str, Any], t: int) -> str:
     return "balanced" if switch is not None and t >= switch else "main"
 
 
+def with_pooled(
+    spec: Mapping[str, Any], step: RoundStep, rows: Sequence[Mapping[str, Any]], t: int, batch: RoundData,
+    observed: Mapping[str, Any],
+) -> dict[str, Any]:
+    """``observed`` plus the ``pooled`` estimate of round t from ``POOLED_BASE``'s estimates of rounds 0..t.
+
+    A client is the pair (the round's partition, its id), so a switch of partition (``switch_round``)
+    starts new clients rather than mixing two compositions.
+    """
+    batches = [step.round_data(tau) for tau in range(t)] + [batch]
+    keys: dict[tuple[str, int], int] = {}
+    selected = []
+    for tau, b in enumerate(batches):
+        part = partition_of_round(spec, tau)
+        selected.append([keys.setdefault((part, int(c)), len(keys)) for c in b.clients])
+    totals = np.zeros(len(keys))
+    for ids, b in zip(selected, batches):
+        totals[ids] = b.totals
+    raw = [r[f"est_{POOLED_BASE}"] for r in rows[:t]] + [observed["estimates"][POOLED_BASE].counts.tolist()]
+    return {**observed, "estimates": {**observed["estimates"], POOLED: pooled_estimate(raw, selected, totals)}}
+
+
 def run_rounds(
     spec: Mapping[str, Any],
     model: nn.Module,
@@ -385,6 +407,8 @@ def run_rounds(
         if monitor is not None:
             after = model.state_dict() if trained.after is None else trained.after
             observed = monitor.observe(trained.start, after, batch.totals, torch_generator(seed, TAG_MONITOR, t))
+            if POOLED in spec["monitor"]["estimators"]:
+                observed = with_pooled(spec, step, state.rows, t, batch, observed)
             monitor_round(state, row, observed, ack, lead, batch.true_counts, batch.totals)
         if trained.after is not None:
             model.load_state_dict(trained.after)

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from fedbalance.models import LAST_LAYER
+from fedbalance.records import POOLED
 from fedbalance.sgd import SGDConfig, make_optimizer, to_float
 from fedbalance.train import train_copies
 
@@ -189,6 +190,21 @@ def pooled_counts(
     counts = (a[-1] @ c).clamp_min(0.0)
     total = float(n[a[-1].bool()].sum())
     return counts * (total / float(counts.sum())) if float(counts.sum()) > 0 else prior[a[-1].bool()].sum(0)
+
+
+def per_round_methods(estimators: Sequence[str]) -> tuple[str, ...]:
+    """The estimators a ``Monitor`` runs each round for ``estimators``: ``pooled`` is computed afterwards
+    from ``POOLED_BASE``'s estimates, which therefore run too."""
+    out = [m for m in estimators if m != POOLED]
+    if POOLED in estimators and POOLED_BASE not in out:
+        out.append(POOLED_BASE)
+    return tuple(out)
+
+
+def pooled_estimate(raw: Sequence[Sequence[float]], selected: Sequence[Sequence[int]], client_totals: Sequence[float]) -> Estimate:
+    """``pooled_counts`` as an ``Estimate`` (every class kept)."""
+    counts = pooled_counts(raw, selected, client_totals)
+    return Estimate(counts=counts, kept=torch.ones(counts.numel(), dtype=torch.long), method=POOLED, dropped=0)
 
 
 def _masked_mean(values: Tensor, mask: Tensor, total: float) -> tuple[Tensor, Tensor, int]:

@@ -21,7 +21,7 @@ from fedbalance.data import Dataset, load_dataset
 from fedbalance.fl import TAG_MONITOR, build_monitor, select_clients, sgd_config, torch_generator
 from fedbalance.jobs import auxiliary_data, build_partitions
 from fedbalance.models import build_model, device_layout
-from fedbalance.monitor import POOLED_BASE, cosine_similarity, pooled_counts, uniform_guess
+from fedbalance.monitor import POOLED_BASE, cosine_similarity, per_round_methods, pooled_counts, uniform_guess
 from fedbalance.records import ESTIMATORS, POOLED, UNIFORM
 
 
@@ -42,9 +42,7 @@ def replay(
     The monitor runs with the job's own settings (optimiser, aux data, seeds) and ``estimators``.
     """
     spec = dict(trajectory["spec"])
-    per_round = [m for m in estimators if m != POOLED]
-    if POOLED in estimators and POOLED_BASE not in per_round:
-        per_round.append(POOLED_BASE)
+    per_round = list(per_round_methods(estimators))
     spec["monitor"] = {**spec["monitor"], "estimators": per_round}
     ds = dataset if dataset is not None else load_dataset(spec["source"], data_dir, **dict(spec.get("options") or {}))
     parts = build_partitions(spec, ds)

@@ -107,7 +107,7 @@ def test_run_job_outputs_determinism_and_resume(quick, tmp_path):
     assert on_disk["threads"] == torch.get_num_threads() == 1 and on_disk["deterministic"] is False
     assert set(on_disk["final"]) >= {"per_class_acc", "acc", "acc_minority", "acc_majority", "auc_micro", "auc_macro", "train_loss"}
     assert set(on_disk["partition"]) == {"class_counts", "global_counts", "gamma", "cs", "mean_cs", "num_samples"}
-    assert set(on_disk["monitor"]["mean_cs"]) == {"paper", "released", "nnls", "uniform"}
+    assert set(on_disk["monitor"]["mean_cs"]) == {*spec["monitor"]["estimators"], "released", "uniform"}  # pooled runs released
     assert set(on_disk["versions"]) == {"python", "torch", "fedbalance"}
     header = (tmp_path / "a" / "rounds.csv").read_text().splitlines()[0]
     assert header.split(",") == list(ROUND_COLUMNS)

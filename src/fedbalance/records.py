@@ -17,6 +17,9 @@ ESTIMATORS: tuple[str, ...] = ("paper", "released", "nnls", "simulated", "pooled
 POOLED = "pooled"
 """The estimator that pools ``released``'s per-round estimates through the clients (``monitor.pooled_counts``)."""
 
+DEFAULT_ESTIMATOR = POOLED
+"""The estimator the report reads when none is named (the shipped configs list it first, docs/monitor.md)."""
+
 UNIFORM = "uniform"
 """The no-information baseline N/Q reported beside every estimator."""
 

@@ -10,6 +10,7 @@ from fedbalance.presentation import figures as presentation_figures
 from fedbalance.presentation import tables as presentation_tables
 from fedbalance.presentation.figures import FIGURES
 from fedbalance.presentation.tables import TABLES
+from fedbalance.records import DEFAULT_ESTIMATOR as RECORDS_DEFAULT_ESTIMATOR
 
 JOBS = jobs(config)
 # Jobs equal to an earlier one but for their experiment's and setting's names: written from it by
@@ -18,7 +19,7 @@ TWINS = {job.path: source.path for job, source in twins(config).items()}
 EXPERIMENTS = list(config["experiments"])
 DATASETS = list(config["datasets"])
 # The default composition estimator: the first of monitor.estimators (docs/design.md §2; docs/deviations.md).
-DEFAULT_ESTIMATOR = config.get("defaults", {}).get("monitor", {}).get("estimators", ["nnls"])[0]
+DEFAULT_ESTIMATOR = config.get("defaults", {}).get("monitor", {}).get("estimators", [RECORDS_DEFAULT_ESTIMATOR])[0]
 LOSSES = sorted({loss for e in config["experiments"].values() for loss in e["losses"]})
 
 

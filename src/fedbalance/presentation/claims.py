@@ -10,7 +10,7 @@ import pandas as pd
 
 from fedbalance.presentation.names import gamma_setting
 from fedbalance.presentation.tables import TABLES, bold_mask, cell_values, environment, fmt
-from fedbalance.records import setting_value
+from fedbalance.records import DEFAULT_ESTIMATOR, setting_value
 
 PLAIN_METRIC = {"acm": "Ac.M", "auc": "AUC", "acc_majority": "Ac.", "cs_mean": "mean CS", "cs_var": "CS variance"}
 
@@ -132,7 +132,7 @@ def _mean_cs(rounds: pd.DataFrame, experiment: str, est: str) -> pd.DataFrame:
     return _seed_stats(sel, ["dataset", "setting"], col)
 
 
-def claims(final: pd.DataFrame, rounds: pd.DataFrame, estimator: str = "released",
+def claims(final: pd.DataFrame, rounds: pd.DataFrame, estimator: str = DEFAULT_ESTIMATOR,
            values: dict[str, pd.DataFrame] | None = None) -> list[Claim]:
     """Each headline claim of the paper with a verdict from the regenerated numbers.
 
@@ -294,7 +294,7 @@ def _sweep_claims(values: dict[str, pd.DataFrame]) -> list[Claim]:
     return out
 
 
-def write_claims(final: pd.DataFrame, rounds: pd.DataFrame, path: str | Path, *, estimator: str = "released",
+def write_claims(final: pd.DataFrame, rounds: pd.DataFrame, path: str | Path, *, estimator: str = DEFAULT_ESTIMATOR,
                  values: dict[str, pd.DataFrame] | None = None, templates: str | Path | None = None) -> Path:
     """Write ``claims.md`` (every claim, its verdict and evidence) at ``path``."""
     p = Path(path)

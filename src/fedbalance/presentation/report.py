@@ -8,9 +8,10 @@ import pandas as pd
 
 from fedbalance.presentation.claims import write_claims
 from fedbalance.presentation.tables import TABLES, cell_values, write_paper_tables, write_table
+from fedbalance.records import DEFAULT_ESTIMATOR
 
 
-def write_report(final: pd.DataFrame, rounds: pd.DataFrame, out_dir: str | Path, *, estimator: str = "released",
+def write_report(final: pd.DataFrame, rounds: pd.DataFrame, out_dir: str | Path, *, estimator: str = DEFAULT_ESTIMATOR,
                  summary_dir: str | Path | None = None, templates: str | Path | None = None,
                  clients: pd.DataFrame | None = None, figures_dir: str | Path | None = None,
                  dataset_map: dict[str, str] | None = None) -> list[Path]:

@@ -26,7 +26,7 @@ import pandas as pd
 from fedbalance.presentation.names import (
     BEYOND_LOSSES, DATASET_NAME, ESTIMATORS, FOUR_LOSSES, GAMMAS, LOSS_LABEL, gamma_setting,
 )
-from fedbalance.records import setting_name
+from fedbalance.records import DEFAULT_ESTIMATOR, setting_name
 
 PUBLISHED = Path(__file__).parent.parent / "published" / "paper_numbers.csv"
 TEMPLATES = Path(__file__).with_name("templates")  # package data: also found after a non-editable install
@@ -317,7 +317,7 @@ def _round_stats(rounds: pd.DataFrame, column: str, metric: str) -> pd.DataFrame
     return pd.DataFrame({"mean": mean, "std": std, "n": n}).reset_index()
 
 
-def cell_values(spec: TableSpec, final: pd.DataFrame, rounds: pd.DataFrame, estimator: str = "released") -> pd.DataFrame:
+def cell_values(spec: TableSpec, final: pd.DataFrame, rounds: pd.DataFrame, estimator: str = DEFAULT_ESTIMATOR) -> pd.DataFrame:
     """One row per cell of ``spec``: the cell's keys and jobs, ``mean``, ``std`` and ``n`` (seeds)."""
     cells = spec.cell_frame()
     parts, cache = [], {}
@@ -490,7 +490,7 @@ def environment(templates: str | Path | None = None) -> jinja2.Environment:
 
 
 def write_table(label: str, final: pd.DataFrame, rounds: pd.DataFrame, out_dir: str | Path, *,
-                estimator: str = "released", templates: str | Path | None = None,
+                estimator: str = DEFAULT_ESTIMATOR, templates: str | Path | None = None,
                 values: pd.DataFrame | None = None) -> list[Path]:
     """Write one table into ``out_dir``: mean, std and the comparison with the paper (CSV and LaTeX)."""
     spec = TABLES[label]
@@ -518,7 +518,7 @@ def write_table(label: str, final: pd.DataFrame, rounds: pd.DataFrame, out_dir: 
     return paths
 
 
-def write_paper_tables(path: str | Path, tables_dir: str | Path, *, estimator: str = "released",
+def write_paper_tables(path: str | Path, tables_dir: str | Path, *, estimator: str = DEFAULT_ESTIMATOR,
                        labels: Iterable[str] | None = None, templates: str | Path | None = None) -> Path:
     """Write the standalone ``paper_tables.tex`` at ``path``; it \\input's each table of ``tables_dir`` by
     relative path."""

@@ -8,6 +8,7 @@ matplotlib) until a figure is drawn, so the workflow can plan from it cheaply.
 """
 
 from __future__ import annotations
+from fedbalance.records import DEFAULT_ESTIMATOR
 
 import importlib
 from dataclasses import dataclass
@@ -69,7 +70,7 @@ def maker(name: str) -> Callable[..., Any]:
 
 def write_figure(name: str, out_dir: str | Path, *, final: pd.DataFrame | None = None,
                  rounds: pd.DataFrame | None = None, clients: pd.DataFrame | None = None,
-                 dataset: str | None = None, estimator: str = "released") -> list[Path]:
+                 dataset: str | None = None, estimator: str = DEFAULT_ESTIMATOR) -> list[Path]:
     """Draw figure ``name`` and write it as ``<name>.pdf`` and ``<name>.png`` into ``out_dir``."""
     from fedbalance.presentation.figures.common import plt
 
@@ -87,7 +88,7 @@ def write_figure(name: str, out_dir: str | Path, *, final: pd.DataFrame | None =
 
 def write_figures(out_dir: str | Path, *, final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,
                   clients: pd.DataFrame | None = None, dataset_map: dict[str, str] | None = None,
-                  estimator: str = "released") -> list[Path]:
+                  estimator: str = DEFAULT_ESTIMATOR) -> list[Path]:
     """Write every figure; ``dataset_map`` overrides a figure's dataset."""
     dataset_map = {**DEFAULT_DATASET, **(dataset_map or {})}
     return [p for name in FIGURES for p in write_figure(name, out_dir, final=final, rounds=rounds, clients=clients,

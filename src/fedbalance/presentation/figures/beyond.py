@@ -7,11 +7,12 @@ import pandas as pd
 from fedbalance.presentation.figures.common import Figure, datasets, errorbar_over_gammas, gamma_ticks, grid, no_data
 from fedbalance.presentation.figures.common import select
 from fedbalance.presentation.names import BEYOND_LOSSES, BEYOND_NAME
+from fedbalance.records import DEFAULT_ESTIMATOR
 
 
 def make_Beyond_paper(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,
                       clients: pd.DataFrame | None = None, *, dataset: str | None = None,
-                      estimator: str = "released") -> Figure:
+                      estimator: str = DEFAULT_ESTIMATOR) -> Figure:
     """Ac.M (%) against Γ per loss, mean ± std over seeds, one panel per dataset (``beyond``)."""
     sel = select(final, experiment="beyond")
     ds = datasets(sel, "beyond")

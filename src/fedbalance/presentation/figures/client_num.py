@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from fedbalance.presentation.figures.common import Figure, no_data, per_round_mean, plt, select
-from fedbalance.records import setting_value
+from fedbalance.records import DEFAULT_ESTIMATOR, setting_value
 
 
 def _clients(setting: str) -> int | float | None:
@@ -32,13 +32,13 @@ def _client_num(rounds: pd.DataFrame, experiment: str, dataset: str, estimator: 
 
 def make_Sup_client_num_CIFAR10(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,
                                 clients: pd.DataFrame | None = None, *, dataset: str | None = None,
-                                estimator: str = "released") -> Figure:
+                                estimator: str = DEFAULT_ESTIMATOR) -> Figure:
     """CS per round for each number of selected clients (``clients_cifar10``)."""
     return _client_num(rounds, "clients_cifar10", dataset or "cifar10", estimator)
 
 
 def make_Sup_client_num_FEMNIST(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,
                                 clients: pd.DataFrame | None = None, *, dataset: str | None = None,
-                                estimator: str = "released") -> Figure:
+                                estimator: str = DEFAULT_ESTIMATOR) -> Figure:
     """CS per round for each number of selected clients (``clients_femnist``)."""
     return _client_num(rounds, "clients_femnist", dataset or "femnist", estimator)

@@ -6,6 +6,7 @@ import pandas as pd
 
 from fedbalance.presentation.figures.common import Figure, no_data, per_round_mean, plt
 from fedbalance.presentation.names import FOUR_LOSSES, GAMMAS, LOSS_NAME, gamma_setting
+from fedbalance.records import DEFAULT_ESTIMATOR
 
 
 def _curves(rounds: pd.DataFrame, dataset: str, lines: list[tuple[str, str, str]], title: str) -> Figure:
@@ -37,27 +38,27 @@ def _four_curves(rounds: pd.DataFrame, dataset: str) -> Figure:
 
 def make_Sup_curve_cifar_ratio(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,
                                clients: pd.DataFrame | None = None, *, dataset: str | None = None,
-                               estimator: str = "released") -> Figure:
+                               estimator: str = DEFAULT_ESTIMATOR) -> Figure:
     """Ratio Loss training loss per round for Γ = 10, 20, 50, 100 (``losses``, CIFAR10)."""
     return _ratio_curves(rounds, dataset or "cifar10")
 
 
 def make_Sup_curve_femnist_ratio(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,
                                  clients: pd.DataFrame | None = None, *, dataset: str | None = None,
-                                 estimator: str = "released") -> Figure:
+                                 estimator: str = DEFAULT_ESTIMATOR) -> Figure:
     """Ratio Loss training loss per round for Γ = 10, 20, 50, 100 (``losses``, FEMNIST)."""
     return _ratio_curves(rounds, dataset or "femnist")
 
 
 def make_Sup_curve_cifar_four_losses(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,
                                      clients: pd.DataFrame | None = None, *, dataset: str | None = None,
-                                     estimator: str = "released") -> Figure:
+                                     estimator: str = DEFAULT_ESTIMATOR) -> Figure:
     """Training loss per round of the four losses at Γ = 100 (``losses``, CIFAR10)."""
     return _four_curves(rounds, dataset or "cifar10")
 
 
 def make_Sup_curve_femnist_four_losses(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,
                                        clients: pd.DataFrame | None = None, *, dataset: str | None = None,
-                                       estimator: str = "released") -> Figure:
+                                       estimator: str = DEFAULT_ESTIMATOR) -> Figure:
     """Training loss per round of the four losses at Γ = 100 (``losses``, FEMNIST)."""
     return _four_curves(rounds, dataset or "femnist")

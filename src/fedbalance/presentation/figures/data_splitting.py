@@ -8,11 +8,12 @@ import pandas as pd
 from fedbalance.aggregate import class_counts
 from fedbalance.presentation.figures.common import Figure, no_data, plt
 from fedbalance.presentation.names import gamma_setting
+from fedbalance.records import DEFAULT_ESTIMATOR
 
 
 def make_Sup_data_splitting(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,
                             clients: pd.DataFrame | None = None, *, dataset: str | None = None,
-                            estimator: str = "released", gamma: int = 10) -> Figure:
+                            estimator: str = DEFAULT_ESTIMATOR, gamma: int = 10) -> Figure:
     """Stacked bars: class composition of each client (``losses``, Γ = ``gamma``, lowest seed)."""
     dataset = dataset or "mnist"
     setting = gamma_setting(gamma)

@@ -6,12 +6,12 @@ import pandas as pd
 
 from fedbalance.presentation.figures.common import Figure, no_data, plt, select
 from fedbalance.presentation.names import FOUR_LOSSES, LOSS_NAME
-from fedbalance.records import setting_value
+from fedbalance.records import DEFAULT_ESTIMATOR, setting_value
 
 
 def make_Res_mismatch(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,
                       clients: pd.DataFrame | None = None, *, dataset: str | None = None,
-                      estimator: str = "released", gamma: int = 10) -> Figure:
+                      estimator: str = DEFAULT_ESTIMATOR, gamma: int = 10) -> Figure:
     """Ac.M against the realised mean CS of the clients for the four losses (``mismatch``, Γ = ``gamma``)."""
     dataset = dataset or "cifar10"
     exp = "mismatch_fer2013" if dataset == "fer2013" else "mismatch"

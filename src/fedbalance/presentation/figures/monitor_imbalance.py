@@ -7,11 +7,12 @@ import pandas as pd
 from fedbalance.presentation.figures.common import Figure, datasets, errorbar_over_gammas, gamma_ticks, grid, no_data
 from fedbalance.presentation.figures.common import select
 from fedbalance.presentation.names import ESTIMATORS, UNIFORM
+from fedbalance.records import DEFAULT_ESTIMATOR
 
 
 def make_Monitor_under_imbalance(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,
                                  clients: pd.DataFrame | None = None, *, dataset: str | None = None,
-                                 estimator: str = "released") -> Figure:
+                                 estimator: str = DEFAULT_ESTIMATOR) -> Figure:
     """CS of each estimator and of the uniform guess against Γ (mean ± std over rounds and seeds), Ratio-Loss jobs."""
     sel = select(rounds, experiment="losses", loss="ratio")
     ds = datasets(sel, "losses")

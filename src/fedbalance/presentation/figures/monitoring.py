@@ -6,11 +6,12 @@ import pandas as pd
 
 from fedbalance.presentation.figures.common import Figure, datasets, grid, no_data, per_round_mean, plt
 from fedbalance.presentation.names import ESTIMATORS
+from fedbalance.records import DEFAULT_ESTIMATOR
 
 
 def make_fig_monitoring(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,
                         clients: pd.DataFrame | None = None, *, dataset: str | None = None,
-                        estimator: str = "released") -> Figure:
+                        estimator: str = DEFAULT_ESTIMATOR) -> Figure:
     """CS of every estimator and of the uniform guess per round, one panel per dataset (``monitor``)."""
     ds = datasets(rounds, "monitor")
     fig, axes = grid(max(len(ds), 1), "Composition estimate vs ground truth (monitor)")
@@ -45,14 +46,14 @@ def _empirical(rounds: pd.DataFrame, column: str, title: str, ylabel: str) -> Fi
 
 def make_Sup_empirical_sim(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,
                            clients: pd.DataFrame | None = None, *, dataset: str | None = None,
-                           estimator: str = "released") -> Figure:
+                           estimator: str = DEFAULT_ESTIMATOR) -> Figure:
     """Mean cosine similarity of same-class last-layer inputs Y per round (``monitor``)."""
     return _empirical(rounds, "emp_cos", "Cosine similarity of Y within a class", "cosine similarity")
 
 
 def make_Sup_empirical_mul(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,
                            clients: pd.DataFrame | None = None, *, dataset: str | None = None,
-                           estimator: str = "released") -> Figure:
+                           estimator: str = DEFAULT_ESTIMATOR) -> Figure:
     """Coefficient of variation of the products of same-class Y per round (``monitor``)."""
     return _empirical(rounds, "emp_cv", "Coefficient of variation of Y products within a class",
                       "coefficient of variation")

@@ -159,3 +159,24 @@ def test_beyond_family(full: dict, quick: dict) -> None:
     assert spec["loss_params"]["fedrs"] == {"alpha": 0.5, "scaling": "hard"}
     q = load_config(quick)
     assert {j.loss for j in jobs(q, ["beyond"])} == {"ce", "ratio", "la", "fedlc"}
+
+
+def test_schema_lists_exactly_the_recorded_estimators() -> None:
+    from fedbalance.config import schema
+    from fedbalance.monitor import METHODS
+    from fedbalance.records import ESTIMATORS, POOLED
+
+    def enums(node):
+        """Every enum of a property named ``estimators`` anywhere in the schema."""
+        if isinstance(node, dict):
+            if isinstance(node.get("estimators"), dict):
+                yield node["estimators"]["items"]["enum"]
+            for v in node.values():
+                yield from enums(v)
+        elif isinstance(node, list):
+            for v in node:
+                yield from enums(v)
+
+    found = list(enums(schema()))
+    assert found and all(e == list(ESTIMATORS) for e in found)
+    assert set(METHODS) == (set(ESTIMATORS) - {POOLED}) | {"paper_signed"}

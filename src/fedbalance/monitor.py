@@ -29,12 +29,14 @@ import torch
 from torch import Tensor, nn
 
 from fedbalance.models import LAST_LAYER
-from fedbalance.records import POOLED
+from fedbalance.records import ESTIMATORS, POOLED
 from fedbalance.sgd import SGDConfig, make_optimizer, to_float
 from fedbalance.train import train_copies
 
-METHODS = ("paper", "paper_signed", "released", "nnls", "simulated")
-UPDATE_METHODS = ("paper", "paper_signed", "released", "nnls")
+PAPER_SIGNED = "paper_signed"  # the paper's Eq. ratio taken literally (signed); a diagnostic, not recorded
+METHODS = (*(m for m in ESTIMATORS if m != POOLED), PAPER_SIGNED)
+"""What a ``Monitor`` computes per round: the recorded estimators but ``pooled`` (built on them), and ``paper_signed``."""
+UPDATE_METHODS = tuple(m for m in METHODS if m != "simulated")
 RELEASED_NEIGHBOUR = 0.8
 RELEASED_UPPER = 1.5
 RELEASED_NAN_RATIO = 10.0

@@ -53,7 +53,7 @@ from torch import Tensor, nn
 from fedbalance.config import base_loss, job_value
 from fedbalance.losses import uses_monitor_prior
 from fedbalance.metrics import empirical_y_stats, evaluate
-from fedbalance.monitor import POOLED_BASE, Acknowledger, Monitor, cosine_similarity, per_round_methods, pooled_estimate, uniform_guess
+from fedbalance.monitor import POOLED_BASE, Acknowledger, Estimate, Monitor, cosine_similarity, per_round_methods, pooled_estimate, uniform_guess
 from fedbalance.partition import Partition
 from fedbalance.records import ESTIMATORS, POOLED, ROUND_COLUMNS, UNIFORM
 from fedbalance.train import SGDConfig, average_stacked, train_copies
@@ -346,26 +346,34 @@ def partition_of_round(spec: Mapping[str, Any], t: int) -> str:
     return "balanced" if switch is not None and t >= switch else "main"
 
 
-def with_pooled(
-    spec: Mapping[str, Any], step: RoundStep, rows: Sequence[Mapping[str, Any]], t: int, batch: RoundData,
-    observed: Mapping[str, Any],
-) -> dict[str, Any]:
-    """``observed`` plus the ``pooled`` estimate of round t from ``POOLED_BASE``'s estimates of rounds 0..t.
+def pooled_over_rounds(
+    spec: Mapping[str, Any], raw: Sequence[Sequence[float]], clients: Sequence[Sequence[int]],
+    totals: Sequence[Sequence[int]],
+) -> Estimate:
+    """``pooled`` for the last of rounds 0..t from ``POOLED_BASE``'s estimates ``raw``, the rounds' client ids
+    and those clients' totals.
 
     A client is the pair (the round's partition, its id), so a switch of partition (``switch_round``)
     starts new clients rather than mixing two compositions.
     """
-    batches = [step.round_data(tau) for tau in range(t)] + [batch]
     keys: dict[tuple[str, int], int] = {}
-    selected = []
-    for tau, b in enumerate(batches):
-        part = partition_of_round(spec, tau)
-        selected.append([keys.setdefault((part, int(c)), len(keys)) for c in b.clients])
-    totals = np.zeros(len(keys))
-    for ids, b in zip(selected, batches):
-        totals[ids] = b.totals
+    selected = [[keys.setdefault((partition_of_round(spec, tau), int(c)), len(keys)) for c in ids]
+                for tau, ids in enumerate(clients)]
+    n = np.zeros(len(keys))
+    for ids, tot in zip(selected, totals, strict=True):
+        n[ids] = tot
+    return pooled_estimate(raw, selected, n)
+
+
+def with_pooled(
+    spec: Mapping[str, Any], step: RoundStep, rows: Sequence[Mapping[str, Any]], t: int, batch: RoundData,
+    observed: Mapping[str, Any],
+) -> dict[str, Any]:
+    """``observed`` plus the ``pooled`` estimate of round t (``pooled_over_rounds`` over rounds 0..t)."""
+    batches = [step.round_data(tau) for tau in range(t)] + [batch]
     raw = [r[f"est_{POOLED_BASE}"] for r in rows[:t]] + [observed["estimates"][POOLED_BASE].counts.tolist()]
-    return {**observed, "estimates": {**observed["estimates"], POOLED: pooled_estimate(raw, selected, totals)}}
+    est = pooled_over_rounds(spec, raw, [b.clients for b in batches], [b.totals for b in batches])
+    return {**observed, "estimates": {**observed["estimates"], POOLED: est}}
 
 
 def run_rounds(

@@ -18,10 +18,10 @@ from typing import Any
 import torch
 
 from fedbalance.data import Dataset, load_dataset
-from fedbalance.fl import TAG_MONITOR, build_monitor, select_clients, sgd_config, torch_generator
+from fedbalance.fl import TAG_MONITOR, build_monitor, pooled_over_rounds, select_clients, sgd_config, torch_generator
 from fedbalance.jobs import auxiliary_data, build_partitions
 from fedbalance.models import build_model, device_layout
-from fedbalance.monitor import POOLED_BASE, cosine_similarity, per_round_methods, pooled_counts, uniform_guess
+from fedbalance.monitor import POOLED_BASE, cosine_similarity, per_round_methods, uniform_guess
 from fedbalance.records import ESTIMATORS, POOLED, UNIFORM
 
 
@@ -52,9 +52,10 @@ def replay(
     monitor = build_monitor(spec, aux_x, aux_y, q, sgd_config(spec))
     rounds = trajectory["rounds"]
     nxt = [r["model"] for r in rounds[1:]] + [trajectory["final"]]
-    sizes = [len(c) for c in parts["main"].clients]
+    num_clients, k, seed = parts["main"].num_clients, int(spec["clients_per_round"]), int(spec["seed"])
     base: list[list[float]] = []
     chosen: list[list[int]] = []
+    totals: list[list[int]] = []
     rows = []
     for r, state_t1, true in zip(rounds, nxt, trajectory["true_composition"], strict=True):
         t = int(r["round"])
@@ -72,8 +73,9 @@ def replay(
         if POOLED in estimators:
             start = time.perf_counter()
             base.append(row[f"est_{POOLED_BASE}"])
-            chosen.append(select_clients(spec["selection"], len(sizes), int(spec["clients_per_round"]), int(spec["seed"]), t).tolist())
-            counts = pooled_counts(base, chosen, sizes)
+            chosen.append(select_clients(spec["selection"], num_clients, k, seed, t).tolist())
+            totals.append(r["totals"])
+            counts = pooled_over_rounds(spec, base, chosen, totals).counts
             row[f"seconds_{POOLED}"] = row[f"seconds_{POOLED_BASE}"] + time.perf_counter() - start
             row[f"est_{POOLED}"] = [float(v) for v in counts]
             row[f"cs_{POOLED}"] = cosine_similarity(counts, truth)
@@ -93,6 +95,8 @@ def recorded(folder: str | Path) -> list[dict[str, Any]]:
     spec = metrics["config"]
     sizes = [sum(c) for c in metrics["partition"]["class_counts"]]
     rows: list[dict[str, Any]] = []
+    k, seed = int(spec["clients_per_round"]), int(spec["seed"])
+    pool = spec.get("switch_round") is None
     base: list[list[float]] = []
     chosen: list[list[int]] = []
     with open(folder / "rounds.csv", newline="") as fh:
@@ -104,10 +108,10 @@ def recorded(folder: str | Path) -> list[dict[str, Any]]:
                 if rec.get(f"est_{m}"):
                     row[f"est_{m}"] = json.loads(rec[f"est_{m}"])
                     row[f"cs_{m}"] = float(rec[f"cs_{m}"])
-            if f"est_{POOLED_BASE}" in row:
+            if pool and f"est_{POOLED_BASE}" in row:
                 base.append(row[f"est_{POOLED_BASE}"])
-                chosen.append(select_clients(spec["selection"], len(sizes), int(spec["clients_per_round"]), int(spec["seed"]), t).tolist())
-                counts = pooled_counts(base, chosen, sizes)
+                chosen.append(select_clients(spec["selection"], len(sizes), k, seed, t).tolist())
+                counts = pooled_over_rounds(spec, base, chosen, [[sizes[c] for c in ids] for ids in chosen]).counts
                 row[f"est_{POOLED}"] = [float(v) for v in counts]
                 row[f"cs_{POOLED}"] = cosine_similarity(counts, truth)
             rows.append(row)

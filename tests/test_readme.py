@@ -33,6 +33,9 @@ COVERED = {
     "python -m fedbalance cost --config config/config.yaml": "test_cost_command_prints_a_table",
     "snakemake --report results/report.html": "test_report_dependency + test_workflow::test_quick_dag_end_to_end",
     "python -m fedbalance train --config config/quick.yaml": "test_train_command",
+    "snakemake --cores all --configfile config/mnist.yaml --config reference_dir=reference/mnist":
+        "test_reference::test_render_from_the_reference_set",
+    "python -m fedbalance compare --ours results --reference reference/mnist": "test_reference::test_compare_cli",
 }
 
 

@@ -6,8 +6,10 @@ The file gets the permissions a plain ``open`` would give it (0666 minus the uma
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
@@ -20,8 +22,19 @@ def _umask() -> int:
     return mask
 
 
+def _out_of_space(exc: BaseException) -> bool:
+    """ENOSPC/EDQUOT, or torch.save's report of a short write (``unexpected pos``) on a full disk."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return isinstance(exc, RuntimeError) and "unexpected pos" in str(exc)
+
+
 def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str = "w") -> None:
-    """Call ``write(fh)`` on a temporary file beside ``path`` and move it into place; nothing half-written remains."""
+    """Call ``write(fh)`` on a temporary file beside ``path`` and move it into place; nothing half-written remains.
+
+    A full disk (or quota) raises ``OSError(ENOSPC)`` naming ``path`` and the free space left, whatever
+    the writer reported (torch.save says ``unexpected pos``).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -30,8 +43,15 @@ def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str = "w"
             os.chmod(fh.fileno(), 0o666 & ~_umask())
             write(fh)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if _out_of_space(exc):
+            free = shutil.disk_usage(path.parent).free
+            raise OSError(
+                errno.ENOSPC,
+                f"no space left on the device while writing {path} ({free / 2**20:.1f} MiB free there); "
+                "free some space and rerun: the job resumes from its last checkpoint",
+            ) from exc
         raise
 
 

@@ -9,13 +9,14 @@ naming the problem, before any training starts.
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fedbalance.config import ConfigError, Job, jobs, load_config, resolve_job, settings
+from fedbalance.config import ConfigError, Job, base_losses, data_args, dataset_spec, jobs, load_config, resolve_job, settings
 from fedbalance.partition import PartitionError
 
 
@@ -35,7 +36,8 @@ def _job_args(p: argparse.ArgumentParser, *, loss: bool) -> None:
     p.add_argument("--dataset", required=True, help="dataset name listed by that experiment (e.g. mnist)")
     p.add_argument("--setting", required=True, help="setting name of that experiment (e.g. g10, c5_g10, default)")
     if loss:
-        p.add_argument("--loss", required=True, help="loss listed by that experiment: ce, focal, ghmc, ratio, mse or mfe")
+        p.add_argument("--loss", required=True, help="loss listed by that experiment: a registered loss "
+                       f"({', '.join(base_losses())}) or a name under the config's loss_variants (e.g. ratio_rel)")
     p.add_argument("--seed", required=True, type=int, help="job seed (fixes partition, init, selection, batches)")
 
 
@@ -115,7 +117,28 @@ def build_parser() -> argparse.ArgumentParser:
     cost.add_argument("--samples-per-writer", type=int, default=None, help="FEMNIST samples per writer (default: fedbalance.cost.SAMPLES_PER_WRITER)")
     cost.add_argument("--json", action="store_true", help="print the rows, total and calibration as JSON instead of the table")
     cost.set_defaults(func=cmd_cost)
+
+    cmp = sub.add_parser(
+        "compare",
+        help="set your results beside a reference result set, cell by cell",
+        description="For every (experiment, dataset, setting, loss) found in either folder: mean ± std over seeds "
+        "of each metric on both sides, the difference, and whether it lies inside the seeds' spread (within the "
+        "larger of the two standard deviations). Prints Markdown; --csv also writes the table.",
+    )
+    cmp.add_argument("--ours", required=True, type=Path, help="your results folder (e.g. results)")
+    cmp.add_argument("--reference", required=True, type=Path, help="the reference set (e.g. reference/mnist)")
+    cmp.add_argument("--metric", action="append", default=None, choices=sorted(_compare_metrics()),
+                     help="metric (repeatable; default: acc_minority, acc_majority, auc_hard)")
+    cmp.add_argument("--experiment", action="append", default=None, help="only this experiment (repeatable)")
+    cmp.add_argument("--csv", type=Path, default=None, help="also write the table as CSV here")
+    cmp.set_defaults(func=cmd_compare)
     return parser
+
+
+def _compare_metrics() -> tuple[str, ...]:
+    from fedbalance.reference import METRICS
+
+    return tuple(METRICS)
 
 
 def _choose(what: str, value: str, options: Sequence[str], where: str) -> None:
@@ -192,9 +215,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)
     _choose("dataset", args.dataset, list(cfg["datasets"]), "datasets")
-    ds = cfg["datasets"][args.dataset]
-    source = ds.get("source", cfg.get("defaults", {}).get("source"))
-    options = dict(ds.get("options") or {})
+    source, options = data_args(dataset_spec(cfg, args.dataset))
     files = prepare_dataset(source, _data_dir(cfg, args), download=bool(cfg["download"]), **options)
     ds = load_dataset(source, _data_dir(cfg, args), **options)  # parses every file: malformed ones fail here
     print(f"{args.dataset} ({source}): {len(files)} file(s) ready, {len(ds.y_train)} training and "
@@ -228,6 +249,11 @@ def cmd_cost(args: argparse.Namespace) -> int:
         raise ConfigError(f"--samples-per-writer must be >= 1, got {spw}")
     if args.threads is not None and args.threads < 1:
         raise ConfigError(f"--threads must be >= 1, got {args.threads}")
+    if args.calibration is not None:
+        if args.calibration.is_dir():
+            raise ConfigError(f"--calibration {args.calibration} is a folder; name a JSON file (read if it exists, else written)")
+        if not args.calibration.parent.is_dir():
+            raise ConfigError(f"--calibration {args.calibration}: its folder {args.calibration.parent} does not exist")
     stored = args.calibration is not None and args.calibration.is_file() and not args.calibrate
     if stored:
         cal = cost.load_calibration(args.calibration)
@@ -252,6 +278,23 @@ def cmd_cost(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """``fedbalance compare``."""
+    from fedbalance.atomic import atomic_write
+    from fedbalance.reference import compare, compare_markdown
+
+    for name, d in (("--ours", args.ours), ("--reference", args.reference)):
+        if not d.is_dir() or not any(d.glob("**/metrics.json")):
+            raise ConfigError(f"{name} {d}: no finished job (metrics.json) below it")
+    frame = compare(args.ours, args.reference, args.metric)
+    if args.experiment:
+        frame = frame[frame.experiment.isin(args.experiment)]
+    if args.csv is not None:
+        atomic_write(args.csv, lambda fh: frame.to_csv(fh, index=False))
+    print(compare_markdown(frame), end="")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for bad arguments, configuration or data)."""
     args = build_parser().parse_args(argv)
@@ -260,3 +303,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except user_errors() as exc:
         print(f"fedbalance {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        print(f"fedbalance {args.command}: error: {exc.strerror}", file=sys.stderr)
+        return 1

@@ -14,6 +14,7 @@ import copy
 import itertools
 import json
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,9 @@ from fedbalance.records import setting_name
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 _SETTING_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+_NAME = re.compile(r"[A-Za-z0-9_-]+")
+# The job keys that fix a job's data: set for a dataset (datasets.<d> or defaults), never below it.
+DATA_KEYS = ("source", "options")
 PARTITION_KEYS = {
     "monitor": ("num_clients", "samples_per_class"),
     "imbalance": ("num_clients", "min_classes", "max_classes", "majority_samples", "gamma"),
@@ -369,12 +373,25 @@ def _non_finite(value: Any, path: tuple) -> tuple | None:
     return None
 
 
+def dataset_spec(cfg: Mapping[str, Any], dataset: str) -> dict[str, Any]:
+    """``defaults`` merged with ``datasets[dataset]``: the level that fixes a dataset's data (``DATA_KEYS``).
+
+    Data preparation reads ``source`` and ``options`` from here; ``validate`` refuses a job whose
+    own values of these keys differ (``_check_data_keys``), so every job trains on the data prepared.
+    """
+    return deep_merge(cfg.get("defaults", {}), cfg["datasets"][dataset])
+
+
+def data_args(spec: Mapping[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """(source, loader options) of a job or dataset spec."""
+    return spec.get("source"), dict(job_value(spec, "options"))
+
+
 def _check_dataset_options(cfg: Mapping[str, Any]) -> None:
     from fedbalance.data import DataError, dataset_info
 
-    for name, ds in cfg["datasets"].items():
-        source = ds.get("source", cfg.get("defaults", {}).get("source"))
-        options = {**cfg.get("defaults", {}).get("options", {}), **ds.get("options", {})}
+    for name in cfg["datasets"]:
+        source, options = data_args(dataset_spec(cfg, name))
         if source is None:
             continue
         try:
@@ -383,11 +400,81 @@ def _check_dataset_options(cfg: Mapping[str, Any]) -> None:
             raise ConfigError(f"datasets.{name}.options: {exc}") from None
 
 
+def partition_key(spec: Mapping[str, Any]) -> str:
+    """What a job's partition file depends on besides its seed: data, scheme and keys, the balanced switch."""
+    return json.dumps(
+        [data_args(spec), partition_args(spec), spec.get("switch_round") is not None], sort_keys=True, default=str
+    )
+
+
+def _where_set(cfg: Mapping[str, Any], job: Job, key: str) -> str:
+    """The config level (below ``datasets``) that sets the top-level job ``key`` of ``job`` last."""
+    exp = cfg["experiments"][job.experiment]
+    levels = [
+        (f"experiments.{job.experiment}.params", exp.get("params", {})),
+        (f"experiments.{job.experiment}.dataset_params.{job.dataset}", exp.get("dataset_params", {}).get(job.dataset, {})),
+        (f"experiments.{job.experiment}.settings.{job.setting}", settings(cfg, job.experiment)[job.setting]),
+        (f"loss_variants.{job.loss}.params", ((cfg.get("loss_variants") or {}).get(job.loss) or {}).get("params", {})),
+    ]
+    found = [name for name, level in levels if key in level]
+    return found[-1] if found else f"experiments.{job.experiment}"
+
+
+def _check_data_keys(cfg: Mapping[str, Any], job: Job, spec: Mapping[str, Any], where: str) -> None:
+    """A job's ``source`` and ``options`` are its dataset's: the workflow prepares one data set per dataset."""
+    have, want = data_args(spec), data_args(dataset_spec(cfg, job.dataset))
+    for i, key in enumerate(DATA_KEYS):
+        if have[i] != want[i]:
+            raise ConfigError(
+                f"{where}: {_where_set(cfg, job, key)} sets {key} = {have[i]!r}, but datasets.{job.dataset} has "
+                f"{want[i]!r}; a dataset's data is set under datasets.{job.dataset} only (the workflow prepares and "
+                f"partitions it once): declare another dataset under datasets for other data"
+            )
+
+
+def _check_one_partition(cfg: Mapping[str, Any], job: Job, spec: Mapping[str, Any], first: Mapping[str, Any]) -> None:
+    """Every loss of a setting trains on one partition file: a loss variant may not change what it depends on."""
+    if partition_key(spec) == partition_key(first):
+        return
+    keys = [f"partition.{k}" for k in sorted(set(spec["partition"]) | set(first["partition"]))]
+    keys += ["switch_round", "minority_classes"]
+    diff = [k for k in keys if _has(spec, k) != _has(first, k) or (_has(spec, k) and job_value(spec, k) != job_value(first, k))]
+    variant, other = (job.loss, first["loss"]) if job.loss in (cfg.get("loss_variants") or {}) else (first["loss"], job.loss)
+    raise ConfigError(
+        f"experiments.{job.experiment}[{job.dataset}, {job.setting}, {job.loss}]: loss_variants.{variant}.params "
+        f"changes {', '.join(diff) or 'the partition'} (against the loss {other} of the same setting), but "
+        f"every loss of a setting trains on the same partition file; set {diff[0] if diff else 'it'} in a setting of "
+        f"experiments.{job.experiment} instead"
+    )
+
+
+def _check_names_and_dirs(cfg: Mapping[str, Any]) -> None:
+    """Names that become path components, and the output folder (before the schema's terser messages)."""
+    for level in ("datasets", "experiments", "loss_variants"):
+        for name in cfg.get(level) or {}:
+            if not isinstance(name, str) or not _NAME.fullmatch(name):
+                raise ConfigError(
+                    f"{level}: name {name!r} is not allowed: a name is one folder of every result path and must "
+                    f"match {_NAME.pattern} (letters, digits, '_' and '-'; no '/' or '.')"
+                )
+    results, data = cfg.get("results_dir", "results"), cfg.get("data_dir", "data")
+    if isinstance(results, str):
+        if not results.strip():
+            raise ConfigError("results_dir: empty; name the folder every output goes below (default: results)")
+        if not results.strip("/"):
+            raise ConfigError(f"results_dir: {results!r} is the filesystem root; name a folder of its own")
+        if isinstance(data, str) and os.path.normpath(results) == os.path.normpath(data):
+            raise ConfigError(f"results_dir: {results!r} is data_dir too; outputs and data need folders of their own")
+    if isinstance(data, str) and not data.strip():
+        raise ConfigError("data_dir: empty; name the folder the datasets live in (default: data)")
+
+
 def validate(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """Check ``cfg`` against the schema and across keys; return it with top-level defaults filled.
 
     Raises ConfigError naming the offending key before any work starts.
     """
+    _check_names_and_dirs(cfg)
     bad = _non_finite(cfg, ())
     if bad is not None:
         value = _get_path(cfg, bad)
@@ -426,13 +513,18 @@ def validate(cfg: Mapping[str, Any]) -> dict[str, Any]:
             err = next(iter(jsonschema.Draft202012Validator(job_schema).iter_errors(over)), None)
             if err is not None:
                 raise ConfigError(f"experiments.{name}.{setting}.{_key(err.absolute_path)}: {err.message}")
-            for d, loss in itertools.product(exp["datasets"], exp["losses"]):
-                spec = resolve_job(out, Job(name, d, setting, loss, 0))
-                where = f"experiments.{name}[{d}, {setting}, {loss}]"
-                if loss != exp["losses"][0] and loss not in variants:
-                    _check_required(spec, where)
-                    continue
-                _check_job(spec, where)
+            for d in exp["datasets"]:
+                first = resolve_job(out, Job(name, d, setting, exp["losses"][0], 0))
+                for loss in exp["losses"]:
+                    job = Job(name, d, setting, loss, 0)
+                    spec = resolve_job(out, job)
+                    where = f"experiments.{name}[{d}, {setting}, {loss}]"
+                    _check_data_keys(out, job, spec, where)
+                    if loss != exp["losses"][0] and loss not in variants:
+                        _check_required(spec, where)
+                    else:
+                        _check_job(spec, where)
+                    _check_one_partition(out, job, spec, first)
     return out
 
 

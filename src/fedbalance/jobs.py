@@ -6,7 +6,7 @@
   "final": ``evaluate`` of the final model + {"train_loss"}, "partition": stats of the main
   partition (class_counts, global_counts, gamma, cs, mean_cs, num_samples), "monitor":
   {"mean_cs": {method: mean CS over rounds, ..., "uniform": ...}} or null, "acknowledged_round",
-  "device", "versions": {python, torch, fedbalance}, "threads", "deterministic", "wall_time_s", "rounds"}. Non-finite floats
+  "device", "path" (the training path ``auto`` resolved to; ``config.path`` keeps what was configured), "versions": {python, torch, fedbalance}, "threads", "deterministic", "wall_time_s", "rounds"}. Non-finite floats
   (e.g. Γ = inf) are written as null.
 * ``rounds.csv``: one row per round with the columns ``fedbalance.fl.ROUND_COLUMNS``; list-valued
   cells are JSON lists, cells not recorded that round are empty.
@@ -27,6 +27,7 @@
 from __future__ import annotations
 
 import csv
+import errno
 import fcntl
 import functools
 import hashlib
@@ -222,8 +223,15 @@ def job_lock(out: Path) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``out/.lock`` (creating ``out``); JobError naming the holder if taken."""
     if out.exists() and not out.is_dir():
         raise JobError(f"output folder {out} is a file, not a folder")
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / LOCK, "a+") as fh:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fh = open(out / LOCK, "a+")  # noqa: SIM115 - closed by the with below
+    except OSError as exc:
+        what = {errno.ENOTDIR: "a part of the path is a file", errno.EEXIST: "a part of the path is a file",
+                errno.EACCES: "no permission to write there", errno.EROFS: "a read-only file system",
+                errno.EISDIR: f"{out / LOCK} is a folder, not the job's lock file"}.get(exc.errno, exc.strerror)
+        raise JobError(f"cannot use {out} as the job's output folder: {what} ({exc.filename})") from None
+    with fh:
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -400,10 +408,11 @@ class _Checkpointer:
 
 
 def _job_metrics(
-    spec: Mapping[str, Any], state: RoundState, model: torch.nn.Module, data: JobData, dataset: Dataset,
+    spec: Mapping[str, Any], path: str, state: RoundState, model: torch.nn.Module, data: JobData, dataset: Dataset,
     parts: Mapping[str, Partition], dev: torch.device, rt: Mapping[str, Any], wall_time: Callable[[], float],
 ) -> dict[str, Any]:
-    """metrics.json's content (JSON-safe) for the finished run."""
+    """metrics.json's content (JSON-safe) for the finished run: ``config`` is the job spec as configured
+    (``path: auto`` stays ``auto``, so a twin's spec compares equal), ``path`` the training path it resolved to."""
     final = evaluate(model, data.x_test, data.y_test, data.num_classes, data.minority_classes)
     final["train_loss"] = state.rows[-1]["train_loss"] if state.rows else None
     metrics = {
@@ -414,6 +423,7 @@ def _job_metrics(
         "monitor": _monitor_summary(state.rows),
         "acknowledged_round": state.ack_round,
         "device": _describe(dev),
+        "path": path,
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "fedbalance": fedbalance.__version__},
         "threads": rt["threads"],
         "deterministic": rt["deterministic"],
@@ -460,6 +470,7 @@ def run_job(
     start = time.perf_counter()
     out = Path(out_dir)
     dev = resolve_device(device)
+    configured = spec
     spec = {**spec, "path": resolve_path(job_value(spec, "path"), dev)}
     if deterministic:
         set_deterministic(dev)
@@ -477,7 +488,7 @@ def run_job(
         state = runner(spec, model, loss_fn, data, parts, state=state, on_round=checkpoint)
     finally:
         checkpoint.bar.close()
-    metrics = _job_metrics(spec, state, model, data, dataset, parts, dev, rt, checkpoint.wall_time)
+    metrics = _job_metrics(configured, spec["path"], state, model, data, dataset, parts, dev, rt, checkpoint.wall_time)
     _write_outputs(out, spec, state, metrics)
     return metrics
 

@@ -18,6 +18,8 @@ from fedbalance.config import IDENTITY_KEYS, ConfigError, run_key
 from fedbalance.records import JOB_KEYS
 
 METRICS = "metrics.json"
+# What ``path: auto`` resolves to (fedbalance.jobs.resolve_path).
+RESOLVED_PATHS = ("sequential", "vectorised")
 ROUNDS = "rounds.csv"
 
 
@@ -25,6 +27,12 @@ def twin_metrics(source: Mapping[str, Any], spec: Mapping[str, Any], source_path
     """``source``'s metrics.json as the job of ``spec`` (its twin) would have written it."""
     config = dict(source["config"])
     config.update({k: spec[k] for k in IDENTITY_KEYS})
+    if spec.get("path", "auto") == "auto" and config.get("path") in RESOLVED_PATHS:
+        # an older metrics.json recorded what ``auto`` resolved to in ``config``; the job ran as configured
+        if "path" in spec:
+            config["path"] = spec["path"]
+        else:
+            del config["path"]
     if run_key(config) != run_key(spec):
         raise ConfigError(
             f"{source_path} was trained with other parameters than {'/'.join(str(spec[k]) for k in JOB_KEYS)} "

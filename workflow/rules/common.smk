@@ -5,17 +5,28 @@ import re
 
 from pathlib import Path
 
-from fedbalance.config import Job, jobs, resolve_job, settings, twins
+from fedbalance.config import Job, data_args, dataset_spec, jobs, resolve_job, settings, twins
+from fedbalance.reference import reference_jobs
 from fedbalance.presentation import figures as presentation_figures
 from fedbalance.presentation import tables as presentation_tables
 from fedbalance.presentation.figures import FIGURES
 from fedbalance.presentation.tables import TABLES
 from fedbalance.records import DEFAULT_ESTIMATOR as RECORDS_DEFAULT_ESTIMATOR
 
-JOBS = jobs(config)
+# With `reference_dir` (a reference result set, fedbalance.reference) the study is the jobs that set
+# holds, copied by rule from_reference (and their twins); nothing is trained.
+REFERENCE_DIR = config.get("reference_dir")
+if REFERENCE_DIR:
+    _held, _twins = reference_jobs(config, REFERENCE_DIR)
+    JOBS = sorted([*_held, *_twins])
+    REFERENCE_JOBS = [j.path for j in _held]
+else:
+    JOBS = jobs(config)
+    _twins = twins(config)
+    REFERENCE_JOBS = []
 # Jobs equal to an earlier one but for their experiment's and setting's names: written from it by
 # rule reuse instead of trained again (fedbalance.config.twins).
-TWINS = {job.path: source.path for job, source in twins(config).items()}
+TWINS = {job.path: source.path for job, source in _twins.items()}
 EXPERIMENTS = list(config["experiments"])
 DATASETS = list(config["datasets"])
 # The default composition estimator: the first of monitor.estimators (docs/design.md §2; docs/deviations.md).
@@ -62,8 +73,13 @@ def partition_spec(wildcards):
     )
 
 
+def dataset_data(dataset):
+    """(source, loader options) of a dataset: every job of it trains on these (fedbalance.config.validate)."""
+    return data_args(dataset_spec(config, dataset))
+
+
 def dataset_source(dataset):
-    return config["datasets"][dataset].get("source") or config.get("defaults", {}).get("source")
+    return dataset_data(dataset)[0]
 
 
 def _uses_gpu():

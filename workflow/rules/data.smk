@@ -28,7 +28,7 @@ rule prepare_data:
         runtime=120,
     params:
         source=lambda wc: dataset_source(wc.dataset),
-        options=lambda wc: config["datasets"][wc.dataset].get("options", {}),
+        options=lambda wc: dataset_data(wc.dataset)[1],
         data_dir=DATA_DIR,
         download=config["download"],
     script:

@@ -34,8 +34,9 @@ rule train:
 
 
 # A twin job (common.smk: TWINS) is written from the job trained in its place; only the twins'
-# paths match {twin}, so every other job falls through to rule train.
-ruleorder: reuse > train
+# paths match {twin}, so every other job falls through to rule train. With `reference_dir`, the jobs
+# of the reference set are copied from it (rule from_reference), after the same spec check.
+ruleorder: from_reference > reuse > train
 
 
 rule reuse:
@@ -54,5 +55,25 @@ rule reuse:
         "../../envs/torch.yaml"
     params:
         spec=lambda wc: resolve_job(config, Job.from_path(wc.twin)),
+    script:
+        "../scripts/reuse.py"
+
+
+rule from_reference:
+    input:
+        metrics=lambda wc: f"{REFERENCE_DIR}/{wc.ref}/metrics.json",
+        rounds=lambda wc: f"{REFERENCE_DIR}/{wc.ref}/rounds.csv",
+    output:
+        metrics=result("{ref}", "metrics.json"),
+        rounds=result("{ref}", "rounds.csv"),
+    log:
+        result("logs", "reference", "{ref}.log"),
+    wildcard_constraints:
+        ref=_paths(REFERENCE_JOBS),
+    localrule: True
+    conda:
+        "../../envs/report.yaml"
+    params:
+        spec=lambda wc: resolve_job(config, Job.from_path(wc.ref)),
     script:
         "../scripts/reuse.py"

@@ -1,0 +1,102 @@
+"""The reference result set: finished jobs kept in the repository, rendered and compared without training.
+
+A reference set is a folder laid out like a results folder (``<experiment>/<dataset>/<setting>/<loss>/
+seed<k>/`` holding ``metrics.json``, ``rounds.csv`` and ``provenance.json``). With the config's
+``reference_dir`` the workflow copies the jobs found there into ``results_dir`` (rule
+``from_reference``, checking that each was run with the spec the config gives it now) and renders
+every table, figure and summary from them; jobs the set does not hold are left out (their cells
+print '–'). ``compare`` sets two result folders side by side, cell by cell. Torch-free.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from fedbalance.aggregate import collect
+from fedbalance.config import Job, jobs, twins
+
+FILES = ("metrics.json", "rounds.csv")
+# metric (final.csv column) -> how it prints: Ac.M and accuracies in %, AUCs as fractions
+METRICS = {"acc_minority": 100.0, "acc_majority": 100.0, "acc": 100.0, "auc_hard": 1.0, "auc_micro": 1.0}
+
+
+def finished(root: str | Path, job: Job) -> bool:
+    """``job``'s folder under ``root`` holds both files a finished job writes."""
+    d = Path(root) / job.path
+    return all((d / f).is_file() for f in FILES)
+
+
+def reference_jobs(cfg: Mapping[str, Any], root: str | Path) -> tuple[list[Job], dict[Job, Job]]:
+    """(jobs of the study that ``root`` holds, twins whose trained job it holds -> that job)."""
+    tw = twins(cfg)
+    held = [j for j in jobs(cfg) if j not in tw and finished(root, j)]
+    have = set(held)
+    return held, {j: s for j, s in tw.items() if s in have}
+
+
+def _cells(final: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
+    keys = ["experiment", "dataset", "setting", "loss"]
+    rows = []
+    for key, grp in final.groupby(keys, sort=True):
+        for m in metrics:
+            vals = grp[m].dropna() * METRICS[m]
+            rows.append({**dict(zip(keys, key)), "metric": m, "n": len(vals), "mean": vals.mean() if len(vals) else math.nan,
+                         "std": vals.std(ddof=1) if len(vals) > 1 else math.nan,
+                         "seeds": ",".join(str(s) for s in sorted(grp.seed))})
+    return pd.DataFrame(rows, columns=[*keys, "metric", "n", "mean", "std", "seeds"])
+
+
+def verdict(diff: float, std_a: float, std_b: float, n_a: int, n_b: int) -> str:
+    """Whether a difference of means lies inside the seeds' spread: within the larger of the two stds.
+
+    Both sides need two seeds or more to have a spread; otherwise "too few seeds".
+    """
+    if n_a == 0 or n_b == 0:
+        return "missing"
+    if n_a < 2 or n_b < 2 or math.isnan(diff):
+        return "too few seeds"
+    return "inside the spread" if abs(diff) <= max(std_a, std_b) else "outside the spread"
+
+
+def compare(ours: str | Path, reference: str | Path, metrics: list[str] | None = None) -> pd.DataFrame:
+    """Cell by cell (experiment, dataset, setting, loss, metric): ours and the reference, mean ± std over seeds.
+
+    Each side is every finished job folder under it; cells held by one side only are listed with
+    ``missing``. ``diff`` is ours − reference.
+    """
+    metrics = list(metrics or ["acc_minority", "acc_majority", "auc_hard"])
+    a = _cells(collect(ours)[0], metrics)
+    b = _cells(collect(reference)[0], metrics)
+    keys = ["experiment", "dataset", "setting", "loss", "metric"]
+    out = a.merge(b, on=keys, how="outer", suffixes=("_ours", "_ref"))
+    out[["n_ours", "n_ref"]] = out[["n_ours", "n_ref"]].fillna(0).astype(int)
+    out["diff"] = out.mean_ours - out.mean_ref
+    out["verdict"] = [verdict(r.diff, r.std_ours, r.std_ref, r.n_ours, r.n_ref) for r in out.itertuples()]
+    return out.sort_values(keys, ignore_index=True)
+
+
+def _pm(mean: float, std: float, n: int, digits: int) -> str:
+    if n == 0:
+        return "–"
+    return f"{mean:.{digits}f}" + ("" if math.isnan(std) else f" ± {std:.{digits}f}") + f" ({n})"
+
+
+def compare_markdown(frame: pd.DataFrame) -> str:
+    """The comparison as a Markdown table: ours and the reference as mean ± std (seeds), the difference, the verdict."""
+    lines = ["| experiment | dataset | setting | loss | metric | ours | reference | ours − ref | verdict |",
+             "|" + "---|" * 9]
+    for r in frame.itertuples():
+        digits = 2 if METRICS[r.metric] == 100.0 else 4
+        diff = "–" if math.isnan(r.diff) else f"{r.diff:+.{digits}f}"
+        lines.append(f"| {r.experiment} | {r.dataset} | {r.setting} | {r.loss} | {r.metric} | "
+                     f"{_pm(r.mean_ours, r.std_ours, r.n_ours, digits)} | {_pm(r.mean_ref, r.std_ref, r.n_ref, digits)} | "
+                     f"{diff} | {r.verdict} |")
+    counts = frame.verdict.value_counts()
+    summary = ", ".join(f"{counts[v]} {v}" for v in ("inside the spread", "outside the spread", "too few seeds", "missing")
+                        if v in counts)
+    return "\n".join(lines) + f"\n\n{len(frame)} cells: {summary}.\n"

@@ -1,0 +1,129 @@
+"""The reference result set: which jobs it covers, rendering from it, and comparing a run with it."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import write_job
+from fedbalance.config import Job, load_config, read_yaml
+from fedbalance.reference import compare, compare_markdown, reference_jobs, verdict
+
+REPO = Path(__file__).resolve().parents[1]
+REFERENCE = REPO / "reference" / "mnist"
+MNIST = REPO / "config" / "mnist.yaml"
+
+
+def test_verdict_by_hand() -> None:
+    assert verdict(1.0, 0.5, 1.2, 3, 3) == "inside the spread"
+    assert verdict(-1.3, 0.5, 1.2, 3, 3) == "outside the spread"
+    assert verdict(1.0, math.nan, 2.0, 1, 3) == "too few seeds"
+    assert verdict(math.nan, math.nan, math.nan, 0, 3) == "missing"
+
+
+def test_compare_cells_by_hand(tmp_path: Path) -> None:
+    ours, ref = tmp_path / "ours", tmp_path / "ref"
+    for seed, acm in enumerate([0.60, 0.70, 0.80]):
+        write_job(ours, Job("losses", "mnist", "g10", "ratio", seed), acm=acm)
+    for seed, acm in enumerate([0.74, 0.76]):
+        write_job(ref, Job("losses", "mnist", "g10", "ratio", seed), acm=acm)
+    write_job(ref, Job("losses", "mnist", "g50", "ce", 0), acm=0.5)
+    frame = compare(ours, ref, ["acc_minority"])
+    row = frame[(frame.setting == "g10")].iloc[0]
+    # ours: 60, 70, 80 -> 70 ± 10; reference: 74, 76 -> 75 ± 1.414; diff -5 within the larger std (10)
+    assert (row.n_ours, row.n_ref) == (3, 2)
+    assert row.mean_ours == pytest.approx(70.0) and row.std_ours == pytest.approx(10.0)
+    assert row.mean_ref == pytest.approx(75.0) and row.std_ref == pytest.approx(math.sqrt(2))
+    assert row["diff"] == pytest.approx(-5.0) and row.verdict == "inside the spread"
+    assert frame[frame.setting == "g50"].iloc[0].verdict == "missing"
+    md = compare_markdown(frame)
+    assert "| losses | mnist | g10 | ratio | acc_minority | 70.00 ± 10.00 (3) | 75.00 ± 1.41 (2) | -5.00 | inside the spread |" in md
+    assert md.rstrip().endswith("2 cells: 1 inside the spread, 1 missing.")
+
+
+def test_compare_cli(tmp_path: Path, capsys) -> None:
+    from fedbalance.cli import main
+
+    for root, acm in ((tmp_path / "a", 0.5), (tmp_path / "b", 0.9)):
+        for seed in (0, 1):
+            write_job(root, Job("losses", "mnist", "g10", "ce", seed), acm=acm + 0.01 * seed)
+    assert main(["compare", "--ours", str(tmp_path / "a"), "--reference", str(tmp_path / "b"), "--metric",
+                 "acc_minority", "--csv", str(tmp_path / "c.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "outside the spread" in out and "-40.00" in out
+    assert pd.read_csv(tmp_path / "c.csv").verdict.tolist() == ["outside the spread"]
+    assert main(["compare", "--ours", str(tmp_path / "none"), "--reference", str(tmp_path / "b")]) == 2
+
+
+def test_reference_jobs_holds_finished_jobs_and_their_twins(tmp_path: Path) -> None:
+    cfg = load_config(MNIST)
+    # alpha/a1 is trained for beta/b0.1 and beyond/g50 (twins); a job without its rounds.csv is not held
+    write_job(tmp_path, Job("alpha", "mnist", "a1", "ratio", 0))
+    write_job(tmp_path, Job("losses", "mnist", "g10", "ce", 0))
+    (tmp_path / "losses/mnist/g10/ce/seed0/rounds.csv").unlink()
+    held, tw = reference_jobs(cfg, tmp_path)
+    assert held == [Job("alpha", "mnist", "a1", "ratio", 0)]
+    assert tw == {Job("beta", "mnist", "b0.1", "ratio", 0): held[0], Job("beyond", "mnist", "g50", "ratio", 0): held[0]}
+
+
+def _reference_subset(tmp: Path) -> Path:
+    """A copy of the committed reference jobs of ``losses`` at Γ = 10 and 50 (the render test's input)."""
+    out = tmp / "reference"
+    for d in sorted(REFERENCE.glob("losses/mnist/g[15]0/*/seed*")):
+        if (d / "metrics.json").is_file():
+            shutil.copytree(d, out / d.relative_to(REFERENCE))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
+def test_render_from_the_reference_set(tmp_path: Path) -> None:
+    ref = _reference_subset(tmp_path)
+    metrics = {Job.from_path(str(p.parent.relative_to(ref))): json.loads(p.read_text()) for p in ref.glob("**/metrics.json")}
+    assert len(metrics) >= 2, "the committed reference set has no finished losses job at Γ = 10 or 50"
+    cfg = copy.deepcopy(read_yaml(MNIST))
+    cfg.update(reference_dir=str(ref), results_dir="results")
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    t0 = time.perf_counter()
+    r = subprocess.run(["snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--cores", "2",
+                        "--configfile", str(tmp_path / "c.yaml")], capture_output=True, text=True, timeout=1200)
+    print(f"\nrendered {len(metrics)} reference jobs in {time.perf_counter() - t0:.0f} s")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    assert "rule train" not in r.stdout + r.stderr
+    res = tmp_path / "results"
+    final = pd.read_csv(res / "aggregate" / "final.csv")
+    held, tw = reference_jobs(load_config(cfg), ref)
+    assert len(final) == len(held) + len(tw) and len(held) == len(metrics)
+    # each Res_3_datasets MNIST cell: the mean over seeds of the jobs' own acc_minority, in %
+    cmp = pd.read_csv(res / "tables" / "Res_3_datasets_vs_paper.csv")
+    column = {"g10": "10:1", "g50": "50:1"}
+    cells: dict[tuple[str, str], list[float]] = {}
+    for job, m in metrics.items():
+        cells.setdefault((column[job.setting], job.loss), []).append(100 * m["final"]["acc_minority"])
+    checked = 0
+    for (col, loss), vals in cells.items():
+        row = cmp[(cmp.dataset == "mnist") & (cmp.column == col) & (cmp.row == loss) & (cmp.metric == "acm")]
+        if loss == "ratio_rel":
+            assert row.empty
+            continue
+        assert len(row) == 1, (col, loss)
+        assert row.ours_mean.iloc[0] == pytest.approx(sum(vals) / len(vals), abs=0.006), (col, loss)
+        assert row.n_seeds.iloc[0] == len(vals)
+        checked += 1
+    assert checked >= 1
+    fid = pd.read_csv(res / "tables" / "Fidelity.csv")
+    for (col, loss), vals in cells.items():
+        setting = {v: k for k, v in column.items()}[col]
+        got = fid[(fid.setting == setting) & (fid.loss == loss)].acm_final
+        assert got.iloc[0] == pytest.approx(sum(vals) / len(vals), abs=1e-9), (setting, loss)
+    assert (res / "claims.md").read_text().count("| ") > 30 and (res / "paper_tables.tex").is_file()
+    assert all((res / "figures" / f).stat().st_size > 0 for f in ("fig_monitoring.png", "fig_monitoring.pdf"))

@@ -1,0 +1,189 @@
+"""Run reference jobs (config/mnist.yaml's protocol) in the background from a pinned checkout.
+
+Each job is ``python -m fedbalance train`` run from ``--checkout`` (a ``git worktree`` pinned at one
+commit, so that edits in the working tree never change the code under a running job), with that
+checkout's ``src`` first on ``PYTHONPATH``, one torch thread, on the CPU unless ``--device`` says
+otherwise. A finished job's folder gets ``provenance.json`` (commit, command, device, torch, threads,
+wall time, host); a job whose ``metrics.json`` exists is skipped, an interrupted one resumes from its
+checkpoint. ``--collect`` copies finished jobs into the repository's reference set
+(``reference/<study>/<experiment>/<dataset>/<setting>/<loss>/seed<k>/``: metrics.json, rounds.csv,
+provenance.json; nothing else).
+
+    python scripts/reference_jobs.py run --checkout /work/ref-wt --out /work/refruns \\
+        --jobs losses:g10,g50:ce,ratio,ratio_rel:0,1,2 --workers 2
+    python scripts/reference_jobs.py collect --out /work/refruns --reference reference/mnist
+    python scripts/reference_jobs.py status --reference reference/mnist     # what the set holds (Markdown)
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+FILES = ("metrics.json", "rounds.csv")  # copied as they are; provenance.json beside them
+
+
+def parse_jobs(specs: list[str], dataset: str) -> list[tuple[str, str, str, str, int]]:
+    """``experiment:settings:losses:seeds`` (comma lists) → jobs, seeds outermost, in the order given."""
+    out: list[tuple[str, str, str, str, int]] = []
+    for spec in specs:
+        exp, settings, losses, seeds = spec.split(":")
+        for seed, setting, loss in itertools.product(
+            [int(s) for s in seeds.split(",")], settings.split(","), losses.split(",")
+        ):
+            job = (exp, dataset, setting, loss, seed)
+            if job not in out:
+                out.append(job)
+    return out
+
+
+def job_dir(root: Path, job: tuple[str, str, str, str, int]) -> Path:
+    exp, ds, setting, loss, seed = job
+    return root / exp / ds / setting / loss / f"seed{seed}"
+
+
+def runtime_of(metrics: dict) -> dict:
+    """What decides the numbers besides the spec: device, torch threads, kernels, versions (from metrics.json)."""
+    out = {k: metrics.get(k) for k in ("device", "threads", "deterministic", "versions", "path")}
+    out["path"] = out["path"] or metrics["config"].get("path")  # older metrics.json: the resolved path in config
+    return out
+
+
+def run_one(args: argparse.Namespace, job: tuple[str, str, str, str, int]) -> str:
+    out = job_dir(args.out, job)
+    if (out / "metrics.json").exists():
+        return f"skip {out}"
+    out.mkdir(parents=True, exist_ok=True)
+    checkout = args.checkout.resolve()
+    commit = subprocess.run(
+        ["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    exp, ds, setting, loss, seed = job
+    cmd = [
+        sys.executable, "-m", "fedbalance", "train", "--config", args.config, "--experiment", exp,
+        "--dataset", ds, "--setting", setting, "--loss", loss, "--seed", str(seed),
+        "--out", str(out.resolve()), "--device", args.device, "--threads", "1",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(checkout / "src")}
+    start = time.time()
+    with open(out / "train.log", "a") as log:
+        rc = subprocess.run(cmd, cwd=checkout, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+    wall = time.time() - start
+    if rc != 0:
+        return f"FAILED rc={rc} {out}"
+    metrics = json.loads((out / "metrics.json").read_text())
+    prov = {
+        "job": out.relative_to(args.out).as_posix(),
+        "commit": commit,
+        "checkout_dirty": bool(dirty),
+        "command": "python -m fedbalance train " + " ".join(cmd[4:]).replace(str(out.resolve()), "OUT"),
+        "config": args.config,
+        "runtime": runtime_of(metrics),
+        "wall_s_this_process": round(wall, 1),
+        "wall_s_job": metrics.get("wall_time_s"),
+        "host": {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()},
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    (out / "provenance.json").write_text(json.dumps(prov, indent=2) + "\n")
+    return f"done {out} {wall / 60:.1f} min"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    jobs = parse_jobs(args.jobs, args.dataset)
+    print(f"{len(jobs)} jobs, {args.workers} workers", flush=True)
+    with ThreadPoolExecutor(args.workers) as pool:
+        for msg in pool.map(lambda j: run_one(args, j), jobs):
+            print(time.strftime("%H:%M:%S"), msg, flush=True)
+    return 0
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    n = 0
+    for prov in sorted(args.out.glob("**/provenance.json")):
+        src = prov.parent
+        dst = args.reference / src.relative_to(args.out)
+        dst.mkdir(parents=True, exist_ok=True)
+        for name in FILES:
+            if not (dst / name).exists() or (dst / name).read_bytes() != (src / name).read_bytes():
+                shutil.copyfile(src / name, dst / name)
+        record = json.loads(prov.read_text())
+        if not record.get("runtime"):  # written by an earlier version of this script
+            record["runtime"] = runtime_of(json.loads((src / "metrics.json").read_text()))
+        record.setdefault("job", src.relative_to(args.out).as_posix())
+        (dst / "provenance.json").write_text(json.dumps(record, indent=2) + "\n")
+        n += 1
+    print(f"{n} finished jobs in {args.reference}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Markdown: per (experiment, setting, loss) the seeds the reference set holds, and the commits and devices."""
+    held: dict[tuple[str, str, str, str], list[int]] = {}
+    commits: dict[str, int] = {}
+    devices: dict[str, int] = {}
+    minutes: list[float] = []
+    for prov_path in sorted(args.reference.glob("**/provenance.json")):
+        exp, ds, setting, loss, seed = prov_path.parent.relative_to(args.reference).parts
+        held.setdefault((exp, ds, setting, loss), []).append(int(seed[4:]))
+        prov = json.loads(prov_path.read_text())
+        commits[prov["commit"][:7]] = commits.get(prov["commit"][:7], 0) + 1
+        device = (prov.get("runtime") or {}).get("device") or json.loads((prov_path.parent / "metrics.json").read_text())["device"]
+        devices[device] = devices.get(device, 0) + 1
+        if prov.get("wall_s_job"):
+            minutes.append(prov["wall_s_job"] / 60)
+    print("| experiment | dataset | setting | loss | seeds |\n|---|---|---|---|---|")
+    for (exp, ds, setting, loss), seeds in sorted(held.items(), key=lambda kv: (kv[0][0], kv[0][1], _gamma(kv[0][2]), kv[0][3])):
+        print(f"| {exp} | {ds} | {setting} | {loss} | {', '.join(map(str, sorted(seeds)))} |")
+    n = sum(len(v) for v in held.values())
+    print(f"\n{n} jobs; commits {commits}; devices {devices}; "
+          + (f"minutes per job {min(minutes):.1f}–{max(minutes):.1f} (median {sorted(minutes)[len(minutes) // 2]:.1f})" if minutes else ""))
+    return 0
+
+
+def _gamma(setting: str) -> float:
+    try:
+        return float(setting.lstrip("g"))
+    except ValueError:
+        return float("inf")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run")
+    run.add_argument("--checkout", type=Path, required=True)
+    run.add_argument("--out", type=Path, required=True)
+    run.add_argument("--config", default="config/mnist.yaml")
+    run.add_argument("--dataset", default="mnist")
+    run.add_argument("--jobs", action="append", required=True, help="experiment:settings:losses:seeds")
+    run.add_argument("--workers", type=int, default=2)
+    run.add_argument("--device", default="cpu")
+    run.set_defaults(func=cmd_run)
+    col = sub.add_parser("collect")
+    col.add_argument("--out", type=Path, required=True)
+    col.add_argument("--reference", type=Path, required=True)
+    col.set_defaults(func=cmd_collect)
+    st = sub.add_parser("status")
+    st.add_argument("--reference", type=Path, required=True)
+    st.set_defaults(func=cmd_status)
+    args = p.parse_args()
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -50,6 +50,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from fedbalance.cost import cpu_name  # noqa: E402
 from fedbalance.losses import get_loss  # noqa: E402
 from fedbalance.models import build_model  # noqa: E402
+from fedbalance.estimators import Observer  # noqa: E402
 from fedbalance.monitor import Monitor  # noqa: E402
 from fedbalance.train import SGDConfig, average_stacked, batch_schedule, train_copies  # noqa: E402
 from fedbalance.sgd import register_step_post_hook  # noqa: E402
@@ -134,15 +135,17 @@ def _round(model: nn.Module, loss_fn: nn.Module, clients: list, monitor: Monitor
         client_steps = steps.count
         observed = None
         if monitor is not None:
-            observed = monitor.observe(model, new_state, [len(y) for _, y in clients], torch.Generator().manual_seed(seed + 10_000))
+            observed = monitor.observe(model, new_state, [len(y) for _, y in clients], torch.Generator().manual_seed(seed + 10_000),
+                                       clients=list(range(len(clients))))
             _sync(device)
         t2 = time.perf_counter()
     monitor_steps = steps.count - client_steps
     if path == "vectorised":
         client_steps = _scheduled(clients, cfg, seed)
         if monitor is not None:
-            q = monitor.num_classes
-            aux = [(monitor.aux_x[monitor.aux_y == p], monitor.aux_y[monitor.aux_y == p]) for p in range(q)]
+            mon = monitor.monitor
+            q = mon.num_classes
+            aux = [(mon.aux_x[mon.aux_y == p], mon.aux_y[mon.aux_y == p]) for p in range(q)]
             seeds = torch.randint(0, 2**62, (q,), generator=torch.Generator().manual_seed(seed + 10_000)).tolist()
             monitor_steps = sum(len(batch_schedule(len(y), cfg, torch.Generator().manual_seed(int(s)))) for (_, y), s in zip(aux, seeds))
     return {
@@ -171,9 +174,9 @@ def section_round(args: argparse.Namespace, device: torch.device) -> dict[str, A
             loss_fn = get_loss(loss_name, q, **({"weight": torch.linspace(1.0, 1.5, q)} if loss_name == "ratio" else {})).to(device)
             results: dict[str, dict[str, Any]] = {}
             for path in ("sequential", "vectorised"):
-                monitor = Monitor(aux_x, aux_y, q, cfg, methods=METHODS, path=path) if loss_name == "ratio" else None
+                monitor = Observer(Monitor(aux_x, aux_y, q, cfg, path=path), METHODS) if loss_name == "ratio" else None
                 # warm-up (kernels, lazy imports): a one-batch round, with a one-epoch monitor for Ratio Loss
-                warm_monitor = Monitor(aux_x, aux_y, q, warm_cfg, methods=METHODS, path=path) if monitor is not None else None
+                warm_monitor = Observer(Monitor(aux_x, aux_y, q, warm_cfg, path=path), METHODS) if monitor is not None else None
                 _round(model, loss_fn, [(x[: s["batch_size"]], y[: s["batch_size"]]) for x, y in clients[:2]], warm_monitor, warm_cfg, path, args.seed, device)
                 row: dict[str, Any] = {"model": name, "shape": shape_name, "classes": q, "loss": loss_name, "path": path, **s}
                 if device.type == "cuda":

@@ -25,7 +25,7 @@ import torch
 
 from fedbalance.data import load_dataset
 from fedbalance.models import build_model
-from fedbalance.monitor import METHODS, aux_updates, class_ratios, cosine_similarity, estimate_composition, uniform_guess
+from fedbalance.monitor import UPDATE_METHODS as METHODS, aux_updates, class_ratios, cosine_similarity, estimate_composition, uniform_guess
 from fedbalance.train import SGDConfig, average_stacked, train_copies
 
 MINORITY = (2, 4, 7)

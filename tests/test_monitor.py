@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from fedbalance.estimators import Observer
 from fedbalance.monitor import (
     Acknowledger,
     Estimate,
@@ -151,8 +152,8 @@ def test_released_drops_out_of_range() -> None:
 def test_estimator_signature_has_no_class_counts() -> None:
     params = set(inspect.signature(estimate_composition).parameters)
     assert params == {"dW", "dG", "n_aux", "client_totals", "method", "t_ra", "aggregation", "rescale"}
-    assert set(inspect.signature(Monitor.observe).parameters) == {
-        "self", "model_t", "state_t1", "client_totals", "generator", "dW", "methods"}
+    assert set(inspect.signature(Observer.observe).parameters) == {
+        "self", "model_t", "state_t1", "totals", "generator", "clients", "dW"}
     assert set(inspect.signature(estimate_simulated).parameters) == {
         "model_t", "state_t1", "aux_x", "aux_y", "num_classes", "cfg", "client_totals", "generator", "aggregation",
         "iterations", "mix"}
@@ -241,7 +242,7 @@ def test_monitor_on_a_known_round() -> None:
     model = TinyNet(D, 32, Q)
     cfg = SGDConfig(lr=0.01, momentum=0.9, weight_decay=5e-4, batch_size=32, epochs=1)
     aux_x, aux_y = _blobs([32] * Q, torch.Generator().manual_seed(11), _centres())
-    monitor = Monitor(aux_x, aux_y, Q, cfg, methods=("paper", "released", "nnls"))
+    monitor = Observer(Monitor(aux_x, aux_y, Q, cfg), ("paper", "released", "nnls"))
     right = [[160, 32, 0, 96], [128, 0, 32, 160], [96, 32, 32, 128]]
     wrong = [[0, 160, 128, 32], [32, 128, 160, 0], [32, 96, 96, 32]]
     truth = torch.tensor(right).sum(0).double()
@@ -249,9 +250,9 @@ def test_monitor_on_a_known_round() -> None:
     state_right, totals = _fedavg_round(model, right, cfg, 100)
     state_wrong, _ = _fedavg_round(model, wrong, cfg, 200)
     gen = torch.Generator().manual_seed(5)
-    dw = monitor.updates(model, gen)
-    good = monitor.observe(model, state_right, totals, gen, dW=dw)
-    bad = monitor.observe(model, state_wrong, totals, gen, dW=dw)
+    dw = monitor.monitor.updates(model, gen)
+    good = monitor.observe(model, state_right, totals, gen, clients=[0, 1, 2], dW=dw)
+    bad = monitor.observe(model, state_wrong, totals, gen, clients=[3, 4, 5], dW=dw)
     uniform = cosine_similarity(uniform_guess(totals, Q), truth)
     # released caps each class at 1.5 N/Q (= 336 < 384 here), so it cannot follow the majority classes fully
     for method, drop in (("paper", 0.3), ("released", 0.1), ("nnls", 0.3)):

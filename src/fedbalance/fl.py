@@ -53,9 +53,10 @@ from torch import Tensor, nn
 from fedbalance.config import base_loss, job_value
 from fedbalance.losses import uses_monitor_prior
 from fedbalance.metrics import empirical_y_stats, evaluate
-from fedbalance.monitor import POOLED_BASE, Acknowledger, Estimate, Monitor, cosine_similarity, per_round_methods, pooled_estimate, uniform_guess
+from fedbalance.estimators import Observer
+from fedbalance.monitor import PAPER_SIGNED, Acknowledger, Monitor, cosine_similarity, uniform_guess
 from fedbalance.partition import Partition
-from fedbalance.records import ESTIMATORS, POOLED, ROUND_COLUMNS, UNIFORM
+from fedbalance.records import ROUND_COLUMNS, UNIFORM, cs_column, est_column
 from fedbalance.train import SGDConfig, average_stacked, train_copies
 
 TAG_INIT, TAG_SELECT, TAG_CLIENT, TAG_MONITOR, TAG_AUX, TAG_EPOCH = 1, 2, 3, 4, 5, 6
@@ -119,7 +120,6 @@ def build_monitor(spec: Mapping[str, Any], aux_x: Tensor, aux_y: Tensor, num_cla
         cfg,
         t_ra=float(m["t_ra"]),
         variant=m["variant"],
-        methods=per_round_methods(m["estimators"]),
         alpha=float(m["alpha"]),
         beta=float(m["beta"]),
         clip=float(job_value(spec, "monitor.ratio_clip")),
@@ -163,9 +163,9 @@ def record_monitor(row: dict[str, Any], observed: Mapping[str, Any], true_counts
     """Fill the monitor columns: each estimate, its CS to the true composition, the uniform guess's CS, pi."""
     q = len(true_counts)
     for method, est in observed["estimates"].items():
-        if method in ESTIMATORS:
-            row[f"est_{method}"] = _list(est.counts)
-            row[f"cs_{method}"] = cosine_similarity(est.counts, torch.as_tensor(true_counts, dtype=torch.float64))
+        if method != PAPER_SIGNED:
+            row[est_column(method)] = _list(est.counts)
+            row[cs_column(method)] = cosine_similarity(est.counts, torch.as_tensor(true_counts, dtype=torch.float64))
     row[f"cs_{UNIFORM}"] = cosine_similarity(uniform_guess(totals, q), torch.as_tensor(true_counts, dtype=torch.float64))
     row["weights"] = _list(observed["weights"])
 
@@ -346,34 +346,10 @@ def partition_of_round(spec: Mapping[str, Any], t: int) -> str:
     return "balanced" if switch is not None and t >= switch else "main"
 
 
-def pooled_over_rounds(
-    spec: Mapping[str, Any], raw: Sequence[Sequence[float]], clients: Sequence[Sequence[int]],
-    totals: Sequence[Sequence[int]],
-) -> Estimate:
-    """``pooled`` for the last of rounds 0..t from ``POOLED_BASE``'s estimates ``raw``, the rounds' client ids
-    and those clients' totals.
-
-    A client is the pair (the round's partition, its id), so a switch of partition (``switch_round``)
-    starts new clients rather than mixing two compositions.
-    """
-    keys: dict[tuple[str, int], int] = {}
-    selected = [[keys.setdefault((partition_of_round(spec, tau), int(c)), len(keys)) for c in ids]
-                for tau, ids in enumerate(clients)]
-    n = np.zeros(len(keys))
-    for ids, tot in zip(selected, totals, strict=True):
-        n[ids] = tot
-    return pooled_estimate(raw, selected, n)
-
-
-def with_pooled(
-    spec: Mapping[str, Any], step: RoundStep, rows: Sequence[Mapping[str, Any]], t: int, batch: RoundData,
-    observed: Mapping[str, Any],
-) -> dict[str, Any]:
-    """``observed`` plus the ``pooled`` estimate of round t (``pooled_over_rounds`` over rounds 0..t)."""
-    batches = [step.round_data(tau) for tau in range(t)] + [batch]
-    raw = [r[f"est_{POOLED_BASE}"] for r in rows[:t]] + [observed["estimates"][POOLED_BASE].counts.tolist()]
-    est = pooled_over_rounds(spec, raw, [b.clients for b in batches], [b.totals for b in batches])
-    return {**observed, "estimates": {**observed["estimates"], POOLED: est}}
+def client_keys(spec: Mapping[str, Any], t: int, clients: Sequence[int]) -> list[tuple[str, int]]:
+    """The round's selected clients as the monitor's track keys them: (the round's partition, id), so a switch
+    of partition (``switch_round``) starts new clients rather than mixing two compositions."""
+    return [(partition_of_round(spec, t), int(c)) for c in clients]
 
 
 def run_rounds(
@@ -390,6 +366,7 @@ def run_rounds(
     every ``eval_every`` rounds and at the last, record the row, ``on_round(state, row)``."""
     seed, q = int(spec["seed"]), data.num_classes
     monitor = build_monitor(spec, data.aux_x, data.aux_y, q, step.cfg) if needs_monitor(spec) else None
+    observer = Observer(monitor, spec["monitor"]["estimators"]) if monitor is not None else None
     ack = build_acknowledger(spec) if monitor is not None else None
     lead = tuple(spec["monitor"]["estimators"])[0] if monitor is not None else None
     state = RoundState.fresh(model, loss_fn, q) if state is None else state
@@ -398,6 +375,9 @@ def run_rounds(
     if ack is not None and state.ack is not None:
         ack.load_state_dict(state.ack)
     step.restore(state)
+    if observer is not None and state.rows:
+        done = [step.round_data(tau) for tau in range(state.next_round)]
+        observer.restore(state.rows, [client_keys(spec, tau, b.clients) for tau, b in enumerate(done)], [b.totals for b in done])
     eval_every = int(spec.get("eval_every", 1))
     for t in range(state.next_round, step.rounds):
         start = time.perf_counter()
@@ -414,9 +394,8 @@ def run_rounds(
         row["train_loss"] = trained.train_loss
         if monitor is not None:
             after = model.state_dict() if trained.after is None else trained.after
-            observed = monitor.observe(trained.start, after, batch.totals, torch_generator(seed, TAG_MONITOR, t))
-            if POOLED in spec["monitor"]["estimators"]:
-                observed = with_pooled(spec, step, state.rows, t, batch, observed)
+            observed = observer.observe(trained.start, after, batch.totals, torch_generator(seed, TAG_MONITOR, t),
+                                        clients=client_keys(spec, t, batch.clients))
             monitor_round(state, row, observed, ack, lead, batch.true_counts, batch.totals)
         if trained.after is not None:
             model.load_state_dict(trained.after)

@@ -52,10 +52,8 @@ import fedbalance
 from fedbalance.centralised import num_epochs, run_centralised
 from fedbalance.config import base_loss, job_value, partition_args
 from fedbalance.data import Dataset, load_dataset
-from fedbalance.records import JOB_KEYS
+from fedbalance.records import ESTIMATORS, JOB_KEYS, ROUND_COLUMNS, UNIFORM, cs_column, est_column
 from fedbalance.fl import (
-    ESTIMATORS,
-    ROUND_COLUMNS,
     TAG_AUX,
     TAG_INIT,
     JobData,
@@ -301,13 +299,22 @@ def _cell(value: Any) -> Any:
     return value
 
 
+def _estimator_names(rows: list[dict[str, Any]]) -> list[str]:
+    """Estimators recorded in ``rows``: the built-in ones in ``ESTIMATORS`` order, then others by name."""
+    seen = {k[len("cs_"):] for r in rows for k in r if k.startswith("cs_") and r[k] is not None} - {UNIFORM}
+    return [e for e in ESTIMATORS if e in seen] + sorted(seen - set(ESTIMATORS))
+
+
 def rounds_csv(rows: list[dict[str, Any]]) -> str:
-    """rounds.csv text: exactly ``ROUND_COLUMNS``, JSON lists in list cells, empty where not recorded."""
+    """rounds.csv text: ``ROUND_COLUMNS`` (then the columns of any registered estimator outside ``ESTIMATORS``),
+    JSON lists in list cells, empty where not recorded."""
+    extra = [c for e in _estimator_names(rows) if e not in ESTIMATORS for c in (est_column(e), cs_column(e))]
+    columns = [*ROUND_COLUMNS, *extra]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(ROUND_COLUMNS)
+    w.writerow(columns)
     for row in rows:
-        w.writerow([_cell(row.get(c)) for c in ROUND_COLUMNS])
+        w.writerow([_cell(row.get(c)) for c in columns])
     return buf.getvalue()
 
 
@@ -316,10 +323,10 @@ def _monitor_summary(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
         vals = [r[col] for r in rows if r.get(col) is not None and math.isfinite(r[col])]
         return float(np.mean(vals)) if vals else None
 
-    if not any(r.get("cs_uniform") is not None for r in rows):
+    if not any(r.get(cs_column(UNIFORM)) is not None for r in rows):
         return None
-    out = {m: mean(f"cs_{m}") for m in ESTIMATORS if any(r.get(f"cs_{m}") is not None for r in rows)}
-    out["uniform"] = mean("cs_uniform")
+    out = {m: mean(cs_column(m)) for m in _estimator_names(rows)}
+    out[UNIFORM] = mean(cs_column(UNIFORM))
     return {"mean_cs": out}
 
 
@@ -395,7 +402,7 @@ class _Checkpointer:
         state.wall_time_s = self.wall_time()
         ckpt = {"fingerprint": self.fp, "runtime": self.rt, "state": state.to_dict()}
         atomic_write(self.path, lambda fh: torch.save(ckpt, fh), mode="wb")
-        cs = next((row[f"cs_{m}"] for m in self.spec["monitor"]["estimators"] if row.get(f"cs_{m}") is not None), None)
+        cs = next((row[cs_column(m)] for m in self.spec["monitor"]["estimators"] if row.get(cs_column(m)) is not None), None)
         shown = {"loss": row["train_loss"], "acc": row["acc"], "cs": cs}
         self.bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if v is not None}, refresh=False)
         self.bar.update(1)

@@ -29,14 +29,12 @@ import torch
 from torch import Tensor, nn
 
 from fedbalance.models import LAST_LAYER
-from fedbalance.records import ESTIMATORS, POOLED
 from fedbalance.sgd import SGDConfig, make_optimizer, to_float
 from fedbalance.train import train_copies
 
 PAPER_SIGNED = "paper_signed"  # the paper's Eq. ratio taken literally (signed); a diagnostic, not recorded
-METHODS = (*(m for m in ESTIMATORS if m != POOLED), PAPER_SIGNED)
-"""What a ``Monitor`` computes per round: the recorded estimators but ``pooled`` (built on them), and ``paper_signed``."""
-UPDATE_METHODS = tuple(m for m in METHODS if m != "simulated")
+UPDATE_METHODS = ("paper", "released", "nnls", PAPER_SIGNED)
+"""The estimators ``estimate_composition`` computes from dW and dG (``fedbalance.estimators`` registers each)."""
 RELEASED_NEIGHBOUR = 0.8
 RELEASED_UPPER = 1.5
 RELEASED_NAN_RATIO = 10.0
@@ -192,21 +190,6 @@ def pooled_counts(
     counts = (a[-1] @ c).clamp_min(0.0)
     total = float(n[a[-1].bool()].sum())
     return counts * (total / float(counts.sum())) if float(counts.sum()) > 0 else prior[a[-1].bool()].sum(0)
-
-
-def per_round_methods(estimators: Sequence[str]) -> tuple[str, ...]:
-    """The estimators a ``Monitor`` runs each round for ``estimators``: ``pooled`` is computed afterwards
-    from ``POOLED_BASE``'s estimates, which therefore run too."""
-    out = [m for m in estimators if m != POOLED]
-    if POOLED in estimators and POOLED_BASE not in out:
-        out.append(POOLED_BASE)
-    return tuple(out)
-
-
-def pooled_estimate(raw: Sequence[Sequence[float]], selected: Sequence[Sequence[int]], client_totals: Sequence[float]) -> Estimate:
-    """``pooled_counts`` as an ``Estimate`` (every class kept)."""
-    counts = pooled_counts(raw, selected, client_totals)
-    return Estimate(counts=counts, kept=torch.ones(counts.numel(), dtype=torch.long), method=POOLED, dropped=0)
 
 
 def _masked_mean(values: Tensor, mask: Tensor, total: float) -> tuple[Tensor, Tensor, int]:
@@ -541,7 +524,8 @@ class Acknowledger:
 
 
 class Monitor:
-    """The server-side monitor: auxiliary data + settings; one ``dW`` per round feeds estimates and weights."""
+    """The server-side monitor: auxiliary data + settings; one ``dW`` per round feeds the estimators
+    (``fedbalance.estimators.Observer``) and the Ratio-Loss weights."""
 
     def __init__(
         self,
@@ -552,25 +536,26 @@ class Monitor:
         *,
         t_ra: float = 1.25,
         variant: str = "paper",
-        methods: Sequence[str] = ("paper", "released", "nnls"),
         alpha: float = 1.0,
         beta: float = 0.1,
         clip: float | None = RATIO_CLIP,
         aggregation: str = "mean",
         path: str = "sequential",
     ) -> None:
-        bad = [m for m in methods if m not in METHODS]
-        if bad:
-            raise ValueError(f"unknown monitor method(s) {bad}; choose from {METHODS}")
         if variant not in ("paper", "released"):
             raise ValueError(f"monitor variant must be 'paper' or 'released', got {variant!r}")
         self.aux_x, self.aux_y = aux_x, aux_y
         self.num_classes = num_classes
         self.cfg = cfg
-        self.t_ra, self.variant, self.methods = t_ra, variant, tuple(methods)
+        self.t_ra, self.variant = t_ra, variant
         self.alpha, self.beta, self.clip = alpha, beta, clip
         self.aggregation, self.path = aggregation, path
         self.n_aux = torch.bincount(aux_y.cpu(), minlength=num_classes)[:num_classes]
+
+    @property
+    def weight_key(self) -> str:
+        """The state-dict key of the last layer's weight W."""
+        return _weight_key()
 
     def updates(self, model_t: nn.Module, generator: torch.Generator) -> Tensor:
         """dW [Q, Q, s] on the global model G_t."""
@@ -580,35 +565,3 @@ class Monitor:
         """(R, pi): class ratios and Ratio-Loss weights from dW."""
         ratios = class_ratios(dW, t_ra=self.t_ra, variant=self.variant, clip=self.clip)
         return ratios, ratio_weights(ratios, alpha=self.alpha, beta=self.beta)
-
-    def observe(
-        self,
-        model_t: nn.Module,
-        state_t1: dict[str, Tensor],
-        client_totals: Sequence[int],
-        generator: torch.Generator,
-        *,
-        dW: Tensor | None = None,
-        methods: Sequence[str] | None = None,
-    ) -> dict[str, object]:
-        """Round t+1: {"estimates": {method: Estimate}, "ratios": R [Q], "weights": pi [Q]}.
-
-        ``dW`` may be passed when already computed on ``model_t`` this round; ``generator`` then
-        feeds only the ``simulated`` estimator. ``methods`` overrides the monitor's estimators.
-        """
-        dW = self.updates(model_t, generator) if dW is None else dW
-        w_t = model_t.state_dict()[_weight_key()].detach()
-        dG = state_t1[_weight_key()].detach().to(w_t.device) - w_t
-        estimates = {}
-        for m in self.methods if methods is None else methods:
-            if m == "simulated":
-                estimates[m] = estimate_simulated(
-                    model_t, state_t1, self.aux_x, self.aux_y, self.num_classes, self.cfg, client_totals, generator,
-                    aggregation=self.aggregation,
-                )
-            else:
-                estimates[m] = estimate_composition(
-                    dW, dG, n_aux=self.n_aux, client_totals=client_totals, method=m, t_ra=self.t_ra, aggregation=self.aggregation
-                )
-        ratios, weights = self.weights(dW)
-        return {"estimates": estimates, "ratios": ratios, "weights": weights}

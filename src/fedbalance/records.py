@@ -11,11 +11,25 @@ from typing import Any
 JOB_KEYS: tuple[str, ...] = ("experiment", "dataset", "setting", "loss", "seed")
 """What names one training job (``fedbalance.config.Job``'s fields; metrics.json's "job")."""
 
-ESTIMATORS: tuple[str, ...] = ("paper", "released", "nnls", "simulated", "pooled")
-"""Composition estimators recorded per round (``fedbalance.monitor``); a config lists a subset, the first is its default."""
+ESTIMATORS: tuple[str, ...] = ("paper", "released", "nnls", "simulated", "pooled", "shrunk")
+"""Names of the built-in composition estimators (``fedbalance.estimators.REGISTRY`` holds their functions), as
+rounds.csv's ``est_<name>``/``cs_<name>`` columns spell them; a config lists a subset, the first is its default."""
 
 POOLED = "pooled"
 """The estimator that pools ``released``'s per-round estimates through the clients (``monitor.pooled_counts``)."""
+
+SHRUNK = "shrunk"
+"""``pooled`` shrunk towards the uniform guess by the noise its rounds show (``estimators.shrunk_counts``)."""
+
+
+def est_column(name: str) -> str:
+    """rounds.csv's column of estimator ``name``'s estimate (class counts, a JSON list)."""
+    return f"est_{name}"
+
+
+def cs_column(name: str) -> str:
+    """rounds.csv's column of estimator ``name``'s CS against the round's true composition."""
+    return f"cs_{name}"
 
 DEFAULT_ESTIMATOR = POOLED
 """The estimator the report reads when none is named (the shipped configs list it first, docs/monitor.md)."""

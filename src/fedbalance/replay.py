@@ -18,11 +18,12 @@ from typing import Any
 import torch
 
 from fedbalance.data import Dataset, load_dataset
-from fedbalance.fl import TAG_MONITOR, build_monitor, pooled_over_rounds, select_clients, sgd_config, torch_generator
+from fedbalance.estimators import REGISTRY, Observer, Track
+from fedbalance.fl import TAG_MONITOR, build_monitor, client_keys, select_clients, sgd_config, torch_generator
 from fedbalance.jobs import auxiliary_data, build_partitions
 from fedbalance.models import build_model, device_layout
-from fedbalance.monitor import POOLED_BASE, cosine_similarity, per_round_methods, uniform_guess
-from fedbalance.records import ESTIMATORS, POOLED, UNIFORM
+from fedbalance.monitor import cosine_similarity, uniform_guess
+from fedbalance.records import UNIFORM, cs_column, est_column
 
 
 def load_trajectory(path: str | Path) -> dict[str, Any]:
@@ -39,11 +40,11 @@ def replay(
 ) -> list[dict[str, Any]]:
     """One row per round: {"round", "cs_<estimator>", "est_<estimator>", "cs_uniform", "seconds_<estimator>"}.
 
-    The monitor runs with the job's own settings (optimiser, aux data, seeds) and ``estimators``.
+    The monitor runs with the job's own settings (optimiser, aux data, seeds) and ``estimators``
+    (any registered in ``fedbalance.estimators``), through the ``Observer`` the run uses; a history
+    estimator's seconds include those of the per-round estimators it requires.
     """
     spec = dict(trajectory["spec"])
-    per_round = list(per_round_methods(estimators))
-    spec["monitor"] = {**spec["monitor"], "estimators": per_round}
     ds = dataset if dataset is not None else load_dataset(spec["source"], data_dir, **dict(spec.get("options") or {}))
     parts = build_partitions(spec, ds)
     aux_x, aux_y = auxiliary_data(spec, ds, parts)
@@ -53,66 +54,64 @@ def replay(
     rounds = trajectory["rounds"]
     nxt = [r["model"] for r in rounds[1:]] + [trajectory["final"]]
     num_clients, k, seed = parts["main"].num_clients, int(spec["clients_per_round"]), int(spec["seed"])
-    base: list[list[float]] = []
-    chosen: list[list[int]] = []
-    totals: list[list[int]] = []
+    observers = {m: Observer(monitor, (m,)) for m in estimators}
     rows = []
     for r, state_t1, true in zip(rounds, nxt, trajectory["true_composition"], strict=True):
         t = int(r["round"])
         model.load_state_dict(r["model"])
-        gen = torch_generator(int(spec["seed"]), TAG_MONITOR, t)
         truth = torch.as_tensor(true, dtype=torch.float64)
-        row: dict[str, Any] = {"round": t, f"cs_{UNIFORM}": cosine_similarity(uniform_guess(r["totals"], q), truth)}
+        row: dict[str, Any] = {"round": t, cs_column(UNIFORM): cosine_similarity(uniform_guess(r["totals"], q), truth)}
+        gen = torch_generator(seed, TAG_MONITOR, t)
         dW = monitor.updates(model, gen)
-        for m in per_round:
+        after_dW = gen.get_state()  # each estimator draws from where the run's would (after dW)
+        clients = client_keys(spec, t, select_clients(spec["selection"], num_clients, k, seed, t))
+        for m, obs in observers.items():
             start = time.perf_counter()
-            est = monitor.observe(model, state_t1, r["totals"], gen, dW=dW, methods=(m,))["estimates"][m]
+            gen.set_state(after_dW)
+            est = obs.observe(model, state_t1, r["totals"], gen, clients=clients, dW=dW)["estimates"][m]
             row[f"seconds_{m}"] = time.perf_counter() - start
-            row[f"est_{m}"] = [float(v) for v in est.counts]
-            row[f"cs_{m}"] = cosine_similarity(est.counts, truth)
-        if POOLED in estimators:
-            start = time.perf_counter()
-            base.append(row[f"est_{POOLED_BASE}"])
-            chosen.append(select_clients(spec["selection"], num_clients, k, seed, t).tolist())
-            totals.append(r["totals"])
-            counts = pooled_over_rounds(spec, base, chosen, totals).counts
-            row[f"seconds_{POOLED}"] = row[f"seconds_{POOLED_BASE}"] + time.perf_counter() - start
-            row[f"est_{POOLED}"] = [float(v) for v in counts]
-            row[f"cs_{POOLED}"] = cosine_similarity(counts, truth)
+            row[est_column(m)] = [float(v) for v in est.counts]
+            row[cs_column(m)] = cosine_similarity(est.counts, truth)
         rows.append(row)
     return rows
 
 
-def recorded(folder: str | Path) -> list[dict[str, Any]]:
-    """One row per round of a finished job with ``monitor.record``, from its rounds.csv, plus ``pooled``.
+def recorded(folder: str | Path, history: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """One row per round of a finished job with ``monitor.record``, from its rounds.csv, plus the history estimators.
 
-    The recorded estimators' ``est_``/``cs_`` columns are read as written; ``pooled`` is computed from the
-    recorded ``released`` estimates, the rounds' selected clients and the partition's client totals.
-    No model is replayed, so this takes seconds where ``replay`` takes minutes.
+    The recorded estimators' ``est_``/``cs_`` columns are read as written; each registered history
+    estimator (``history``, default all) whose requirements were recorded is computed from the recorded
+    per-round estimates, the rounds' selected clients and the partition's client totals, as the run
+    would. No model is replayed, so this takes seconds where ``replay`` takes minutes.
     """
     folder = Path(folder)
     metrics = json.loads((folder / "metrics.json").read_text())
     spec = metrics["config"]
     sizes = [sum(c) for c in metrics["partition"]["class_counts"]]
-    rows: list[dict[str, Any]] = []
+    names = [e.name for e in REGISTRY.values() if e.history] if history is None else list(history)
     k, seed = int(spec["clients_per_round"]), int(spec["seed"])
-    pool = spec.get("switch_round") is None
-    base: list[list[float]] = []
-    chosen: list[list[int]] = []
+    balanced = spec.get("switch_round") is not None  # the balanced partition's clients are not in metrics.json
+    track = Track()
+    rows: list[dict[str, Any]] = []
     with open(folder / "rounds.csv", newline="") as fh:
         for rec in csv.DictReader(fh):
             t = int(rec["round"])
             truth = json.loads(rec["true_composition"])
-            row: dict[str, Any] = {"round": t, f"cs_{UNIFORM}": float(rec[f"cs_{UNIFORM}"])}
-            for m in ESTIMATORS:
-                if rec.get(f"est_{m}"):
-                    row[f"est_{m}"] = json.loads(rec[f"est_{m}"])
-                    row[f"cs_{m}"] = float(rec[f"cs_{m}"])
-            if pool and f"est_{POOLED_BASE}" in row:
-                base.append(row[f"est_{POOLED_BASE}"])
-                chosen.append(select_clients(spec["selection"], len(sizes), k, seed, t).tolist())
-                counts = pooled_over_rounds(spec, base, chosen, [[sizes[c] for c in ids] for ids in chosen]).counts
-                row[f"est_{POOLED}"] = [float(v) for v in counts]
-                row[f"cs_{POOLED}"] = cosine_similarity(counts, truth)
+            row: dict[str, Any] = {"round": t, cs_column(UNIFORM): float(rec[cs_column(UNIFORM)])}
+            for col in rec:
+                if col.startswith("est_") and rec[col]:
+                    m = col[len("est_"):]
+                    row[est_column(m)] = json.loads(rec[col])
+                    row[cs_column(m)] = float(rec[cs_column(m)])
+            ids = select_clients(spec["selection"], len(sizes), k, seed, t).tolist()
+            per_round = {m[len("est_"):]: v for m, v in row.items() if m.startswith("est_")}
+            track.add(client_keys(spec, t, ids), [sizes[c] for c in ids], per_round)
+            if not balanced:
+                for m in names:
+                    if all(r in per_round for r in REGISTRY[m].requires):
+                        counts = REGISTRY[m].fn(track).counts
+                        track.estimates[-1][m] = counts.tolist()
+                        row[est_column(m)] = [float(v) for v in counts]
+                        row[cs_column(m)] = cosine_similarity(counts, truth)
             rows.append(row)
     return rows

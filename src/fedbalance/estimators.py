@@ -1,0 +1,278 @@
+"""Composition estimators as one registry: each is one function and one ``@estimator`` line.
+
+An estimator turns what the server sees into the round's class counts v_pt. Two kinds:
+
+* **per round** (``history=False``): reads ``RoundInputs`` — the per-class copies' updates dW, the
+  global model's change dG, the aux counts, the selected clients' totals, G_t and G_{t+1}.
+* **history** (``history=True``): reads the ``Track`` — every round so far (this one included):
+  its per-round estimates, the selected clients' ids and totals. ``requires`` names the per-round
+  estimators it reads, which therefore run too.
+
+``Observer`` is what the run (``fedbalance.fl``) and ``fedbalance.replay`` call every round: it
+owns the monitor and the track, runs the requested estimators in order and appends the round to
+the track. ``track_estimates`` computes the history estimators of a track alone, from recorded
+per-round estimates (``fedbalance.replay.recorded``: no model needed). The names written to
+rounds.csv for the built-in estimators are ``fedbalance.records.ESTIMATORS`` (tests keep the two equal).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from fedbalance.monitor import (
+    POOLED_BASE,
+    Estimate,
+    Monitor,
+    estimate_composition,
+    estimate_simulated,
+    pooled_counts,
+    uniform_guess,
+)
+from fedbalance.records import POOLED, SHRUNK
+
+
+@dataclass
+class RoundInputs:
+    """What the server has in round t for a per-round estimator (dW is computed once, when first read)."""
+
+    monitor: Monitor
+    model_t: nn.Module
+    state_t1: dict[str, Tensor]
+    totals: list[int]
+    generator: torch.Generator
+    _dW: Tensor | None = None
+
+    @property
+    def dW(self) -> Tensor:
+        """Monitor step 1: [Q, Q, s], one copy of G_t per class trained on that class's aux samples."""
+        if self._dW is None:
+            self._dW = self.monitor.updates(self.model_t, self.generator)
+        return self._dW
+
+    @property
+    def dG(self) -> Tensor:
+        """W(G_{t+1}) - W(G_t), shape [Q, s]."""
+        key = self.monitor.weight_key
+        w_t = self.model_t.state_dict()[key].detach()
+        return self.state_t1[key].detach().to(w_t.device) - w_t
+
+
+@dataclass
+class Track:
+    """The rounds so far, as the server saw them: selected client ids (any hashable key), their totals,
+    and each round's estimates (name -> counts). The last entry is the current round."""
+
+    clients: list[list[Hashable]] = field(default_factory=list)
+    totals: list[list[int]] = field(default_factory=list)
+    estimates: list[dict[str, list[float]]] = field(default_factory=list)
+
+    def add(self, clients: Sequence[Hashable], totals: Sequence[int], estimates: Mapping[str, Sequence[float]]) -> None:
+        """Append one round."""
+        self.clients.append(list(clients))
+        self.totals.append([int(n) for n in totals])
+        self.estimates.append({k: [float(v) for v in c] for k, c in estimates.items()})
+
+    def series(self, name: str) -> list[list[float]]:
+        """Estimator ``name``'s estimate of every round so far."""
+        return [e[name] for e in self.estimates]
+
+    @property
+    def num_classes(self) -> int:
+        return len(next(iter(self.estimates[-1].values())))
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """One registry entry: ``fn(RoundInputs)`` (per round) or ``fn(Track)`` (history) -> Estimate."""
+
+    name: str
+    fn: Callable[[Any], Estimate]
+    history: bool = False
+    requires: tuple[str, ...] = ()
+
+
+REGISTRY: dict[str, Estimator] = {}
+
+
+def estimator(name: str, *, history: bool = False, requires: Sequence[str] = ()) -> Callable[[Callable[[Any], Estimate]], Callable[[Any], Estimate]]:
+    """Register ``fn`` as estimator ``name`` (the one line an estimator needs besides its function)."""
+
+    def register(fn: Callable[[Any], Estimate]) -> Callable[[Any], Estimate]:
+        unknown = [r for r in requires if r not in REGISTRY or REGISTRY[r].history]
+        if unknown:
+            raise ValueError(f"estimator {name!r} requires {unknown}, which are not registered per-round estimators")
+        REGISTRY[name] = Estimator(name, fn, history, tuple(requires))
+        return fn
+
+    return register
+
+
+def plan(names: Sequence[str]) -> list[Estimator]:
+    """The entries to run for ``names``: their requirements first, per-round before history; ValueError on an unknown name."""
+    unknown = [n for n in names if n not in REGISTRY]
+    if unknown:
+        raise ValueError(f"unknown composition estimator(s) {unknown}; registered: {sorted(REGISTRY)}")
+    wanted: list[str] = []
+    for n in names:
+        for r in (*REGISTRY[n].requires, n):
+            if r not in wanted:
+                wanted.append(r)
+    return sorted((REGISTRY[n] for n in wanted), key=lambda e: e.history)
+
+
+def _from_composition(method: str) -> Callable[[RoundInputs], Estimate]:
+    def fn(r: RoundInputs) -> Estimate:
+        m = r.monitor
+        return estimate_composition(r.dW, r.dG, n_aux=m.n_aux, client_totals=r.totals, method=method, t_ra=m.t_ra,
+                                    aggregation=m.aggregation)
+
+    fn.__doc__ = f"``monitor.estimate_composition(method={method!r})``."
+    return fn
+
+
+estimator("paper")(_from_composition("paper"))
+estimator("released")(_from_composition("released"))
+estimator("nnls")(_from_composition("nnls"))
+estimator("paper_signed")(_from_composition("paper_signed"))
+
+
+@estimator("simulated")
+def _simulated(r: RoundInputs) -> Estimate:
+    """``monitor.estimate_simulated``: per-class gradients along a simulated client's trajectory."""
+    m = r.monitor
+    return estimate_simulated(r.model_t, r.state_t1, m.aux_x, m.aux_y, m.num_classes, m.cfg, r.totals, r.generator,
+                              aggregation=m.aggregation)
+
+
+def _client_index(track: Track) -> tuple[list[list[int]], list[float]]:
+    """The track's client keys as indices 0..K-1, and each client's total (docs/monitor.md)."""
+    keys: dict[Hashable, int] = {}
+    selected = [[keys.setdefault(c, len(keys)) for c in ids] for ids in track.clients]
+    n = [0.0] * len(keys)
+    for ids, tot in zip(selected, track.totals, strict=True):
+        for i, t in zip(ids, tot, strict=True):
+            n[i] = float(t)
+    return selected, n
+
+
+def _as_estimate(counts: Tensor, name: str) -> Estimate:
+    return Estimate(counts=counts, kept=torch.ones(counts.numel(), dtype=torch.long), method=name, dropped=0)
+
+
+@estimator(POOLED, history=True, requires=(POOLED_BASE,))
+def pooled(track: Track) -> Estimate:
+    """``released``'s per-round estimates pooled through the selected clients (``monitor.pooled_counts``)."""
+    selected, n = _client_index(track)
+    return _as_estimate(pooled_counts(track.series(POOLED_BASE), selected, n), POOLED)
+
+
+SHRUNK_BASE = POOLED_BASE
+
+
+def shrinkage_weight(deviation: float, noise: float) -> float:
+    """w = max(0, 1 - noise / deviation): the positive-part James–Stein factor (docs/monitor.md, "shrunk").
+
+    ``deviation`` = ||e - u||^2 of an estimate e from the uniform guess u, ``noise`` = the estimate's
+    expected squared error (its variance summed over classes). w = 1 keeps e; w = 0 is the uniform guess.
+    """
+    if not math.isfinite(deviation) or not math.isfinite(noise) or deviation <= 0:
+        return 0.0
+    return max(0.0, 1.0 - noise / deviation)
+
+
+def shrunk_counts(raw: Tensor, selected: Sequence[Sequence[int]], client_totals: Sequence[float]) -> tuple[Tensor, float]:
+    """The pooled estimate of the last round shrunk towards the uniform guess by its measured noise; (counts, w).
+
+    With the same clients every round, the rounds' estimates e_1..e_T of one composition scatter
+    around it: their spread s^2 (per class, over rounds, ddof 1) measures the noise of one round's
+    estimate, s^2 / T that of their mean. Where clients change (random selection) a round's
+    composition is its own, and the round-to-round spread of the estimates minus that of the true
+    compositions is not observable; so each round contributes its deviation from its own uniform guess
+    and the noise is the spread of those deviations across rounds, over every round so far. The
+    estimate is then u + w (p - u) with p the pooled estimate (``monitor.pooled_counts``), u the
+    round's uniform guess and w = ``shrinkage_weight``(||p - u||^2, noise). Round 0 has no spread to
+    measure: w = 0 (the uniform guess) unless the same clients come back.
+    """
+    raw = torch.as_tensor(raw, dtype=torch.float64)
+    t, q = raw.shape
+    counts = pooled_counts(raw, selected, client_totals)
+    total = float(counts.sum())
+    u = torch.full((q,), total / q, dtype=torch.float64)
+    if t < 2:
+        return u, 0.0
+    share = raw / raw.sum(1, keepdim=True).clamp_min(1e-12) * total  # each round on the current round's scale
+    same = all(sorted(s) == sorted(selected[-1]) for s in selected)
+    if same:
+        noise = float(share.var(0, unbiased=True).sum()) / t
+    else:
+        dev = share - total / q
+        noise = float(dev.var(0, unbiased=True).sum())
+    w = shrinkage_weight(float(((counts - u) ** 2).sum()), noise)
+    return u + w * (counts - u), w
+
+
+@estimator(SHRUNK, history=True, requires=(SHRUNK_BASE,))
+def shrunk(track: Track) -> Estimate:
+    """``pooled`` shrunk towards the uniform guess by the noise the rounds' estimates show (``shrunk_counts``)."""
+    selected, n = _client_index(track)
+    counts, _ = shrunk_counts(torch.as_tensor(track.series(SHRUNK_BASE)), selected, n)
+    return _as_estimate(counts, SHRUNK)
+
+
+def track_estimates(track: Track, names: Sequence[str]) -> dict[str, Estimate]:
+    """The history estimators among ``names`` for the track's last round (per-round estimates already in the track)."""
+    return {e.name: e.fn(track) for e in plan(names) if e.history and e.name in names}
+
+
+class Observer:
+    """The monitor of a run: runs the job's estimators every round and keeps the track they read.
+
+    ``observe`` returns {"estimates": {name: Estimate}, "ratios": R, "weights": pi}: the estimators
+    asked for (and those they require), and the Ratio-Loss weights from the same dW.
+    """
+
+    def __init__(self, monitor: Monitor, names: Sequence[str], track: Track | None = None) -> None:
+        self.monitor = monitor
+        self.names = tuple(names)
+        self.entries = plan(self.names)
+        self.track = Track() if track is None else track
+
+    def observe(
+        self,
+        model_t: nn.Module,
+        state_t1: dict[str, Tensor],
+        totals: Sequence[int],
+        generator: torch.Generator,
+        *,
+        clients: Sequence[Hashable],
+        dW: Tensor | None = None,
+    ) -> dict[str, Any]:
+        """Round t+1's estimates from G_t (``model_t``), G_{t+1} (``state_t1``) and the selected clients."""
+        r = RoundInputs(self.monitor, model_t, state_t1, list(totals), generator, dW)
+        r.dW  # first from ``generator`` (the weights need it), then whatever an estimator draws (``simulated``)
+        estimates = {e.name: e.fn(r) for e in self.entries if not e.history}
+        self.track.add(clients, totals, {k: v.counts.tolist() for k, v in estimates.items()})
+        for e in self.entries:
+            if e.history:
+                estimates[e.name] = e.fn(self.track)
+                self.track.estimates[-1][e.name] = estimates[e.name].counts.tolist()
+        ratios, weights = self.monitor.weights(r.dW)
+        return {"estimates": estimates, "ratios": ratios, "weights": weights}
+
+    def restore(self, rows: Sequence[Mapping[str, Any]], clients: Sequence[Sequence[Hashable]],
+                totals: Sequence[Sequence[int]]) -> None:
+        """Rebuild the track of a resumed run from its recorded rows (``est_<name>`` of the per-round estimators)."""
+        self.track = Track()
+        names = [e.name for e in self.entries]
+        for row, ids, tot in zip(rows, clients, totals, strict=True):
+            self.track.add(ids, tot, {n: row[f"est_{n}"] for n in names if row.get(f"est_{n}") is not None})
+
+
+__all__ = ["REGISTRY", "Estimator", "Observer", "RoundInputs", "Track", "estimator", "plan", "shrinkage_weight",
+           "shrunk_counts", "track_estimates", "uniform_guess"]

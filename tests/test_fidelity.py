@@ -36,5 +36,18 @@ def test_fidelity_frame_by_hand() -> None:
     # published: Res_3_datasets, MNIST, 10:1; the variant is compared with the Ratio Loss's cell
     assert (ce.paper_acm, ce.paper_auc) == (90.19, 0.978)
     assert (f.loc["ratio_rel"].paper_acm, f.loc["ratio_rel"].paper_auc) == (92.05, 0.9815)
+    # two seeds, final 85 and 86 -> std 0.7071 %; published 90.19 is 4.69 above: outside 2 std -> "above"
+    assert ce.acm_std == pytest.approx(100 * 0.01 / 2**0.5) and ce.acm_verdict == "above"
+    assert ce.auc_std == pytest.approx(0.005 / 2**0.5)
     md = fidelity_markdown(f.reset_index()[list(fidelity_frame(final, rounds).columns)])
-    assert "| mnist | g10 | ce | 2 | 85.50 |" in md and "95.00 (3)" in md
+    assert "| mnist | g10 | ce | 2 | 85.50 ± 0.71 | 90.19 | above |" in md and "95.00 (3)" in md
+
+
+@pytest.mark.parametrize("mean, std, seeds, paper, want", [
+    (80.0, 3.0, 3, 85.9, "inside"), (80.0, 3.0, 3, 86.1, "above"), (80.0, 3.0, 3, 73.0, "below"),
+    (80.0, float("nan"), 1, 80.0, "one seed"), (80.0, 3.0, 3, float("nan"), "not published"),
+])
+def test_paper_verdict_by_hand(mean, std, seeds, paper, want) -> None:
+    from fedbalance.fidelity import paper_verdict
+
+    assert paper_verdict(mean, std, seeds, paper) == want

@@ -162,6 +162,11 @@ def test_claims_verdicts(frames: tuple[pd.DataFrame, pd.DataFrame]) -> None:
     assert by_text["Ratio Loss has the best Ac.M at every mismatch level (Res_mismatch, Gamma = 10)"].verdict == \
         "too few seeds"
     assert by_text["Monitor: mean CS above 0.98 on every dataset (estimator released)"].verdict == "too few seeds"
+    from fedbalance.presentation.claims import UNIFORM_ABOVE_TEXT
+
+    # the monitor job's uniform guess: rounds 0.98 and 0.99 -> mean 0.985, one seed
+    guess = by_text[UNIFORM_ABOVE_TEXT]
+    assert guess.verdict == "too few seeds" and guess.evidence == "mnist: uniform .9850; 1 on < 2 seeds"
     # two seeds with identical CS per round: zero spread, so the 0.1 gap to the uniform guess is clear
     imb = by_text["Monitor under imbalance (Gamma >= 10): released beats the uniform guess"]
     assert imb.verdict == "does not hold" and "1 clear against" in imb.evidence

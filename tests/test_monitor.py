@@ -371,3 +371,28 @@ def test_pooled_counts_averages_noise_away() -> None:
     assert pooled > single and pooled > 0.99
     with pytest.raises(ValueError, match="one selected set per round"):
         pooled_counts(noisy, [[0]] * 3, torch.ones(3))
+
+
+def test_stabilised_readings_by_hand() -> None:
+    """``median`` and ``sums``: Ra_p from the units above T_Ra, computed here from dW by hand (Q = 3, s = 4)."""
+    from fedbalance.monitor import class_ratios
+
+    q, s = 3, 4
+    own = torch.tensor([[2.0, 3.0, 1.0, 5.0], [4.0, 1.0, 2.0, 2.0], [1.0, 1.0, 1.0, 1.0]], dtype=torch.float64)
+    other = torch.tensor([[1.0, 1.0, 1.0, 1e-4], [1.0, 2.0, 1.0, 1.0], [2.0, 2.0, 2.0, 2.0]], dtype=torch.float64)
+    dW = torch.zeros(q, q, s, dtype=torch.float64)
+    for p in range(q):
+        dW[p, p] = own[p]
+        for j in range(q):
+            if j != p:
+                dW[j, p] = -other[p]  # every other class lowers node p by |o|: the others' mean is -|o|
+    # class 0: unit ratios 2, 3, 1, 50000; above 1.25: units 0, 1, 3
+    # class 1: ratios 4, 0.5, 2, 2 -> units 0, 2, 3; class 2: all 0.5 -> none passes, all units count
+    want_median = [3.0, 2.0, 0.5]
+    want_sums = [(2 + 3 + 5) / (1 + 1 + 1e-4), (4 + 2 + 2) / 3.0, 4.0 / 8.0]
+    want_mean = [(2 + 3 + 50000) / 3, (4 + 2 + 2) / 3, 0.5]
+    torch.testing.assert_close(class_ratios(dW, t_ra=1.25, variant="median", clip=None), torch.tensor(want_median, dtype=torch.float64))
+    torch.testing.assert_close(class_ratios(dW, t_ra=1.25, variant="sums", clip=None), torch.tensor(want_sums, dtype=torch.float64))
+    torch.testing.assert_close(class_ratios(dW, t_ra=1.25, variant="paper", clip=None), torch.tensor(want_mean, dtype=torch.float64))
+    # the near-zero denominator that makes the paper's mean explode barely moves the stabilised readings
+    assert class_ratios(dW, t_ra=1.25, variant="paper", clip=None)[0] > 1000 * class_ratios(dW, t_ra=1.25, variant="sums", clip=None)[0]

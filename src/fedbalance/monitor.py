@@ -39,6 +39,9 @@ RELEASED_NEIGHBOUR = 0.8
 RELEASED_UPPER = 1.5
 RELEASED_NAN_RATIO = 10.0
 RATIO_CLIP = 5000.0
+KEPT_UNIT_READINGS = ("paper", "median", "sums")
+"""Ra_p from the units above T_Ra: their mean (the paper), median, or ratio of sums (docs/ratio-stability.md)."""
+VARIANTS = (*KEPT_UNIT_READINGS, "released")
 
 
 def _weight_key() -> str:
@@ -452,21 +455,27 @@ def class_ratios(dW: Tensor, *, t_ra: float = 1.25, variant: str = "paper", clip
     """Ratio Loss's R = [Ra_1 .. Ra_Q] (section "Ratio Loss based Mitigation"), shape [Q], float64.
 
     "paper": Ra_p = |mean of Ra_{p,i} over the units with Ra_{p,i} > T_Ra| (magnitude reading of
-    Eq. ratio; all units when none passes). "released": the authors' ratio of sums over the
+    Eq. ratio; all units when none passes); "median" and "sums": the same units' median ratio
+    (``kept_median``) or ratio of sums (``kept_sum_ratio``), the stabilised readings. "released": the authors' ratio of sums over the
     weights the released filter gives class p, |sum dW^p| / |sum o|, 10 when the denominator is 0.
     Both are clipped at ``clip`` (the released code's 5000).
     """
     d = dW.double()
     q = d.shape[0]
-    if variant == "paper":
+    if variant in KEPT_UNIT_READINGS:
         ra = unit_ratios(d)
         mask = ra > t_ra
         none = ~mask.any(1, keepdim=True)
         mask = mask | none
         finite = torch.isfinite(ra)
         mask = mask & finite
-        sums = torch.where(mask, ra, torch.zeros_like(ra)).sum(1)
-        out = (sums / mask.sum(1).clamp_min(1)).abs()
+        if variant == "paper":
+            sums = torch.where(mask, ra, torch.zeros_like(ra)).sum(1)
+            out = (sums / mask.sum(1).clamp_min(1)).abs()
+        elif variant == "median":
+            out = kept_median(ra, mask)
+        else:
+            out = kept_sum_ratio(_diag(d).abs(), _diag(_others_mean(d)).abs(), mask)
     elif variant == "released":
         owner, keep = _released_keep(d)
         mask = _owner_mask(owner, keep, q).to(d.dtype)
@@ -474,8 +483,30 @@ def class_ratios(dW: Tensor, *, t_ra: float = 1.25, variant: str = "paper", clip
         den = (mask * _others_mean(d)).sum((1, 2)).abs()
         out = torch.where(den != 0, num / torch.where(den != 0, den, torch.ones_like(den)), torch.full_like(num, RELEASED_NAN_RATIO))
     else:
-        raise ValueError(f"monitor variant must be 'paper' or 'released', got {variant!r}")
+        raise ValueError(f"monitor variant must be one of {VARIANTS}, got {variant!r}")
     return out.clamp(max=clip) if clip is not None else out
+
+
+def kept_median(ra: Tensor, mask: Tensor) -> Tensor:
+    """Ra_p = the median of the kept units' ratios Ra_{p,i} (``monitor.variant: median``; docs/ratio-stability.md).
+
+    A robust stand-in for the paper's mean (Eq. ratio averaged over the units above T_Ra): one unit
+    whose other-class update is near zero has a ratio of 10^3–10^5 and carries most of the mean.
+    The lower median of an even count (torch's). Classes with no kept unit: NaN -> 0.
+    """
+    vals = torch.where(mask, ra, torch.full_like(ra, float("nan")))
+    return torch.nan_to_num(vals.nanmedian(1).values, nan=0.0)
+
+
+def kept_sum_ratio(own: Tensor, other: Tensor, mask: Tensor) -> Tensor:
+    """Ra_p = sum_i |dW^p_{p,i}| / sum_i |o_{p,i}| over the kept units (``monitor.variant: sums``; docs/ratio-stability.md).
+
+    The units' ratios weighted by their denominators: a unit with |o| near zero adds its |dW^p| to the
+    numerator only, instead of a huge ratio to a mean. 0 for a class with no kept unit.
+    """
+    num = torch.where(mask, own, torch.zeros_like(own)).sum(1)
+    den = torch.where(mask, other, torch.zeros_like(other)).sum(1)
+    return torch.where(den > 0, num / torch.where(den > 0, den, torch.ones_like(den)), torch.zeros_like(num))
 
 
 def ratio_weights(ratios: Tensor, *, alpha: float = 1.0, beta: float = 0.1) -> Tensor:
@@ -542,8 +573,8 @@ class Monitor:
         aggregation: str = "mean",
         path: str = "sequential",
     ) -> None:
-        if variant not in ("paper", "released"):
-            raise ValueError(f"monitor variant must be 'paper' or 'released', got {variant!r}")
+        if variant not in VARIANTS:
+            raise ValueError(f"monitor variant must be one of {VARIANTS}, got {variant!r}")
         self.aux_x, self.aux_y = aux_x, aux_y
         self.num_classes = num_classes
         self.cfg = cfg

@@ -131,8 +131,24 @@ def cmd_collect(args: argparse.Namespace) -> int:
     return 0
 
 
+MARK_BEGIN, MARK_END = "<!-- status: scripts/reference_jobs.py status --readme -->", "<!-- /status -->"
+
+
 def cmd_status(args: argparse.Namespace) -> int:
-    """Markdown: per (experiment, setting, loss) the seeds the reference set holds, and the commits and devices."""
+    """Markdown: per (experiment, setting, loss) the seeds the reference set holds, and the commits and devices;
+    ``--readme`` writes it between the status marks of reference/README.md instead."""
+    if args.readme is not None:
+        import contextlib
+        import io
+
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            cmd_status(argparse.Namespace(reference=args.reference, readme=None))
+        text = args.readme.read_text()
+        head, rest = text.split(MARK_BEGIN, 1)
+        tail = rest.split(MARK_END, 1)[1]
+        args.readme.write_text(f"{head}{MARK_BEGIN}\n{buf.getvalue()}{MARK_END}{tail}")
+        return 0
     held: dict[tuple[str, str, str, str], list[int]] = {}
     commits: dict[str, int] = {}
     devices: dict[str, int] = {}
@@ -180,6 +196,7 @@ def main() -> int:
     col.set_defaults(func=cmd_collect)
     st = sub.add_parser("status")
     st.add_argument("--reference", type=Path, required=True)
+    st.add_argument("--readme", type=Path, default=None, help="write the table into this README's status block")
     st.set_defaults(func=cmd_status)
     args = p.parse_args()
     return args.func(args)

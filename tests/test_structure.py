@@ -92,3 +92,16 @@ def test_presentation_sits_on_top() -> None:
             assert not any(d.startswith("presentation") for d in deps), (m, deps)
     below = {d for m, deps in graph.items() if m.startswith("presentation") for d in deps}
     assert {d for d in below if not d.startswith("presentation")} <= {"records", "config", "aggregate"}
+
+
+def test_the_report_side_imports_no_torch() -> None:
+    """records, config, reuse, aggregate, reference, fidelity and presentation run in the report env (no torch)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import fedbalance.records, fedbalance.config, fedbalance.reuse, fedbalance.aggregate, "
+            "fedbalance.reference, fedbalance.fidelity, fedbalance.presentation.tables, fedbalance.presentation.claims, "
+            "fedbalance.presentation.figures, fedbalance.presentation.report; "
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out

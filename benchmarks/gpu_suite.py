@@ -1,15 +1,27 @@
-"""One GPU suite for issue 13: rounds, one full job, jobs sharing the device; prints one JSON.
+"""One GPU suite (issues 13 and 26): rounds, the centralised path, memory, one full job, jobs sharing the device.
 
-Sections (``--sections``, default all three):
+Prints one JSON and, with ``--out``, writes it after every measurement, so a device call cut short keeps
+what it measured. A section (or one measurement of it) that fails records ``"error"`` and the suite
+goes on; ``--budget-s`` skips what would start after that many seconds (``"skipped"``). The exit status
+is 1 when a check between the two training paths is beyond its tolerance (``TOLERANCE``), else 0.
 
-* ``round``: one FedAvg round, sequential vs vectorised ``train_copies``, for MNIST/LeNet5 and
-  FEMNIST-shape (1x28x28, 62 classes)/ResNet18 at the paper's sizes (20 clients x 1,000 samples,
-  10 local epochs, batch 32), CE and Ratio Loss; Ratio Loss adds the monitor (``Monitor.observe``:
-  Q per-class copies on 32 auxiliary samples each, then the estimators). Per row: seconds of the
-  clients and of the monitor, the monitor's share, peak GPU memory, and the SGD steps (counted by
-  an optimiser hook on the sequential path, from the batch schedules on the vectorised one). Per
-  (model, loss): the max abs difference of the two paths' client states, mean losses and monitor
-  weights, and the speed-up.
+Sections (``--sections``, default all, in this order):
+
+* ``memory``: the memory model (``fedbalance.vectorised.estimate_memory``, on meta tensors, no device
+  needed) of the grid's largest vectorised calls, and the copies per vmap call chosen for this device's
+  budget (CUDA) and for an 80 GB H100 (``--assume-free-gib`` free).
+* ``round``: one FedAvg round, sequential vs vectorised ``train_copies`` under the job's plan
+  (``--precision``, memory-aware chunks), at the default K = 20 clients x 1,000 samples, batch 32,
+  lr 0.001, momentum 0.9, weight decay 5e-4: MNIST/LeNet5 with the paper's 10 local epochs,
+  FEMNIST-shape (1x28x28, 26 letters)/ResNet18 and ResNet50 with 1 (a round's time is about linear in
+  the epochs). CE and Ratio Loss; Ratio Loss adds the monitor (``Observer.observe``: Q per-class copies
+  on 32 auxiliary samples each, then the estimators). Per row: seconds of the clients and of the
+  monitor, the monitor's share, the SGD steps (an optimiser hook on the sequential path, the batch
+  schedules on the vectorised one), peak GPU memory, and on the vectorised path the chunks and the
+  memory model's estimate. Per (model, loss): the max abs differences of the two paths' averaged
+  states, mean losses and monitor weights against ``TOLERANCE`` (``agree``), and the speed-up.
+* ``centralised``: one epoch of pooled SGD (``sgd_steps`` with one optimiser, as ``run_centralised``)
+  on the 20 clients' pooled samples, per model: steps, seconds, samples per second.
 * ``job``: ``losses/mnist/g10/ratio`` of ``--config`` end to end through the CLI
   (``python -m fedbalance train``), wall time, the job's own time and its start-up.
 * ``throughput``: N = ``--slots`` copies of that job (seeds 0..N-1, ``--throughput-rounds`` rounds)
@@ -19,22 +31,26 @@ MNIST files missing under the config's ``data_dir`` (a GPU box without network):
 write synthetic MNIST-shaped IDX files (60,000/10,000 random images) into a temporary folder and
 run with ``verify: false``; the JSON says ``"data": "synthetic"`` (same shapes, so the same time).
 
-GPU: ``python benchmarks/gpu_suite.py --out gpu_suite.json`` (about 8 minutes on one H100: not
-measured yet). CPU check in seconds (reduced sizes, config/quick.yaml's embedded mnist5k):
-``python benchmarks/gpu_suite.py --smoke``.
+GPU: ``python benchmarks/gpu_suite.py --out gpu_suite.json`` (about 5 minutes on one H100, an estimate:
+docs/performance.md). CPU check of every code path (reduced sizes, 8x8 images for the ResNets,
+config/quick.yaml's embedded mnist5k): ``python benchmarks/gpu_suite.py --smoke``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
+import math
 import os
 import struct
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,41 +63,70 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+import fedbalance.sgd  # noqa: E402
+import fedbalance.vectorised  # noqa: E402
 from fedbalance.cost import cpu_name  # noqa: E402
+from fedbalance.estimators import Observer  # noqa: E402
 from fedbalance.losses import get_loss  # noqa: E402
 from fedbalance.models import build_model  # noqa: E402
-from fedbalance.estimators import Observer  # noqa: E402
 from fedbalance.monitor import Monitor  # noqa: E402
-from fedbalance.train import SGDConfig, average_stacked, batch_schedule, train_copies  # noqa: E402
-from fedbalance.sgd import register_step_post_hook  # noqa: E402
+from fedbalance.sgd import make_optimizer, precision, register_step_post_hook, sgd_steps  # noqa: E402
+from fedbalance.train import CopyPlan, SGDConfig, average_stacked, batch_schedule, copy_plan, job_plan, train_copies  # noqa: E402
+from fedbalance.vectorised import data_bytes, estimate_memory  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from round_speed import _datasets as _sets  # noqa: E402  (synthetic client and per-class sets)
 
 JOB = ("losses", "mnist", "g10", "ratio")
 METHODS = ("released", "nnls", "paper")  # config/config.yaml's monitor.estimators
-# model -> (shape name, channels, image size, classes at paper size, classes in --smoke)
-MODELS = {"lenet5": ("MNIST", 1, (28, 28), 10, 10), "resnet18": ("FEMNIST", 1, (28, 28), 62, 4)}
-PAPER = {"clients": 20, "samples": 1000, "epochs": 10, "batch_size": 32, "aux": 32}
-SMOKE = {"clients": 2, "samples": 16, "epochs": 1, "batch_size": 8, "aux": 4}
+# model -> (shape name, channels, image size, classes, local epochs of the round section)
+MODELS = {
+    "lenet5": ("MNIST", 1, (28, 28), 10, 10),
+    "resnet18": ("FEMNIST", 1, (28, 28), 26, 1),
+    "resnet50": ("FEMNIST", 1, (28, 28), 26, 1),
+}
+SMOKE_MODELS = {"lenet5": ((28, 28), 10), "resnet18": ((8, 8), 4), "resnet50": ((8, 8), 4)}
+PAPER = {"clients": 20, "samples": 1000, "batch_size": 32, "aux": 32}
+SMOKE = {"clients": 2, "samples": 16, "batch_size": 8, "aux": 4}
+TOLERANCE = {"state": 1e-6, "loss": 1e-6, "weights": 1e-6}
+"""Largest differences allowed between the sequential and the vectorised path in float64 (states relative to
+max(1, |value|); losses come back in float32). A fresh ResNet50 amplifies rounding ~1e7-fold within a few
+SGD steps on either path (a 1e-7 relative change of one float32 weight becomes 2e-2 after two steps), so float32
+cannot separate a bug from rounding; in float64 the paths agree to 1.6e-9 (ResNet50, --smoke) and 1e-15 (the
+others), while a difference in the algorithm shows at 1e-3 or more (docs/performance.md)."""
+
+
+# the grid's largest vectorised calls: (name, model, image, classes, copies, batch, samples per copy)
+GRID = [
+    ("femnist K=20 (losses, default)", "resnet50", (28, 28), 26, 20, 32, 1000),
+    ("femnist K=80 (clients_femnist)", "resnet50", (28, 28), 26, 80, 32, 1000),
+    ("femnist batch 256 (batch_size)", "resnet50", (28, 28), 26, 20, 256, 1000),
+    ("femnist monitor, Q=26", "resnet50", (28, 28), 26, 26, 32, 32),
+    ("fer2013 K=20 (losses)", "resnet18", (48, 48), 7, 20, 32, 1000),
+    ("cifar10 K=200 (clients_cifar10)", "cnn7", (32, 32), 10, 200, 32, 80),
+]
 MNIST_FILES = {
     "train-images-idx3-ubyte": (60_000, True),
     "train-labels-idx1-ubyte": (60_000, False),
     "t10k-images-idx3-ubyte": (10_000, True),
     "t10k-labels-idx1-ubyte": (10_000, False),
 }
+SECTIONS = ("memory", "round", "centralised", "job", "throughput")
 
 
 def _parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--smoke", action="store_true", help="reduced sizes on the CPU (seconds): config/quick.yaml, 2 rounds, N = 1, 2")
+    p.add_argument("--smoke", action="store_true", help="reduced sizes on the CPU: config/quick.yaml, 2 rounds, N = 1, 2")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available; cpu with --smoke)")
-    p.add_argument("--sections", default="round,job,throughput", help="comma list of round, job, throughput")
+    p.add_argument("--sections", default=",".join(SECTIONS), help=f"comma list of {', '.join(SECTIONS)}")
+    p.add_argument("--precision", choices=("fp32", "tf32"), default="fp32", help="precision policy of the round and centralised sections")
     p.add_argument("--config", type=Path, default=None, help="study config of the job sections (default config/config.yaml; --smoke: config/quick.yaml)")
     p.add_argument("--rounds", type=int, default=None, help="rounds of the job section (default: the config's; --smoke: 2)")
     p.add_argument("--slots", default=None, help="comma list of concurrent jobs N (default 1,2,4,8; --smoke: 1,2)")
     p.add_argument("--throughput-rounds", type=int, default=None, help="rounds of each throughput job (default 3; --smoke: 1)")
-    p.add_argument("--out", type=Path, default=None, help="also write the JSON here (after every section, so a timeout keeps the finished ones)")
+    p.add_argument("--assume-free-gib", type=float, default=78.0, help="free memory of the assumed 80 GB H100 in the memory section")
+    p.add_argument("--budget-s", type=float, default=None, help="start nothing after this many seconds (default 420; --smoke: none)")
+    p.add_argument("--out", type=Path, default=None, help="also write the JSON here, after every measurement")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     if args.device is None:
@@ -90,8 +135,33 @@ def _parse(argv: list[str] | None = None) -> argparse.Namespace:
     args.rounds = args.rounds or (2 if args.smoke else None)
     args.slots = [int(n) for n in (args.slots or ("1,2" if args.smoke else "1,2,4,8")).split(",")]
     args.throughput_rounds = args.throughput_rounds or (1 if args.smoke else 3)
+    args.budget_s = args.budget_s if args.budget_s is not None else (math.inf if args.smoke else 420.0)
     args.sizes = dict(SMOKE if args.smoke else PAPER)
     return args
+
+
+class Report:
+    """The suite's JSON: ``save()`` rewrites ``--out`` (after every measurement); ``time_left()`` keeps the budget."""
+
+    def __init__(self, args: argparse.Namespace, data: dict[str, Any]) -> None:
+        self.args, self.data, self.start = args, data, time.perf_counter()
+
+    def save(self) -> None:
+        """Stamp the wall time and load, and write the JSON to ``--out``."""
+        self.data["wall_s"] = round(time.perf_counter() - self.start, 2)
+        self.data["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+        if self.args.out is not None:
+            self.args.out.write_text(json.dumps(self.data, indent=1))
+
+    def time_left(self) -> bool:
+        """Whether a new measurement may start (``--budget-s``)."""
+        return time.perf_counter() - self.start < self.args.budget_s
+
+
+def _error(err: BaseException) -> str:
+    """One line naming the exception, and the innermost frames."""
+    tail = "".join(traceback.format_exception(err)[-3:])
+    return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''} | {tail[-600:]}"
 
 
 def _sync(device: torch.device) -> None:
@@ -122,11 +192,12 @@ def _scheduled(sets: list[tuple[torch.Tensor, torch.Tensor]], cfg: SGDConfig, se
     return sum(len(batch_schedule(len(y), cfg, torch.Generator().manual_seed(seed + k))) for k, (_, y) in enumerate(sets))
 
 
-def _round(model: nn.Module, loss_fn: nn.Module, clients: list, monitor: Monitor | None, cfg: SGDConfig, path: str, seed: int, device: torch.device) -> dict[str, Any]:
-    """One round on ``path``: clients, FedAvg, and the monitor when given; times, steps and results."""
+def _round(model: nn.Module, loss_fn: nn.Module, clients: list, monitor: Observer | None, cfg: SGDConfig, path: str, seed: int,
+           device: torch.device, plan: CopyPlan) -> dict[str, Any]:
+    """One round on ``path`` under ``plan``: clients, FedAvg, and the monitor when given; times, steps and results."""
     gens = [torch.Generator().manual_seed(seed + k) for k in range(len(clients))]
     _sync(device)
-    with _StepCounter() as steps:
+    with _StepCounter() as steps, copy_plan(plan), precision(plan.precision):
         t0 = time.perf_counter()
         stacked, losses = train_copies(model, clients, loss_fn, cfg, gens, path=path)
         new_state = average_stacked(stacked)
@@ -155,38 +226,119 @@ def _round(model: nn.Module, loss_fn: nn.Module, clients: list, monitor: Monitor
     }
 
 
-def section_round(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
-    """(a) one round, sequential vs vectorised, CE and Ratio Loss with the monitor."""
+def _model_setup(args: argparse.Namespace, name: str, device: torch.device) -> tuple[str, int, tuple[int, int], int, int]:
+    """(shape name, channels, image size, classes, local epochs) of ``name`` at the run's sizes."""
+    shape_name, c, size, q, epochs = MODELS[name]
+    if args.smoke:
+        size, q = SMOKE_MODELS[name]
+        epochs = 1
+    return shape_name, c, size, q, epochs
+
+
+def _diffs(seq: dict[str, Any], vec: dict[str, Any], relative: bool) -> dict[str, float]:
+    """Max differences of the two paths' averaged states (relative to max(1, |value|) when ``relative``), losses, weights."""
+    def state_diff(k: str) -> float:
+        d = float((seq["state"][k] - vec["state"][k]).abs().max())
+        return d / max(1.0, float(seq["state"][k].abs().max())) if relative else d
+
+    out = {"max_abs_diff": max(state_diff(k) for k in seq["state"]), "loss_max_diff": float((seq["losses"] - vec["losses"]).abs().max())}
+    if seq["weights"] is not None:
+        out["monitor_weights_max_diff"] = float((seq["weights"] - vec["weights"]).abs().max())
+    return out
+
+
+def _check(name: str, loss_name: str, exact: dict[str, float], timed: dict[str, dict[str, Any]] | None) -> dict[str, Any]:
+    """``agree``: the float64 differences ``exact`` within ``TOLERANCE`` (and finite); the timed float32 run's
+    differences and the speed-up as information."""
+    limits = {"max_abs_diff": TOLERANCE["state"], "loss_max_diff": TOLERANCE["loss"], "monitor_weights_max_diff": TOLERANCE["weights"]}
+    check: dict[str, Any] = {"model": name, "loss": loss_name, "float64": exact, "tolerance": TOLERANCE,
+                             "agree": all(math.isfinite(v) and v <= limits[k] for k, v in exact.items())}
+    if timed is not None:
+        seq, vec = timed["sequential"], timed["vectorised"]
+        check["float32"] = _diffs(seq, vec, relative=False)
+        check["speedup"] = round((seq["clients_s"] + seq["monitor_s"]) / (vec["clients_s"] + vec["monitor_s"]), 3)
+    return check
+
+
+@contextlib.contextmanager
+def _float64() -> Iterator[None]:
+    """Images to float64 instead of float32 on both paths (``sgd.to_float``, ``vectorised.to_float``)."""
+    modules = (fedbalance.sgd, fedbalance.vectorised)
+    before = [m.to_float for m in modules]
+    for m in modules:
+        m.to_float = lambda x: x.double().div_(255.0) if x.dtype == torch.uint8 else x.double()
+    try:
+        yield
+    finally:
+        for m, f in zip(modules, before):
+            m.to_float = f
+
+
+def _exact(name: str, model: nn.Module, loss_fn: nn.Module, clients: list, aux: tuple[torch.Tensor, torch.Tensor] | None,
+           q: int, batch: int, seed: int, device: torch.device) -> dict[str, float]:
+    """Both paths in float64 on 2 clients of 2 batches and 2 epochs (and the monitor on 4 samples per class),
+    in the chunks the memory model chooses for float64."""
+    cfg = SGDConfig(lr=0.001, momentum=0.9, weight_decay=5e-4, batch_size=batch, epochs=2)
+    model64, loss64 = copy.deepcopy(model).double(), copy.deepcopy(loss_fn).double()
+    small = [(x[: 2 * batch], y[: 2 * batch]) for x, y in clients[:2]]
+    if aux is not None:
+        aux_x, aux_y = aux
+        keep = torch.cat([torch.nonzero(aux_y == k).flatten()[:4] for k in range(q)])
+        aux = (aux_x[keep], aux_y[keep])
+    res = {}
+    with _float64():
+        for path in ("sequential", "vectorised"):
+            monitor = Observer(Monitor(*aux, q, cfg, path=path), METHODS) if aux is not None else None
+            res[path] = _round(model64, loss64, small, monitor, cfg, path, seed, device, job_plan(device, "fp32"))
+    return _diffs(res["sequential"], res["vectorised"], relative=True)
+
+
+def section_round(args: argparse.Namespace, device: torch.device, report: Report) -> dict[str, Any]:
+    """One round, sequential vs vectorised, CE and Ratio Loss with the monitor; a row per measurement."""
     s = args.sizes
-    cfg = SGDConfig(lr=0.001, momentum=0.9, weight_decay=5e-4, batch_size=s["batch_size"], epochs=s["epochs"])
-    warm_cfg = SGDConfig(batch_size=s["batch_size"], epochs=1)
-    rows, checks = [], []
-    for name, (shape_name, c, size, q_paper, q_smoke) in MODELS.items():
-        q = q_smoke if args.smoke else q_paper
-        shape = (c, *size)
+    out: dict[str, Any] = {"sizes": s, "lr": 0.001, "precision": args.precision, "rows": [], "checks": []}
+    report.data["round"] = out
+    for name in MODELS:
+        shape_name, c, size, q, epochs = _model_setup(args, name, device)
+        cfg = SGDConfig(lr=0.001, momentum=0.9, weight_decay=5e-4, batch_size=s["batch_size"], epochs=epochs)
+        warm_cfg = SGDConfig(batch_size=s["batch_size"], epochs=1)
         torch.manual_seed(args.seed)
         model = build_model(name, c, q, size).to(device)
         g = torch.Generator().manual_seed(args.seed)
-        clients = _sets(s["clients"], s["samples"], shape, q, device, g)
-        aux = _sets(q, s["aux"], shape, q, device, g, one_class=True)
+        clients = _sets(s["clients"], s["samples"], (c, *size), q, device, g)
+        aux = _sets(q, s["aux"], (c, *size), q, device, g, one_class=True)
         aux_x, aux_y = torch.cat([x for x, _ in aux]), torch.cat([y for _, y in aux])
         for loss_name in ("ce", "ratio"):
             loss_fn = get_loss(loss_name, q, **({"weight": torch.linspace(1.0, 1.5, q)} if loss_name == "ratio" else {})).to(device)
             results: dict[str, dict[str, Any]] = {}
             for path in ("sequential", "vectorised"):
-                monitor = Observer(Monitor(aux_x, aux_y, q, cfg, path=path), METHODS) if loss_name == "ratio" else None
-                # warm-up (kernels, lazy imports): a one-batch round, with a one-epoch monitor for Ratio Loss
-                warm_monitor = Observer(Monitor(aux_x, aux_y, q, warm_cfg, path=path), METHODS) if monitor is not None else None
-                _round(model, loss_fn, [(x[: s["batch_size"]], y[: s["batch_size"]]) for x, y in clients[:2]], warm_monitor, warm_cfg, path, args.seed, device)
-                row: dict[str, Any] = {"model": name, "shape": shape_name, "classes": q, "loss": loss_name, "path": path, **s}
-                if device.type == "cuda":
-                    torch.cuda.reset_peak_memory_stats(device)
+                row: dict[str, Any] = {"model": name, "shape": shape_name, "classes": q, "image": list(size), "loss": loss_name,
+                                       "path": path, "epochs": epochs, **s}
+                out["rows"].append(row)
+                if not report.time_left():
+                    row["skipped"] = "time budget"
+                    continue
                 try:
-                    res = _round(model, loss_fn, clients, monitor, cfg, path, args.seed, device)
-                except torch.cuda.OutOfMemoryError as err:
-                    row["error"] = f"out of memory: {str(err).splitlines()[0]}"
-                    rows.append(row)
-                    torch.cuda.empty_cache()
+                    plan = job_plan(device, args.precision)
+                    monitor = Observer(Monitor(aux_x, aux_y, q, cfg, path=path), METHODS) if loss_name == "ratio" else None
+                    # warm-up (kernels, lazy imports): a one-batch round, with a one-epoch monitor for Ratio Loss
+                    warm_monitor = Observer(Monitor(aux_x, aux_y, q, warm_cfg, path=path), METHODS) if monitor is not None else None
+                    warm = [(x[: s["batch_size"]], y[: s["batch_size"]]) for x, y in clients[:2]]
+                    _round(model, loss_fn, warm, warm_monitor, warm_cfg, path, args.seed, device, job_plan(device, args.precision))
+                    t_est = time.perf_counter()
+                    if path == "vectorised":  # the chunks (a job chooses them once, at its first round), outside the timing
+                        plan.chunk_size(model, clients, loss_fn, cfg)
+                        if monitor is not None:
+                            plan.chunk_size(model, [(aux_x[aux_y == p], aux_y[aux_y == p]) for p in range(q)], nn.CrossEntropyLoss(), cfg)
+                    row["estimate_s"] = round(time.perf_counter() - t_est, 3)
+                    if device.type == "cuda":
+                        torch.cuda.reset_peak_memory_stats(device)
+                    res = _round(model, loss_fn, clients, monitor, cfg, path, args.seed, device, plan)
+                except Exception as err:  # noqa: BLE001 - recorded, the suite goes on
+                    row["error"] = _error(err)
+                    if device.type == "cuda":
+                        torch.cuda.empty_cache()
+                    report.save()
                     continue
                 results[path] = res
                 total = res["clients_s"] + res["monitor_s"]
@@ -195,20 +347,100 @@ def section_round(args: argparse.Namespace, device: torch.device) -> dict[str, A
                     monitor_s=round(res["monitor_s"], 4) if monitor is not None else None, round_s=round(total, 4),
                     monitor_share=round(res["monitor_s"] / total, 4) if monitor is not None else None,
                     peak_memory_gib=round(torch.cuda.max_memory_allocated(device) / 2**30, 3) if device.type == "cuda" else None,
+                    chunks=dict(plan.chunks) if path == "vectorised" else None,
+                    estimate=dict(plan.estimates) if path == "vectorised" else None,
                 )
-                rows.append(row)
-            if len(results) == 2:
-                seq, vec = results["sequential"], results["vectorised"]
-                check = {
-                    "model": name, "loss": loss_name,
-                    "max_abs_diff": max(float((seq["state"][k] - vec["state"][k]).abs().max()) for k in seq["state"]),
-                    "loss_max_diff": float((seq["losses"] - vec["losses"]).abs().max()),
-                    "speedup": round((seq["clients_s"] + seq["monitor_s"]) / (vec["clients_s"] + vec["monitor_s"]), 3),
-                }
-                if seq["weights"] is not None:
-                    check["monitor_weights_max_diff"] = float((seq["weights"] - vec["weights"]).abs().max())
-                checks.append(check)
-    return {"sizes": s, "lr": cfg.lr, "rows": rows, "checks": checks}
+                report.save()
+            check: dict[str, Any] = {"model": name, "loss": loss_name}
+            out["checks"].append(check)
+            if not report.time_left():
+                check["skipped"] = "time budget"
+                continue
+            try:
+                aux_one = (aux_x, aux_y) if loss_name == "ratio" else None
+                exact = _exact(name, model, loss_fn, clients, aux_one, q, s["batch_size"], args.seed, device)
+                check.update(_check(name, loss_name, exact, results if len(results) == 2 else None))
+            except Exception as err:  # noqa: BLE001 - recorded, the suite goes on
+                check.update(error=_error(err), agree=False)
+            report.save()
+    return out
+
+
+def section_centralised(args: argparse.Namespace, device: torch.device, report: Report) -> dict[str, Any]:
+    """One epoch of pooled SGD per model (the centralised path: ``sgd_steps`` with one optimiser for the run)."""
+    s = args.sizes
+    out: dict[str, Any] = {"samples": s["clients"] * s["samples"], "batch_size": s["batch_size"], "precision": args.precision, "rows": []}
+    report.data["centralised"] = out
+    for name in MODELS:
+        shape_name, c, size, q, _ = _model_setup(args, name, device)
+        row: dict[str, Any] = {"model": name, "shape": shape_name, "classes": q, "image": list(size)}
+        out["rows"].append(row)
+        if not report.time_left():
+            row["skipped"] = "time budget"
+            continue
+        try:
+            torch.manual_seed(args.seed)
+            model = build_model(name, c, q, size).to(device)
+            g = torch.Generator().manual_seed(args.seed)
+            (x, y), = _sets(1, s["clients"] * s["samples"], (c, *size), q, device, g)
+            cfg = SGDConfig(lr=0.001, momentum=0.9, weight_decay=5e-4, batch_size=s["batch_size"], epochs=1)
+            loss_fn = get_loss("ce", q).to(device)
+            opt = make_optimizer(model, cfg)
+            with precision(args.precision):
+                sgd_steps(model, opt, x[: s["batch_size"]], y[: s["batch_size"]], loss_fn, [torch.arange(s["batch_size"])])
+                batches = batch_schedule(len(y), cfg, torch.Generator().manual_seed(args.seed))
+                if device.type == "cuda":
+                    torch.cuda.reset_peak_memory_stats(device)
+                _sync(device)
+                with _StepCounter() as steps:
+                    t0 = time.perf_counter()
+                    loss = sgd_steps(model, opt, x, y, loss_fn, batches)
+                    _sync(device)
+                    seconds = time.perf_counter() - t0
+            row.update(steps=steps.count, scheduled=len(batches), epoch_s=round(seconds, 4), samples_per_s=round(len(y) / seconds, 1),
+                       loss=loss, peak_memory_gib=round(torch.cuda.max_memory_allocated(device) / 2**30, 3) if device.type == "cuda" else None)
+        except Exception as err:  # noqa: BLE001 - recorded, the suite goes on
+            row["error"] = _error(err)
+        report.save()
+    return out
+
+
+def section_memory(args: argparse.Namespace, device: torch.device, report: Report) -> dict[str, Any]:
+    """The memory model of the grid's largest vectorised calls and the chunk sizes it chooses."""
+    assumed = int(0.8 * args.assume_free_gib * 2**30)
+    here = job_plan(device).memory_budget
+    out: dict[str, Any] = {"assumed_free_gib": args.assume_free_gib, "assumed_budget_gib": round(assumed / 2**30, 2),
+                           "device_budget_gib": None if here is None else round(here / 2**30, 2), "rows": []}
+    report.data["memory"] = out
+    sample_y = torch.zeros((), dtype=torch.long)
+    for label, name, size, q, copies, batch, samples in GRID:
+        row: dict[str, Any] = {"call": label, "model": name, "image": list(size), "classes": q, "copies": copies, "batch_size": batch}
+        out["rows"].append(row)
+        if not report.time_left():
+            row["skipped"] = "time budget"
+            continue
+        try:
+            torch.manual_seed(0)
+            model = build_model(name, 1 if name != "cnn7" else 3, q, size)
+            sample_x = torch.zeros(1 if name != "cnn7" else 3, *size, dtype=torch.uint8)
+            cfg = SGDConfig(batch_size=batch, epochs=10)
+            width = min(batch, samples)
+            t0 = time.perf_counter()
+            est = estimate_memory(model, get_loss("ce", q), cfg, width, sample_x, sample_y)
+            data = data_bytes([samples] * copies, sample_x, sample_y, cfg)
+            gib = 2**30
+            row.update(
+                estimate_s=round(time.perf_counter() - t0, 2), per_copy_gib=round(est.per_copy / gib, 3),
+                state_gib=round(est.state / gib, 4), data_gib=round(data / gib, 3),
+                all_at_once_gib=round(est.need(copies, copies, data) / gib, 2),
+                chunk_assumed=est.chunk_size(assumed, copies, data),
+                chunk_device=None if here is None else est.chunk_size(here, copies, data),
+            )
+            row["need_assumed_gib"] = round(est.need(row["chunk_assumed"], copies, data) / gib, 2)
+        except Exception as err:  # noqa: BLE001 - recorded, the suite goes on
+            row["error"] = _error(err)
+        report.save()
+    return out
 
 
 def _write_idx(path: Path, data: np.ndarray) -> None:
@@ -269,11 +501,12 @@ def _env() -> dict[str, str]:
 def _read_job(out: Path) -> dict[str, Any]:
     metrics = json.loads((out / "metrics.json").read_text())
     rows = (out / "rounds.csv").read_text().strip().splitlines()[1:]
-    return {"rounds": metrics["rounds"], "rounds_csv_rows": len(rows), "job_wall_s": metrics["wall_time_s"], "acc": metrics["final"]["acc"]}
+    return {"rounds": metrics["rounds"], "rounds_csv_rows": len(rows), "job_wall_s": metrics["wall_time_s"], "acc": metrics["final"]["acc"],
+            "path": metrics.get("path"), "precision": metrics.get("precision"), "chunking": metrics.get("chunking")}
 
 
-def section_job(args: argparse.Namespace, device: torch.device, tmp: Path) -> dict[str, Any]:
-    """(b) the full-protocol MNIST job through the CLI."""
+def section_job(args: argparse.Namespace, device: torch.device, report: Report, tmp: Path) -> dict[str, Any]:
+    """The full-protocol MNIST job through the CLI."""
     config, data = job_config(args, tmp, args.rounds)
     out = tmp / "job"
     threads = 1 if device.type == "cpu" else min(4, os.cpu_count() or 1)
@@ -292,12 +525,17 @@ def section_job(args: argparse.Namespace, device: torch.device, tmp: Path) -> di
     return res
 
 
-def section_throughput(args: argparse.Namespace, device: torch.device, tmp: Path) -> dict[str, Any]:
-    """(c) N copies of the job at once on the device: jobs/hour for each N."""
+def section_throughput(args: argparse.Namespace, device: torch.device, report: Report, tmp: Path) -> dict[str, Any]:
+    """N copies of the job at once on the device: jobs/hour for each N (a row per N, saved as it comes)."""
     config, data = job_config(args, tmp, args.throughput_rounds)
     cores = os.cpu_count() or 1
-    rows = []
+    out: dict[str, Any] = {"job": "/".join(JOB), "rounds": args.throughput_rounds, "data": data, "rows": []}
+    report.data["throughput"] = out
+    rows = out["rows"]
     for n in args.slots:
+        if not report.time_left():
+            rows.append({"jobs": n, "skipped": "time budget"})
+            continue
         threads = 1 if device.type == "cpu" else max(1, min(4, cores // n))
         outs = [tmp / f"tp{n}" / f"seed{k}" for k in range(n)]
         logs = [tmp / f"tp{n}-seed{k}.log" for k in range(n)]
@@ -316,52 +554,59 @@ def section_throughput(args: argparse.Namespace, device: torch.device, tmp: Path
             "jobs_per_hour": round(len(done) / wall * 3600, 2), "rounds_per_hour": round(sum(d["rounds"] for d in done) / wall * 3600, 1),
             **({"errors": errors} if errors else {}),
         })
-    base = rows[0]["jobs_per_hour"] if rows and rows[0]["jobs"] == 1 else None
-    for r in rows:
-        r["speedup_vs_1"] = round(r["jobs_per_hour"] / base, 3) if base else None
-    return {"job": "/".join(JOB), "rounds": args.throughput_rounds, "data": data, "rows": rows}
+        base = rows[0].get("jobs_per_hour") if rows[0]["jobs"] == 1 else None
+        for r in rows:
+            if "jobs_per_hour" in r:
+                r["speedup_vs_1"] = round(r["jobs_per_hour"] / base, 3) if base else None
+        report.save()
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Run the chosen sections; print (and with --out write) one JSON."""
+    """Run the chosen sections; print (and with --out write, after every measurement) one JSON; exit 1 on a failed check."""
     args = _parse(argv)
     device = torch.device(args.device)
     if device.type == "cpu":
         torch.set_num_threads(1)
-    start = time.perf_counter()
-    report: dict[str, Any] = {
+    report = Report(args, {
         "suite": "benchmarks/gpu_suite.py", "smoke": args.smoke,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
         "device_type": device.type, "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "precision": args.precision, "budget_s": None if math.isinf(args.budget_s) else args.budget_s,
         "loadavg_start": [round(x, 2) for x in os.getloadavg()],
-    }
-
-    def save() -> None:
-        report["wall_s"] = round(time.perf_counter() - start, 2)
-        report["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-        if args.out is not None:
-            args.out.write_text(json.dumps(report, indent=1))
-
+    })
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-    unknown = set(sections) - {"round", "job", "throughput"}
+    unknown = set(sections) - set(SECTIONS)
     if unknown:
-        raise SystemExit(f"unknown section(s) {sorted(unknown)}")
+        raise SystemExit(f"unknown section(s) {sorted(unknown)}; known: {', '.join(SECTIONS)}")
+    runners: dict[str, Callable[[Path], dict[str, Any]]] = {
+        "memory": lambda tmp: section_memory(args, device, report),
+        "round": lambda tmp: section_round(args, device, report),
+        "centralised": lambda tmp: section_centralised(args, device, report),
+        "job": lambda tmp: section_job(args, device, report, tmp),
+        "throughput": lambda tmp: section_throughput(args, device, report, tmp),
+    }
     with tempfile.TemporaryDirectory(prefix="gpu_suite-") as tmp_name:
-        tmp = Path(tmp_name)
         for name in sections:
+            if not report.time_left():
+                report.data[name] = {"skipped": "time budget"}
+                report.save()
+                continue
             print(f"gpu_suite: {name} ...", file=sys.stderr, flush=True)
             t0 = time.perf_counter()
-            if name == "round":
-                report["round"] = section_round(args, device)
-            elif name == "job":
-                report["job"] = section_job(args, device, tmp)
-            else:
-                report["throughput"] = section_throughput(args, device, tmp)
-            report[name]["section_s"] = round(time.perf_counter() - t0, 2)
-            save()
-    save()
-    print(json.dumps(report, indent=1))
-    return report
+            try:
+                report.data[name] = runners[name](Path(tmp_name))
+            except Exception as err:  # noqa: BLE001 - one section's failure is recorded, the others still run
+                report.data[name] = {**report.data.get(name, {}), "error": _error(err)}
+            report.data[name]["section_s"] = round(time.perf_counter() - t0, 2)
+            report.save()
+    failed = [c for c in report.data.get("round", {}).get("checks", []) if c.get("agree") is False]
+    report.data["failed_checks"] = [f"{c['model']}/{c['loss']}" for c in failed]
+    report.save()
+    print(json.dumps(report.data, indent=1))
+    if failed:
+        raise SystemExit(1)
+    return report.data
 
 
 if __name__ == "__main__":

@@ -101,7 +101,7 @@ def test_run_job_outputs_determinism_and_resume(quick, tmp_path):
     spec = tiny(quick)
     a = run_job(spec, tmp_path / "a", device="cpu", progress=False)
     on_disk = json.loads((tmp_path / "a" / "metrics.json").read_text())
-    assert set(on_disk) == {"job", "config", "final", "partition", "monitor", "acknowledged_round", "device", "path", "versions", "threads", "deterministic", "wall_time_s", "rounds"}
+    assert set(on_disk) == {"job", "config", "final", "partition", "monitor", "acknowledged_round", "device", "path", "versions", "threads", "deterministic", "precision", "chunking", "wall_time_s", "rounds"}
     assert on_disk["path"] == "sequential" and on_disk["config"]["path"] == spec.get("path", "auto")
     assert on_disk["job"] == {"experiment": "losses", "dataset": "mnist", "setting": "g10", "loss": "ratio", "seed": 0}
     assert on_disk["rounds"] == 3 and on_disk["device"] == "cpu" and on_disk["config"]["rounds"] == 3

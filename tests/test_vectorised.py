@@ -210,3 +210,84 @@ def test_masked_counts_losses_ignore_padding() -> None:
         padded = torch.cat([logits[:7], torch.randn(5, Q, generator=g)]), torch.cat([y[:7], y[:5] * 0 + 9])
         args = (counts,) if vec_mod.takes_client_counts(fn) else ()
         torch.testing.assert_close(make_masked_loss(fn)(*padded, mask, *args), fn(logits[:7], y[:7]))
+
+
+# --- memory-aware chunking (issue 26) ----------------------------------------------------------------------
+
+
+def test_memory_tracker_counts_live_storages_once() -> None:
+    """Peak and live bytes on the meta device, by hand: views and in-place results count once."""
+    with vec_mod.MemoryTracker() as tracker:
+        a = torch.empty(1000, device="meta")  # 4000 live
+        b = a * 2  # 8000
+        del a  # 4000
+        c = b * 2  # 8000 (peak)
+        c.view(10, 100).add_(1)
+        del b, c  # 0
+        d = torch.empty(500, device="meta")  # 2000
+    assert (tracker.peak, tracker.now) == (8000, 2000)
+    del d
+
+
+def test_memory_model_by_hand() -> None:
+    """need(c) = data + max(K state + fixed + c per_copy, 2 K state); the chunk is the largest that fits, evened out."""
+    model = vec_mod.MemoryModel(per_copy=10, step_fixed=5, state=1)
+    assert model.need(4, copies=8, data=3) == 3 + 8 + 5 + 40
+    assert model.need(0, copies=8, data=3) == 3 + 16
+    assert model.chunk_size(56, copies=8, data=3) == 4  # 56 fits 4 copies: two calls of 4
+    assert model.chunk_size(50, copies=8, data=3) == 3  # 3 fit: three calls, 3 + 3 + 2
+    assert model.chunk_size(45, copies=8, data=3) == 2  # 2 fit (36), 3 do not (46): four calls of 2
+    assert model.chunk_size(10, copies=8, data=3) == 1  # nothing fits: one copy at a time
+    assert model.chunk_size(10**6, copies=8, data=3) == 8
+    assert model.chunk_size(46, copies=5, data=3) == 3  # 3 fit (3 + 5 + 5 + 30 = 43): 3 + 2, not 3 + 3
+
+
+def test_estimate_is_linear_in_the_copies_and_counts_the_weights() -> None:
+    """The meta estimate from 1 and 2 copies predicts a measured step of 4 copies exactly, and one copy costs
+    at least its weights, new weights, momenta (old and new) and gradients, plus its float batch."""
+    torch.manual_seed(0)
+    model = TinyResNet()
+    loss = get_loss("ratio", Q, weight=torch.linspace(0.5, 2.0, Q))
+    x, y = _data((1,), (1, 8, 8))[0]
+    est = vec_mod.estimate_memory(model, loss, CFG, 16, x[0], y[0])
+    setup = vec_mod._setup(model, loss.to("meta"), CFG, VectorisedOptions(), torch.device("cpu"))
+    assert vec_mod._step_peak(setup, CFG, 4, 16, x[0], y[0], 1) == est.step_fixed + 4 * est.per_copy
+    params = sum(p.numel() * 4 for p in model.parameters())
+    assert est.state == sum(v.numel() * v.element_size() for v in model.state_dict().values())
+    assert est.per_copy >= 5 * params + 16 * 8 * 8 * 4
+    assert est.per_copy < 100 * (params + 16 * 8 * 8 * 4 * 8)  # same order: the activations of 16 samples
+
+
+def test_chunks_from_a_memory_budget_give_the_unchunked_numbers(lenet: nn.Module) -> None:
+    """A budget that fits 2 of 5 copies trains them 2 + 2 + 1 (recorded), with the numbers of one vmap call."""
+    from fedbalance.train import CopyPlan, copy_plan
+
+    datasets = _data((37, 64, 5, 20, 33), (1, 16, 16), seed=8)
+    loss = get_loss("focal", Q)
+    est = vec_mod.estimate_memory(lenet, loss, CFG, 16, datasets[0][0][0], datasets[0][1][0])
+    data = vec_mod.data_bytes([len(y) for _, y in datasets], datasets[0][0][0], datasets[0][1][0], CFG)
+    budget = est.need(2, 5, data)
+    assert est.need(3, 5, data) > budget
+    calls: list[int] = []
+    step = vec_mod._make_step
+
+    def counting(*args, **kwargs):
+        fn = step(*args, **kwargs)
+        return lambda params, *rest: calls.append(next(iter(params.values())).shape[0]) or fn(params, *rest)
+
+    whole, whole_loss = train_copies(lenet, datasets, loss, CFG, _gens(5), path="vectorised")
+    plan = CopyPlan(memory_budget=budget)
+    with copy_plan(plan), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(vec_mod, "_make_step", counting)
+        chunked, chunked_loss = train_copies(lenet, datasets, loss, CFG, _gens(5), path="vectorised")
+    assert plan.chunks == {"5x16": 2} and plan.record()["estimates"]["5x16"]["need_gib"] * 2**30 == pytest.approx(budget)
+    # the estimate's two meta steps (1 and 2 copies), then chunks (37, 64), (5, 20), (33) for 2 epochs of batches of 16
+    assert calls == [1, 2] + [2] * 8 + [2] * 4 + [1] * 6
+    assert _max_diff(whole, chunked) < TOL
+    torch.testing.assert_close(chunked_loss, whole_loss, atol=TOL, rtol=0)
+    with copy_plan(CopyPlan()):  # no budget (the CPU): one vmap call of all 5
+        calls.clear()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(vec_mod, "_make_step", counting)
+            train_copies(lenet, datasets, loss, CFG, _gens(5), path="vectorised")
+        assert set(calls) == {5}

@@ -67,6 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="deterministic kernels (default: the config's deterministic)",
     )
     train.add_argument(
+        "--precision",
+        choices=("fp32", "tf32"),
+        default=None,
+        help="float32 policy on CUDA: fp32 = TF32 off for matmuls and cuDNN, tf32 = on (default: the config's precision; "
+        "the numbers depend on it)",
+    )
+    train.add_argument(
         "--threads",
         type=int,
         default=None,
@@ -186,6 +193,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         data_dir=_data_dir(cfg, args),
         device=device,
         deterministic=cfg["deterministic"] if args.deterministic is None else args.deterministic,
+        precision=cfg["precision"] if args.precision is None else args.precision,
         download=bool(cfg["download"]),
         partitions=parts,
     )

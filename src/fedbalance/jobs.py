@@ -6,15 +6,19 @@
   "final": ``evaluate`` of the final model + {"train_loss"}, "partition": stats of the main
   partition (class_counts, global_counts, gamma, cs, mean_cs, num_samples), "monitor":
   {"mean_cs": {method: mean CS over rounds, ..., "uniform": ...}} or null, "acknowledged_round",
-  "device", "path" (the training path ``auto`` resolved to; ``config.path`` keeps what was configured), "versions": {python, torch, fedbalance}, "threads", "deterministic", "wall_time_s", "rounds"}. Non-finite floats
-  (e.g. Γ = inf) are written as null.
+  "device", "path" (the training path ``auto`` resolved to; ``config.path`` keeps what was configured), "versions": {python, torch, fedbalance}, "threads", "deterministic",
+  "precision" (``sgd.PRECISIONS``), "chunking" (the vectorised path on CUDA: the memory budget and the copies per
+  vmap call chosen for each call shape, ``train.CopyPlan.record``; null otherwise), "wall_time_s", "rounds"}.
+  Non-finite floats (e.g. Γ = inf) are written as null.
 * ``rounds.csv``: one row per round with the columns ``fedbalance.fl.ROUND_COLUMNS``; list-valued
   cells are JSON lists, cells not recorded that round are empty.
 * ``checkpoint.pt`` after every round (engine state: global model, round, loss state, Ratio-Loss
   weights, acknowledger, rows so far, optimiser for centralised runs); a re-run of the same job
   resumes from it and it is deleted once metrics.json is written. It records the run's ``runtime``
-  (torch threads, device, deterministic kernels, torch and fedbalance versions): a resume under a
-  different runtime is refused (JobError), as the numbers depend on it.
+  (torch threads, device, deterministic kernels, precision, torch and fedbalance versions): a resume under a
+  different runtime is refused (JobError), as the numbers depend on it; and the chunk sizes chosen so far,
+  which a resume keeps. It is read onto the CPU (``map_location="cpu"``): the model, loss and
+  optimiser states are copied onto the device when loaded, pi, the prior and the trajectory stay there.
 * ``.lock``: held (``flock``) while a job runs in the folder, with the holder's pid and host; a second
   job in the same folder is refused instead of deleting the first one's temporary files.
 * ``trajectory.pt`` with ``save_trajectory: true``: {"spec", "rounds": [{"round", "model": G_t,
@@ -74,6 +78,12 @@ from fedbalance.partition import (  # noqa: F401  (save/load re-exported for cal
     save_partitions,
     unused_writers,
 )
+from fedbalance.train import PRECISIONS, CopyPlan, copy_plan, job_plan, precision as precision_policy
+
+# cuBLAS reads its workspace setting once, when this process first uses it: set it before any job runs
+# (deterministic kernels need it; every job gets the same, so deterministic or not they use one setting).
+_CUBLAS_LATE = torch.cuda.is_initialized() and "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 CHECKPOINT = "checkpoint.pt"
 LOCK = ".lock"
@@ -197,20 +207,33 @@ def _describe(device: torch.device) -> str:
     return f"cuda ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "cpu"
 
 
-def set_deterministic(device: torch.device) -> None:
-    """Deterministic kernels (and the cuBLAS workspace setting they need on GPU)."""
-    if device.type == "cuda":
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+@contextmanager
+def deterministic_kernels(device: torch.device, enabled: bool) -> Iterator[None]:
+    """Deterministic kernels on or off for the block (cuDNN benchmarking off when on); the previous
+    settings come back afterwards, so a later job in the same process starts from them."""
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+              torch.backends.cudnn.benchmark)
+    if enabled and device.type == "cuda":
+        if _CUBLAS_LATE:
+            warnings.warn("CUDA was initialised before fedbalance.jobs set CUBLAS_WORKSPACE_CONFIG: cuBLAS may "
+                          "not be deterministic; set CUBLAS_WORKSPACE_CONFIG=:4096:8 before starting Python", stacklevel=3)
         torch.backends.cudnn.benchmark = False
-    torch.use_deterministic_algorithms(True)
+    torch.use_deterministic_algorithms(enabled)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        torch.backends.cudnn.benchmark = before[2]
 
 
-def runtime(device: torch.device, deterministic: bool) -> dict[str, Any]:
-    """What decides a job's numbers besides its spec and partitions: torch threads, device, kernels, versions."""
+def runtime(device: torch.device, deterministic: bool, precision: str = "fp32") -> dict[str, Any]:
+    """What decides a job's numbers besides its spec and partitions: torch threads, device, kernels,
+    precision policy, versions."""
     return {
         "threads": torch.get_num_threads(),
         "device": _describe(device),
         "deterministic": bool(deterministic),
+        "precision": precision,
         "torch": torch.__version__,
         "fedbalance": fedbalance.__version__,
     }
@@ -260,17 +283,18 @@ def fingerprint(spec: Mapping[str, Any], partitions: Mapping[str, Partition]) ->
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
-def _load_checkpoint(path: Path, fp: str, device: torch.device, rt: Mapping[str, Any]) -> RoundState | None:
+def _load_checkpoint(path: Path, fp: str, rt: Mapping[str, Any]) -> tuple[RoundState | None, dict[str, int]]:
+    """The checkpoint's round state (on the CPU) and the chunk sizes its run chose; (None, {}) to start over."""
     if not path.is_file():
-        return None
+        return None, {}
     try:
-        ckpt = torch.load(path, map_location=device, weights_only=False)
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as exc:  # noqa: BLE001 - a torn or foreign file: start over
         warnings.warn(f"ignoring unreadable checkpoint {path}: {exc}", stacklevel=2)
-        return None
+        return None, {}
     if ckpt.get("fingerprint") != fp:
         warnings.warn(f"ignoring checkpoint {path}: written by a different job spec or partition", stacklevel=2)
-        return None
+        return None, {}
     was = ckpt.get("runtime")
     if was is None:
         warnings.warn(f"resuming {path}, which does not record its threads, device and versions: "
@@ -282,11 +306,11 @@ def _load_checkpoint(path: Path, fp: str, device: torch.device, rt: Mapping[str,
             f"checkpoint's settings (e.g. --threads {was.get('threads')}), or delete it to start the job over"
         )
     try:
-        return RoundState.from_dict(ckpt["state"])
+        return RoundState.from_dict(ckpt["state"]), dict(ckpt.get("chunks") or {})
     except (KeyError, TypeError, ValueError) as exc:
         warnings.warn(f"ignoring checkpoint {path}, whose round state this version cannot read ({exc}): "
                       f"starting the job over", stacklevel=2)
-        return None
+        return None, {}
 
 
 def _cell(value: Any) -> Any:
@@ -380,12 +404,12 @@ class _Checkpointer:
 
     def __init__(
         self, spec: Mapping[str, Any], path: Path, fp: str, rt: Mapping[str, Any], state: RoundState | None,
-        progress: bool | None, on_round: RoundCallback | None, start: float,
+        progress: bool | None, on_round: RoundCallback | None, start: float, plan: CopyPlan,
     ):
         from tqdm.auto import tqdm
 
         self.start = start
-        self.spec, self.path, self.fp, self.rt, self.on_round = spec, path, fp, rt, on_round
+        self.spec, self.path, self.fp, self.rt, self.on_round, self.plan = spec, path, fp, rt, on_round, plan
         self.elapsed0 = state.wall_time_s if state is not None else 0.0
         self.total = num_epochs(spec) if spec["mode"] == "centralised" else int(spec["rounds"])
         self.done0 = len(state.rows) if state is not None else 0
@@ -400,7 +424,7 @@ class _Checkpointer:
 
     def __call__(self, state: RoundState, row: dict[str, Any]) -> None:
         state.wall_time_s = self.wall_time()
-        ckpt = {"fingerprint": self.fp, "runtime": self.rt, "state": state.to_dict()}
+        ckpt = {"fingerprint": self.fp, "runtime": self.rt, "state": state.to_dict(), "chunks": dict(self.plan.chunks)}
         atomic_write(self.path, lambda fh: torch.save(ckpt, fh), mode="wb")
         cs = next((row[cs_column(m)] for m in self.spec["monitor"]["estimators"] if row.get(cs_column(m)) is not None), None)
         shown = {"loss": row["train_loss"], "acc": row["acc"], "cs": cs}
@@ -417,6 +441,7 @@ class _Checkpointer:
 def _job_metrics(
     spec: Mapping[str, Any], path: str, state: RoundState, model: torch.nn.Module, data: JobData, dataset: Dataset,
     parts: Mapping[str, Partition], dev: torch.device, rt: Mapping[str, Any], wall_time: Callable[[], float],
+    plan: CopyPlan,
 ) -> dict[str, Any]:
     """metrics.json's content (JSON-safe) for the finished run: ``config`` is the job spec as configured
     (``path: auto`` stays ``auto``, so a twin's spec compares equal), ``path`` the training path it resolved to."""
@@ -434,6 +459,8 @@ def _job_metrics(
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "fedbalance": fedbalance.__version__},
         "threads": rt["threads"],
         "deterministic": rt["deterministic"],
+        "precision": rt["precision"],
+        "chunking": plan.record() if plan.memory_budget is not None and path == "vectorised" else None,
         "wall_time_s": wall_time(),
         "rounds": len(state.rows),
     }
@@ -445,7 +472,8 @@ def _write_outputs(out: Path, spec: Mapping[str, Any], state: RoundState, metric
     csv_text = rounds_csv(state.rows)
     atomic_write(out / "rounds.csv", lambda fh: fh.write(csv_text))
     if spec.get("save_trajectory"):
-        trajectory = {"spec": _clean(spec), "rounds": state.trajectory, "final": state.model,
+        final = {k: v.detach().cpu() for k, v in state.model.items()}
+        trajectory = {"spec": _clean(spec), "rounds": state.trajectory, "final": final,
                       "true_composition": [r["true_composition"] for r in state.rows]}
         atomic_write(out / TRAJECTORY, lambda fh: torch.save(trajectory, fh), mode="wb")
     atomic_write(out / "metrics.json", lambda fh: json.dump(metrics, fh, indent=1))
@@ -460,6 +488,7 @@ def run_job(
     data_dir: str | Path = "data",
     device: str = "auto",
     deterministic: bool = False,
+    precision: str = "fp32",
     download: bool = False,
     partitions: Mapping[str, Partition] | None = None,
     progress: bool | None = None,
@@ -467,7 +496,10 @@ def run_job(
 ) -> dict[str, Any]:
     """Run one job (resuming from ``out_dir/checkpoint.pt`` if present); return metrics.json's content.
 
-    The job holds ``out_dir/.lock`` while it runs (JobError if another job holds it).
+    The job holds ``out_dir/.lock`` while it runs (JobError if another job holds it). It runs under
+    its ``deterministic`` setting and ``precision`` policy (``sgd.precision``: fp32 = TF32 off), both
+    restored afterwards; on CUDA the vectorised path trains in chunks that fit the free memory
+    (``train.CopyPlan``).
 
     ``partitions``: as loaded from a partition file written by the workflow, else built from the
     spec. ``progress``: a tqdm bar over rounds; None: the bar when stderr is a terminal, else one
@@ -477,25 +509,29 @@ def run_job(
     start = time.perf_counter()
     out = Path(out_dir)
     dev = resolve_device(device)
+    if precision not in PRECISIONS:
+        raise JobError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     configured = spec
     spec = {**spec, "path": resolve_path(job_value(spec, "path"), dev)}
-    if deterministic:
-        set_deterministic(dev)
-    dataset = load_dataset(spec["source"], data_dir, download=download, **dict(spec.get("options") or {}))
-    parts = dict(partitions) if partitions is not None else build_partitions(spec, dataset)
-    _check_partitions(spec, parts, dataset)
-    data = _job_data(spec, dataset, parts, dev)
-    model, loss_fn = _model_and_loss(spec, dataset, dev)
-    fp, rt = fingerprint(spec, parts), runtime(dev, deterministic)
-    _remove_stale_temporaries(out)
-    state = _load_checkpoint(out / CHECKPOINT, fp, dev, rt)
-    checkpoint = _Checkpointer(spec, out / CHECKPOINT, fp, rt, state, progress, on_round, start)
-    runner = run_centralised if spec["mode"] == "centralised" else run_fedavg
-    try:
-        state = runner(spec, model, loss_fn, data, parts, state=state, on_round=checkpoint)
-    finally:
-        checkpoint.bar.close()
-    metrics = _job_metrics(configured, spec["path"], state, model, data, dataset, parts, dev, rt, checkpoint.wall_time)
+    with deterministic_kernels(dev, deterministic), precision_policy(precision):
+        dataset = load_dataset(spec["source"], data_dir, download=download, **dict(spec.get("options") or {}))
+        parts = dict(partitions) if partitions is not None else build_partitions(spec, dataset)
+        _check_partitions(spec, parts, dataset)
+        data = _job_data(spec, dataset, parts, dev)
+        model, loss_fn = _model_and_loss(spec, dataset, dev)
+        fp, rt = fingerprint(spec, parts), runtime(dev, deterministic, precision)
+        _remove_stale_temporaries(out)
+        state, chunks = _load_checkpoint(out / CHECKPOINT, fp, rt)
+        plan = job_plan(dev, precision)
+        plan.chunks.update(chunks)
+        checkpoint = _Checkpointer(spec, out / CHECKPOINT, fp, rt, state, progress, on_round, start, plan)
+        runner = run_centralised if spec["mode"] == "centralised" else run_fedavg
+        try:
+            with copy_plan(plan):
+                state = runner(spec, model, loss_fn, data, parts, state=state, on_round=checkpoint)
+        finally:
+            checkpoint.bar.close()
+        metrics = _job_metrics(configured, spec["path"], state, model, data, dataset, parts, dev, rt, checkpoint.wall_time, plan)
     _write_outputs(out, spec, state, metrics)
     return metrics
 

@@ -355,13 +355,15 @@ def simulated_updates(
     p = torch.as_tensor(proportions, dtype=torch.float64).clamp_min(0).cpu()
     p = p / p.sum()
     acc = torch.zeros(num_classes, num_classes, _last_layer(model).in_features + 1, dtype=torch.float64, device=aux_x.device)
-    for step in range(steps):
+    schedule = []  # every step's batch drawn on the host first, then moved to the device in one copy
+    for _ in range(steps):
+        classes = torch.multinomial(p, cfg.batch_size, replacement=True, generator=generator)
+        picks = torch.randint(0, 2**62, (cfg.batch_size,), generator=generator)
+        schedule.append(torch.stack([by_class[int(c)][int(k) % len(by_class[int(c)])] for c, k in zip(classes, picks)]))
+    for step, idx in enumerate(torch.stack(schedule).to(aux_x.device)):
         if probe_at and step == probe_at[0]:
             acc += stride * w[step] * class_gradients(sim, aux_x, aux_y, num_classes)
             probe_at.pop(0)
-        classes = torch.multinomial(p, cfg.batch_size, replacement=True, generator=generator)
-        picks = torch.randint(0, 2**62, (cfg.batch_size,), generator=generator)
-        idx = torch.stack([by_class[int(c)][int(k) % len(by_class[int(c)])] for c, k in zip(classes, picks)]).to(aux_x.device)
         loss = nn.functional.cross_entropy(sim(to_float(aux_x[idx])), aux_y[idx])
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +22,41 @@ class SGDConfig:
     weight_decay: float = 5e-4
     batch_size: int = 32
     epochs: int = 1
+
+
+PRECISIONS = ("fp32", "tf32")
+"""The float32 precision policies of a job (config key ``precision``; docs/performance.md, "Precision policy")."""
+
+
+@contextmanager
+def precision(name: str) -> Iterator[None]:
+    """Run the block under a precision policy, restoring torch's previous flags afterwards.
+
+    ``fp32``: TF32 off for CUDA matmuls and cuDNN (convolutions, RNNs), strict float32 (torch's own
+    default turns TF32 on for cuDNN convolutions). ``tf32``: TF32 on for both. The legacy
+    ``allow_tf32`` flags and the ``fp32_precision`` ones are set together, so either reads consistently.
+    CPU kernels (oneDNN) are not touched.
+    """
+    if name not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {name!r}")
+    b = torch.backends
+    flags = (b.cuda.matmul, b.cudnn.conv, b.cudnn.rnn)
+    before = [f.fp32_precision for f in flags]
+    try:
+        legacy: tuple[bool, bool] | None = (b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32)
+    except RuntimeError:  # flags mixed by earlier code: only the new-style ones can be read and restored
+        legacy = None
+    tf32 = name == "tf32"
+    b.cuda.matmul.allow_tf32 = b.cudnn.allow_tf32 = tf32
+    for f in flags:
+        f.fp32_precision = "tf32" if tf32 else "ieee"
+    try:
+        yield
+    finally:
+        if legacy is not None:
+            b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = legacy
+        for f, value in zip(flags, before, strict=True):
+            f.fp32_precision = value
 
 
 def to_float(x: torch.Tensor) -> torch.Tensor:
@@ -123,17 +159,27 @@ def sgd_steps(
     loss_fn: nn.Module,
     batches: list[torch.Tensor],
 ) -> float:
-    """One optimiser step per index batch (in train mode); return the mean batch loss."""
+    """One optimiser step per index batch (in train mode); return the mean batch loss.
+
+    The whole schedule moves to the data's device once (one host-to-device copy, not one per step),
+    and the loss stays there until the end: no host synchronisation inside the loop.
+    """
     model.train()
     total = torch.zeros((), device=x.device)
-    for idx in batches:
-        idx = idx.to(x.device)
+    for idx in device_schedule(batches, x.device):
         loss = loss_fn(model(to_float(x[idx])), y[idx])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         total += loss.detach()
     return float(total) / max(len(batches), 1)
+
+
+def device_schedule(batches: list[torch.Tensor], device: torch.device) -> tuple[torch.Tensor, ...]:
+    """The index batches as views of one tensor on ``device``, moved there in one copy."""
+    if not batches:
+        return ()
+    return torch.cat(batches).to(device).split([len(b) for b in batches])
 
 
 def stack_states(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

@@ -6,7 +6,8 @@ all copies is ``vmap(grad(loss))`` over the stack followed by a hand-written SGD
 its own generator, exactly as the sequential path does; a step's batches are padded to the
 largest batch with a per-sample mask, losses and batch-norm statistics use the real samples
 only, and a copy whose schedule has ended is frozen (no parameter, momentum or buffer change).
-See ``docs/performance.md``.
+``estimate_memory`` measures a step's memory on meta tensors (``MemoryModel``), from which a job on
+CUDA chooses its copies per vmap call (``train.CopyPlan``). See ``docs/performance.md``.
 """
 
 from __future__ import annotations
@@ -14,16 +15,20 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from fedbalance import losses
-from fedbalance.sgd import SGDConfig, batch_schedule, client_counts, to_float
+from fedbalance.sgd import SGDConfig, batch_schedule, client_counts, precision, to_float
 
 MaskedLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -32,10 +37,11 @@ MaskedLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 class VectorisedOptions:
     """Throughput knobs; the defaults give the sequential path's numbers (up to float rounding).
 
-    ``chunk_size``: copies per vmap call (None = all), bounds activation memory.
+    ``chunk_size``: copies per vmap call (None = all), bounds activation memory (``MemoryModel``).
     ``channels_last``: feed each copy's batch in channels-last layout (same numbers).
     ``autocast_bf16``: bf16 autocast of the forward pass (changes numbers; CUDA only).
-    ``allow_tf32``: TF32 matmuls and convolutions during the round (changes numbers; CUDA only).
+    ``allow_tf32``: the round's precision policy (``sgd.precision``): TF32 matmuls and cuDNN when
+    True (changes numbers; CUDA only), strict fp32 (TF32 off) when False.
     ``compile``: ``torch.compile`` the batched step (same maths; compile time on first use).
     """
 
@@ -114,7 +120,9 @@ class _MaskedBatchNorm(nn.Module):
 
 def _functional_twin(model: nn.Module, ctx: _Context) -> nn.Module:
     """A meta-device copy of ``model`` (same names) with every batch norm made masked and functional."""
-    twin = copy.deepcopy(model).to("meta")
+    memo: dict[int, torch.Tensor] = {id(b): torch.empty_like(b, device="meta") for b in model.buffers()}
+    memo.update({id(p): nn.Parameter(torch.empty_like(p, device="meta"), p.requires_grad) for p in model.parameters()})
+    twin = copy.deepcopy(model, memo)
     for name, module in list(twin.named_modules()):
         for child_name, child in list(module.named_children()):
             if isinstance(child, nn.modules.batchnorm._BatchNorm):
@@ -188,8 +196,10 @@ _COUNTS = tuple(c for c in losses.LOSSES.values() if issubclass(c, losses.Counts
 
 def _schedules(
     sizes: list[int], cfg: SGDConfig, generators: list[torch.Generator]
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Padded batch schedules: indices [S, K, B], sample mask [S, K, B] and step count [K], on the CPU."""
+) -> tuple[torch.Tensor, torch.Tensor, list[int], list[list[bool]]]:
+    """Padded batch schedules on the CPU: indices [S, K, B], sample mask [S, K, B], each copy's step
+    count and, per step and copy, whether the batch is fully real. The counts and flags are read from
+    the batches' lengths, never from a tensor's values."""
     scheds = [batch_schedule(n, cfg, g) for n, g in zip(sizes, generators, strict=True)]
     steps = max((len(s) for s in scheds), default=0)
     width = max((len(b) for s in scheds for b in s), default=1)
@@ -199,7 +209,8 @@ def _schedules(
         for s, b in enumerate(sched):
             idx[s, k, : len(b)] = b
             mask[s, k, : len(b)] = True
-    return idx, mask, torch.tensor([len(s) for s in scheds])
+    full = [[s < len(sched) and len(sched[s]) == width for sched in scheds] for s in range(steps)]
+    return idx, mask, [len(s) for s in scheds], full
 
 
 def _pad_data(datasets: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -212,18 +223,6 @@ def _pad_data(datasets: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.
         xs[k, : len(y)] = x
         ys[k, : len(y)] = y
     return xs, ys
-
-
-@contextlib.contextmanager
-def _tf32(enabled: bool) -> Iterator[None]:
-    """Temporarily allow TF32 matmuls and cuDNN convolutions."""
-    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    if enabled:
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
 def _make_step(
@@ -252,7 +251,8 @@ def _make_step(
         x = to_float(x)
         if options.channels_last and x.dim() == 4:
             x = x.contiguous(memory_format=torch.channels_last)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=options.autocast_bf16):
+        autocast = torch.autocast(device.type, dtype=torch.bfloat16) if options.autocast_bf16 else contextlib.nullcontext()
+        with autocast:
             logits = functional_call(twin, (params, buffers), (x,))
         if logits.dtype not in (torch.float32, torch.float64):
             logits = logits.float()
@@ -288,6 +288,37 @@ def _make_step(
     return torch.compile(step) if options.compile else step
 
 
+@dataclass
+class _Setup:
+    """What every vectorised call of one (model, loss, optimiser) builds before it trains."""
+
+    state: dict[str, torch.Tensor]
+    param_names: list[str]
+    buffer_names: list[str]
+    ctx: _Context
+    step: Callable[..., tuple[dict[str, torch.Tensor], ...]]
+    with_counts: bool
+
+
+def _setup(model: nn.Module, loss_fn: nn.Module, cfg: SGDConfig, options: VectorisedOptions, device: torch.device) -> _Setup:
+    """The functional twin, parameter and buffer names and the batched step of ``model``."""
+    masked = make_masked_loss(loss_fn)
+    state = model.state_dict()
+    ctx = _Context()
+    twin = _functional_twin(model, ctx)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    with_counts = takes_client_counts(loss_fn)
+    return _Setup(
+        state, [k for k in state if k in trainable], [k for k in state if k not in trainable], ctx,
+        _make_step(twin, ctx, masked, cfg, options, device, with_counts), with_counts,
+    )
+
+
+def _stacked(tensors: dict[str, torch.Tensor], names: list[str], copies: int) -> dict[str, torch.Tensor]:
+    """``copies`` copies of each named tensor, stacked: [copies, ...]."""
+    return {k: tensors[k].detach().unsqueeze(0).repeat(copies, *[1] * tensors[k].dim()) for k in names}
+
+
 def train_copies_vectorised(
     model: nn.Module,
     datasets: list[tuple[torch.Tensor, torch.Tensor]],
@@ -300,28 +331,22 @@ def train_copies_vectorised(
 
     Batch schedules are drawn from ``generators`` exactly as ``local_sgd`` draws them. No host
     synchronisation happens inside the training loop; the data move to the model's device once.
+    The round runs under the precision ``options.allow_tf32`` says (``sgd.precision``: fp32 by default).
     """
     options = options or VectorisedOptions()
-    masked = make_masked_loss(loss_fn)
+    make_masked_loss(loss_fn)
     if len(datasets) != len(generators):
         raise ValueError(f"{len(datasets)} datasets but {len(generators)} generators")
     state = model.state_dict()
     if not datasets:
         return {k: v.new_empty((0, *v.shape)) for k, v in state.items()}, torch.zeros(0)
     device = next(iter(state.values())).device
-    ctx = _Context()
-    twin = _functional_twin(model, ctx)
-    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
-    param_names = [k for k in state if k in trainable]
-    buffer_names = [k for k in state if k not in trainable]
-    with_counts = takes_client_counts(loss_fn)
-    step = _make_step(twin, ctx, masked, cfg, options, device, with_counts)
+    setup = _setup(model, loss_fn, cfg, options, device)
     # each copy's own label counts (losses that read them), else a placeholder column
-    counts = (torch.stack([client_counts(loss_fn, y) for _, y in datasets]) if with_counts
+    counts = (torch.stack([client_counts(loss_fn, y) for _, y in datasets]) if setup.with_counts
               else torch.zeros(len(datasets), 1)).to(device)
 
-    idx, mask, n_steps = _schedules([len(y) for _, y in datasets], cfg, generators)
-    full = mask.all(-1)
+    idx, mask, n_steps, full = _schedules([len(y) for _, y in datasets], cfg, generators)
     xs, ys = _pad_data(datasets)
     xs, ys, idx, mask = xs.to(device), ys.to(device), idx.to(device), mask.to(device)
     active = mask.any(-1)
@@ -329,21 +354,19 @@ def train_copies_vectorised(
     chunk = options.chunk_size or n_copies
     out_states: list[dict[str, torch.Tensor]] = []
     totals: list[torch.Tensor] = []
-    with _tf32(options.allow_tf32), torch.no_grad():
+    with precision("tf32" if options.allow_tf32 else "fp32"), torch.no_grad():
         for lo in range(0, n_copies, chunk):
             hi = min(lo + chunk, n_copies)
             c = hi - lo
-            params = {k: state[k].detach().unsqueeze(0).repeat(c, *[1] * state[k].dim()) for k in param_names}
-            buffers = {k: state[k].detach().unsqueeze(0).repeat(c, *[1] * state[k].dim()) for k in buffer_names}
+            params = _stacked(state, setup.param_names, c)
+            buffers = _stacked(state, setup.buffer_names, c)
             momenta = {k: torch.zeros_like(v) for k, v in params.items()} if cfg.momentum != 0 else {}
             total = torch.zeros(c, device=device)
             rows = torch.arange(lo, hi, device=device).unsqueeze(1)
-            last = int(n_steps[lo:hi].max()) if c else 0
-            full_steps = full[:, lo:hi].all(-1).tolist()
-            for s in range(last):
+            for s in range(max(n_steps[lo:hi])):
                 sel = idx[s, lo:hi]
-                ctx.full = full_steps[s]
-                params, buffers, momenta, loss = step(
+                setup.ctx.full = all(full[s][lo:hi])
+                params, buffers, momenta, loss = setup.step(
                     params, buffers, momenta, xs[rows, sel], ys[rows, sel], mask[s, lo:hi], active[s, lo:hi],
                     counts[lo:hi],
                 )
@@ -351,5 +374,138 @@ def train_copies_vectorised(
             out_states.append({k: params[k] if k in params else buffers[k] for k in state})
             totals.append(total)
     stacked = {k: torch.cat([o[k] for o in out_states]).to(state[k].dtype) for k in state}
-    losses = (torch.cat(totals).double().cpu() / n_steps.clamp(min=1).double()).float()
+    steps = torch.tensor(n_steps).clamp(min=1).double()
+    losses = (torch.cat(totals).double().cpu() / steps).float()
     return stacked, losses
+
+
+class MemoryTracker(TorchDispatchMode):
+    """Live and peak bytes of the tensor storages created while active (and of those ``track``ed).
+
+    Works on any device, the meta device included (sizes without data): a storage counts from the op
+    that creates it until it is freed; views and in-place results count once.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live: dict[int, int] = {}
+        self.now = 0
+        self.peak = 0
+
+    def track(self, tensors: Iterable[torch.Tensor]) -> None:
+        """Count these (already allocated) tensors' storages as live."""
+        for t in tensors:
+            storage = t.untyped_storage()
+            key = storage._cdata
+            if key not in self.live:
+                self.live[key] = storage.nbytes()
+                self.now += self.live[key]
+                self.peak = max(self.peak, self.now)
+                weakref.finalize(storage, self._free, key)
+
+    def _free(self, key: int) -> None:
+        self.now -= self.live.pop(key, 0)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        self.track(t for t in tree_leaves(out) if isinstance(t, torch.Tensor))
+        return out
+
+
+@dataclass(frozen=True)
+class MemoryModel:
+    """Device bytes of one vectorised call against c, the copies trained per vmap call (docs/performance.md, "Memory model").
+
+    ``per_copy``: what one more copy in the vmap call adds to a step's peak (its weights, buffers and
+    momenta, old and new, its batch, saved activations, gradients); ``step_fixed``: the rest of a
+    step's peak; ``state``: one finished copy's state, kept until the call returns.
+    """
+
+    per_copy: int
+    step_fixed: int
+    state: int
+
+    def need(self, chunk: int, copies: int, data: int) -> int:
+        """Peak bytes of ``copies`` copies trained ``chunk`` at a time, with ``data`` bytes of padded data and schedules."""
+        return data + max(copies * self.state + self.step_fixed + self.per_copy * chunk, 2 * copies * self.state)
+
+    def chunk_size(self, budget: int, copies: int, data: int) -> int:
+        """The largest chunk whose ``need`` fits ``budget`` (at least 1), evened out over the vmap calls it takes."""
+        fits = [c for c in range(1, copies + 1) if self.need(c, copies, data) <= budget]
+        largest = max(fits, default=1)
+        return math.ceil(copies / math.ceil(copies / largest))
+
+
+def data_bytes(sizes: list[int], sample: torch.Tensor, label: torch.Tensor, cfg: SGDConfig) -> int:
+    """Bytes of a call's padded data [K, N, ...] and labels, schedules [S, K, B] and masks (``sample``/``label``: one of each)."""
+    copies, n = len(sizes), max(sizes, default=0)
+    width = min(cfg.batch_size, n) if n else 1
+    steps = cfg.epochs * math.ceil(n / cfg.batch_size) if n else 0
+    padded = copies * n * (sample.numel() * sample.element_size() + label.element_size())
+    return padded + steps * copies * width * (8 + 1) + steps * copies
+
+
+def _step_peak(
+    setup: _Setup, cfg: SGDConfig, copies: int, width: int, sample: torch.Tensor, label: torch.Tensor, classes: int
+) -> int:
+    """Peak bytes of one batched step of ``copies`` copies on the meta device, its inputs included."""
+    state = setup.state
+
+    def meta(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    params = {k: meta((copies, *state[k].shape), state[k].dtype) for k in setup.param_names}
+    buffers = {k: meta((copies, *state[k].shape), state[k].dtype) for k in setup.buffer_names}
+    momenta = {k: torch.empty_like(v) for k, v in params.items()} if cfg.momentum != 0 else {}
+    batch = [
+        meta((copies, width, *sample.shape), sample.dtype),
+        meta((copies, width, *label.shape), label.dtype),
+        meta((copies, width), torch.bool),
+        meta((copies,), torch.bool),
+        meta((copies, classes), torch.float32),
+    ]
+    setup.ctx.full = False
+    with torch.no_grad(), MemoryTracker() as tracker:
+        tracker.track([*params.values(), *buffers.values(), *momenta.values(), *batch])
+        setup.step(params, buffers, momenta, *batch)
+    return tracker.peak
+
+
+def estimate_memory(
+    model: nn.Module,
+    loss_fn: nn.Module,
+    cfg: SGDConfig,
+    width: int,
+    sample: torch.Tensor,
+    label: torch.Tensor,
+    options: VectorisedOptions | None = None,
+) -> MemoryModel:
+    """``MemoryModel`` of ``model`` trained in batches of ``width`` samples like ``sample``, measured on meta tensors.
+
+    One batched step (with the masked batch norm, the costlier form) runs on the meta device for 1
+    and for 2 copies under ``MemoryTracker``; the difference of the two peaks is one copy's cost.
+    Nothing is allocated on the model's device.
+    """
+    options = options or VectorisedOptions()
+    state = model.state_dict()
+    loss_fn = copy.deepcopy(loss_fn).to("meta")  # its buffers (weights, counts, prior) meet the meta batch
+    setup = _setup(model, loss_fn, cfg, options, next(iter(state.values())).device)
+    classes = int(getattr(loss_fn, "num_classes", None) or 1) if setup.with_counts else 1
+    one, two = (_step_peak(setup, cfg, c, width, sample, label, classes) for c in (1, 2))
+    state_bytes = sum(v.numel() * v.element_size() for v in state.values())
+    return MemoryModel(per_copy=two - one, step_fixed=max(2 * one - two, 0), state=state_bytes)
+
+
+def memory_budget(device: torch.device, fraction: float = 0.8) -> int | None:
+    """Bytes the copies of one vectorised call may take: ``fraction`` of the device's free memory.
+
+    CUDA: ``torch.cuda.mem_get_info``'s free bytes plus what this process's caching allocator holds
+    unused (reserved, not allocated); the rest of the fraction is headroom for the allocator's
+    rounding and fragmentation and cuDNN's workspaces, which the meta estimate does not see. The CPU
+    gets None: its memory is the machine's, and the copies are trained all at once (no chunking).
+    """
+    if device.type != "cuda":
+        return None
+    free, _ = torch.cuda.mem_get_info(device)
+    cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return int(fraction * (free + cached))

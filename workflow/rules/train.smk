@@ -28,6 +28,7 @@ rule train:
         data_dir=DATA_DIR,
         device=config["device"],
         deterministic=config["deterministic"],
+        precision=config["precision"],
         threads=TRAIN_THREADS,
     script:
         "../scripts/train.py"

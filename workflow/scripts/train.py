@@ -24,6 +24,7 @@ with _common.logged(smk):
         data_dir=smk.params.data_dir,
         device=smk.params.device,
         deterministic=smk.params.deterministic,
+        precision=smk.params.precision,
         partitions=load_partitions(smk.input.partition),
     )
     for name in ("metrics", "rounds"):

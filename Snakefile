@@ -6,12 +6,13 @@
 #   SLURM:        snakemake --workflow-profile profiles/slurm --use-conda ...   (README, "Running on SLURM")
 #   report:       snakemake --report results/report.html  [same --configfile as the run]
 #
-# How the rules import the library: the Snakefile puts <repo>/src first on sys.path (so planning
-# works with or without `pip install -e .`), and every script under workflow/scripts/ starts with
-# `import _bootstrap`, a three-line helper that does the same from the script's own location.
-# That keeps the conda environments (envs/*.yaml) free of the project itself: they only hold its
-# dependencies, `--use-conda` needs no pip install of the repo, and an edit under src/ takes
-# effect without rebuilding an environment.
+# How the rules import the library: the Snakefile puts the src/ beside itself first on sys.path (so
+# planning works with or without `pip install -e .`), and every script under workflow/scripts/ starts
+# with `import _common`, which does the same from its own location. Both go by this workflow's files,
+# not the working directory, so the workflow also runs as a module of a user's own workflow
+# (.snakemake-workflow-catalog.yml). That keeps the conda environments (envs/*.yaml) free of the
+# project itself: they only hold its dependencies, `--use-conda` needs no pip install of the repo,
+# and an edit under src/ takes effect without rebuilding an environment.
 
 import copy
 import sys
@@ -22,10 +23,39 @@ from snakemake.utils import min_version, validate
 
 min_version("9.0")
 
-sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+# This Snakefile's folder: the clone, or, when the workflow is a module, wherever the module's Snakefile
+# lies (workflow.basedir is then the user's folder). From a git host (github(...)) it is no folder on
+# disk: the library comes from `pip install`, and _common.py is fetched beside the scripts.
+WORKFLOW_DIR = workflow.current_basedir
+if WORKFLOW_DIR.is_local:
+    sys.path.insert(0, str(Path(WORKFLOW_DIR.get_path_or_uri(secret_free=True)) / "src"))
+else:
+    workflow.sourcecache.get_path(WORKFLOW_DIR.join("workflow/scripts/_common.py"))
 
 from fedbalance.config import ConfigError, read_yaml  # noqa: E402
 from fedbalance.config import validate as validate_study  # noqa: E402
+
+
+# `--profile profiles/slurm` (or `--executor slurm` with no profile) also loads profiles/default as the
+# workflow profile, and its keys win over profiles/slurm's. Say so, and what it does, before any job
+# is submitted (onstart runs only when this Snakefile is the main one, not a module's).
+onstart:
+    _default = Path(workflow.basedir) / "profiles" / "default" / "config.yaml"
+    _local = read_yaml(_default) if _default.is_file() else {}
+    _given = workflow.resource_settings.resources
+    _slots = [r for r in _local.get("resources", []) if r.split("=")[0] in _given]
+    _wait = workflow.execution_settings.latency_wait
+    if workflow.executor_plugin.name == "slurm" and (_slots or _wait == _local.get("latency-wait")):
+        _cores = workflow.resource_settings.cores
+        logger.warning(
+            f"WARNING: profiles/default is in effect beside the SLURM executor (latency-wait {_wait}, resources "
+            f"{' '.join(_slots) or 'none'}, cores {_cores}): `--profile profiles/slurm` does this, because Snakemake "
+            f"then also loads profiles/default as the workflow profile and its keys win. So each job's outputs get "
+            f"{_wait} s, not profiles/slurm's 60 s, to appear on the shared file system before the job counts as "
+            f"failed, and no job gets more threads than {_cores} (this host's cores; --set-threads above it is "
+            f"cut); gpu_slots caps nothing on SLURM. Run `snakemake --workflow-profile profiles/slurm ...` "
+            f'instead (README, "Running on SLURM").'
+        )
 
 
 configfile: "config/config.yaml"
@@ -54,7 +84,7 @@ try:
     config.update(validate_study(config))
 except ConfigError as exc:
     raise WorkflowError(f"invalid configuration: {exc}") from None
-validate(config, "workflow/schemas/config.schema.yaml")
+validate(config, "src/fedbalance/config.schema.yaml")
 
 RESULTS = config["results_dir"].rstrip("/")
 DATA_DIR = config["data_dir"]

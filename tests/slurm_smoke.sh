@@ -1,26 +1,41 @@
 #!/usr/bin/env bash
-# SLURM smoke test: a throw-away single-node SLURM cluster on this machine, the README's SLURM
-# commands run through profiles/slurm unmodified, and the numbers compared with a local run.
+# SLURM smoke test: a throw-away single-node SLURM cluster on this machine, the README's two SLURM
+# commands (read from the README, account/partition filled in) run through profiles/slurm, and each
+# claim of the README's "What matters" list checked against what SLURM and Snakemake actually did.
 #
-#   sudo tests/slurm_smoke.sh            (root: it installs packages and starts daemons)
+#   sudo env PATH="$PATH" tests/slurm_smoke.sh   (root: it installs packages and starts daemons;
+#                                                 env PATH keeps a venv's python, which sudo drops)
 #
+# 0. refuses, touching nothing (no package, daemon, file or job), when this machine has a SLURM
+#    setup: /etc/slurm/slurm.conf or gres.conf exists, SLURM_CONF is set, or slurmctld, slurmd or
+#    slurmdbd runs. It only ever cancels the job ids it submitted itself (its own Snakemake runs'
+#    and its stand-in "foreign" job), never "every job in squeue";
 # 1. installs munge, slurmctld, slurmd and the SLURM clients from the distribution's packages
 #    (Debian/Ubuntu apt-get) when they are missing;
 # 2. starts munged, slurmctld and slurmd on private paths under $SMOKE_DIR (default
 #    /tmp/fedbalance-slurm-smoke; its own munge socket and key, SLURM_CONF pointing at its own
 #    slurm.conf): one node with this machine's CPUs, $FAKE_GPUS fake GPUs in gres.conf (device
 #    files made with mknod like /dev/null), no accounting database (AccountingStorageType=accounting_storage/none);
-# 3. CPU form: the README's CPU-only command (account/partition filled in) on a 3-job target of a
-#    tiny config (config/quick.yaml shrunk: 3 losses x 1 setting x 1 seed, 6 rounds). While it
-#    runs, it checks that a training job's log shows per-round progress lines, then `scancel`s one
-#    job: Snakemake must notice (squeue status command) and the retry must resume and finish;
+#    then submits a held job of "someone else's", which must be there, untouched, at the end;
+# 3. CPU form: the README's CPU-only command on a 3-job target of a tiny config (config/quick.yaml
+#    shrunk: 3 losses x 1 setting x 1 seed, 6 rounds). It checks that only profiles/slurm is
+#    loaded, that every submitted job asks for no GPU, for the rule's memory and time (twice both on
+#    the retry) and runs with --latency-wait 60, that a running job's log shows per-round progress,
+#    and, after `scancel`ling that job mid-run, that Snakemake notices (squeue status command) and
+#    the retry resumes from its checkpoint and finishes;
 # 4. runs the same target locally (--cores 2, and --set-threads train=2: the reservation changes,
 #    the torch thread count must not) and compares every job's metrics.json and rounds.csv;
-# 5. GPU form: the README's GPU command; passes when squeue shows more than one training job
-#    holding a GPU at the same time (this machine has no CUDA, so the jobs then fail: expected);
-# 6. stops the daemons it started, by PID (also on failure).
+# 5. GPU form: the README's GPU command; every job asks for one GPU (--gpus=1), runs with
+#    --latency-wait 60, and more than one holds a GPU at the same time (this machine has no CUDA,
+#    so the jobs then fail: expected);
+# 6. the wrong form, the GPU command with `--profile profiles/slurm` in place of
+#    `--workflow-profile profiles/slurm`: the workflow must warn, its jobs indeed run with
+#    profiles/default's --latency-wait 5, and still more than one GPU job runs at a time;
+# 7. cancels the jobs it submitted and stops the daemons it started, by id (also on failure), after
+#    checking that the foreign job is still there.
+# Every check prints "ok:" or "FAILED:"; the script exits 1 when one failed, 2 when it refused.
 #
-# Environment: PYTHON (default python3, needs `pip install -e '.[test]'`), SMOKE_DIR, FAKE_GPUS (2).
+# Environment: PYTHON (default python3; needs `pip install -e '.[slurm]'`), SMOKE_DIR, FAKE_GPUS (2).
 # Takes about 5 minutes on 2 cores. Not part of .ci/run (root, daemons, minutes); see README.
 set -euo pipefail
 
@@ -28,22 +43,76 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 W=${SMOKE_DIR:-/tmp/fedbalance-slurm-smoke}
 FAKE_GPUS=${FAKE_GPUS:-2}
 PY=${PYTHON:-python3}
-PIDS=()
+MARK=.fedbalance-slurm-smoke
 
 say() { printf '[smoke %(%H:%M:%S)T] %s\n' -1 "$*"; }
 fail() { say "FAIL: $*"; exit 1; }
+refuse() { say "REFUSED: $*. Nothing was installed, started or cancelled."; exit 2; }
 
-cancel_all() {  # this private cluster runs only this test's jobs
-  local ids
-  ids=$(squeue -h -o %i 2>/dev/null || true)
-  [ -n "$ids" ] || return 0
-  scancel $ids 2>/dev/null || true
-  for _ in $(seq 60); do [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.5; done
+# 0. an existing SLURM setup: refuse before doing anything -------------------------------------
+running() {  # is a process with this exact name running on this machine?
+  local f
+  for f in /proc/[0-9]*/comm; do
+    [ "$(cat "$f" 2>/dev/null)" = "$1" ] && return 0
+  done
+  return 1
 }
+existing_slurm() {  # prints why this machine already has SLURM; nothing when it has none
+  local f d
+  for f in /etc/slurm/slurm.conf /etc/slurm/gres.conf /etc/slurm-llnl/slurm.conf; do
+    if [ -e "$f" ] || [ -L "$f" ]; then echo "$f exists"; return; fi
+  done
+  if [ -n "${SLURM_CONF:-}" ]; then echo "SLURM_CONF is set ($SLURM_CONF)"; return; fi
+  for d in slurmctld slurmd slurmdbd; do
+    if running "$d"; then echo "$d is running"; return; fi
+  done
+}
+why=$(existing_slurm)
+[ -z "$why" ] || refuse "$why: this machine has a SLURM setup; run the smoke test on one without"
+if [ -e "$W" ] && [ ! -e "$W/$MARK" ]; then
+  refuse "$W exists and is not a folder of this test (no $MARK): set SMOKE_DIR to a new path"
+fi
+"$PY" -c "import snakemake_executor_plugin_slurm" 2>/dev/null \
+  || fail "$PY has no snakemake-executor-plugin-slurm: pip install -e '.[slurm]'; from a venv, run" \
+    "sudo env PATH=\"\$PATH\" tests/slurm_smoke.sh (sudo resets PATH) or set PYTHON=/path/to/venv/bin/python"
+[ "$(id -u)" -eq 0 ] || fail "run as root (installs packages, starts munged/slurmctld/slurmd)"
 
+# 1. packages ---------------------------------------------------------------------------------
+if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v munged >/dev/null \
+  || ! command -v sbatch >/dev/null; then
+  say "installing munge, slurmctld, slurmd, slurm-client (apt-get)"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    munge slurmctld slurmd slurm-client >/dev/null
+  why=$(existing_slurm)
+  [ -z "$why" ] || refuse "$why after installing the packages (started by them?): stop it, then rerun"
+fi
+say "$(slurmctld -V), snakemake $("$PY" -m snakemake --version)," \
+  "plugin $("$PY" -c 'import importlib.metadata as m; print(m.version("snakemake-executor-plugin-slurm"))')"
+
+# What this script started or submitted, and nothing else, is stopped or cancelled at exit.
+PIDS=()    # daemons
+SMKS=()    # Snakemake runs
+OWN=()     # job ids submitted here outside Snakemake (the foreign stand-in)
+LINKS=()
+ETC_MADE=""
+FAILED=()
+own_jobs() {  # every job id this script submitted: its own sbatch calls and its Snakemake runs'
+  { printf '%s\n' "${OWN[@]}"; cat "$W"/*.log 2>/dev/null | grep -o "submitted with SLURM jobid [0-9]*" \
+    | awk '{print $NF}'; } | grep -E '^[0-9]+$' | sort -un || true
+}
 cleanup() {
-  local pid
-  [ ${#PIDS[@]} -gt 0 ] && cancel_all
+  local pid ids
+  for pid in "${SMKS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${SMKS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ ${#PIDS[@]} -gt 0 ]; then
+    ids=$(own_jobs)
+    if [ -n "$ids" ]; then
+      # shellcheck disable=SC2086
+      scancel $ids 2>/dev/null || true
+      say "cancelled the jobs this script submitted (ids $(echo $ids))"
+    fi
+  fi
   for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
     pid=${PIDS[i]}
     if kill -0 "$pid" 2>/dev/null; then
@@ -54,30 +123,23 @@ cleanup() {
   done
   [ ${#PIDS[@]} -gt 0 ] && say "stopped the daemons this script started (PIDs ${PIDS[*]})"
   for f in "${LINKS[@]}"; do [ -L "$f" ] && rm -f "$f"; done
+  [ -n "$ETC_MADE" ] && rmdir /etc/slurm 2>/dev/null || true
   return 0
 }
-LINKS=()
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-[ "$(id -u)" -eq 0 ] || fail "run as root (installs packages, starts munged/slurmctld/slurmd)"
-
-# 1. packages ---------------------------------------------------------------------------------
-if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v munged >/dev/null \
-  || ! command -v sbatch >/dev/null; then
-  say "installing munge, slurmctld, slurmd, slurm-client (apt-get)"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    munge slurmctld slurmd slurm-client >/dev/null
-fi
-"$PY" -c "import snakemake_executor_plugin_slurm" 2>/dev/null \
-  || fail "snakemake-executor-plugin-slurm missing: pip install -e '.[test]'"
-say "$(slurmctld -V), snakemake $("$PY" -m snakemake --version)," \
-  "plugin $("$PY" -c 'import importlib.metadata as m; print(m.version("snakemake-executor-plugin-slurm"))')"
+ok() { say "ok: $*"; }
+check() {  # check DESCRIPTION COMMAND...: records a failure and goes on
+  local what=$1
+  shift
+  if "$@"; then ok "$what"; else say "FAILED: $what"; FAILED+=("$what"); fi
+}
 
 # 2. cluster ----------------------------------------------------------------------------------
 rm -rf "$W"
-mkdir -p "$W"/{state,spool,log,run}
+mkdir -p "$W"/{state,spool,log,run,jobs}
+touch "$W/$MARK"
 chmod 755 "$W"
 NODE=$(hostname -s)
 CPUS=$(nproc)
@@ -125,10 +187,9 @@ AutoDetect=off
 NodeName=$NODE Name=gpu File=$W/fake/nvidia[0-$((FAKE_GPUS - 1))]
 EOF
 # The job steps' srun reads /etc/slurm/slurm.conf (slurmstepd does not pass SLURM_CONF on), so the
-# configuration is linked there for the test's duration; an existing SLURM setup is left alone.
-mkdir -p /etc/slurm
+# configuration is linked there for the test's duration (step 0 made sure nothing was there).
+if [ ! -d /etc/slurm ]; then mkdir /etc/slurm; ETC_MADE=1; fi
 for f in slurm.conf gres.conf; do
-  [ -e "/etc/slurm/$f" ] && fail "/etc/slurm/$f exists: run this on a machine without a SLURM setup"
   ln -s "$W/$f" "/etc/slurm/$f"
   LINKS+=("/etc/slurm/$f")
 done
@@ -147,7 +208,13 @@ done
 say "cluster up: node $NODE, $CPUS CPUs, $MEM_MB MB, $FAKE_GPUS fake GPUs, partition smoke, no accounting"
 sinfo -N -o "%N %c %m %G %T"
 
-# 3. the tiny study ---------------------------------------------------------------------------
+# Someone else's job, there before the test: held, so it takes no CPU from the test's jobs.
+FOREIGN=$(sbatch --parsable --hold -J someone-elses-job -p smoke -t 60 --wrap "sleep 3600")
+OWN+=("$FOREIGN")
+say "submitted job $FOREIGN, held, as someone else's job: it must survive everything below"
+foreign_alive() { [ "$(squeue -h -j "$FOREIGN" -o %T 2>/dev/null)" = PENDING ]; }
+
+# 3. the tiny study and the README's commands ---------------------------------------------------
 ROUNDS=6
 "$PY" - "$REPO/config/quick.yaml" "$W/smoke.yaml" "$ROUNDS" <<'EOF'
 import sys, yaml
@@ -161,62 +228,119 @@ yaml.safe_dump(cfg, open(sys.argv[2], "w"), sort_keys=False)
 EOF
 DATASET=$("$PY" -c "import yaml,sys; print(next(iter(yaml.safe_load(open(sys.argv[1]))['datasets'])))" "$W/smoke.yaml")
 TARGET=results/aggregate/final.csv
-for run in slurm local gpu; do
+for run in slurm wrong local gpu; do
   mkdir -p "$W/$run"
-  ln -s "$REPO/Snakefile" "$W/$run/Snakefile"
-  ln -s "$REPO/workflow" "$W/$run/workflow"
-  ln -s "$REPO/profiles" "$W/$run/profiles"
-  ln -s "$REPO/src" "$W/$run/src"
-  ln -s "$REPO/envs" "$W/$run/envs"
-  ln -s "$REPO/report" "$W/$run/report"
+  for f in Snakefile workflow profiles src envs report; do ln -s "$REPO/$f" "$W/$run/$f"; done
   mkdir -p "$W/$run/config" && cp "$W/smoke.yaml" "$W/$run/config/smoke.yaml"
   ln -s "$REPO/config/config.yaml" "$W/$run/config/config.yaml"
 done
-# the job folders and logs of the 3 training jobs
 JOBLOG=results/logs/train/smoke/$DATASET/g10/focal/seed0.log
 
-# 3a. CPU form: the README's CPU-only command; account/partition are this cluster's. This cluster
-# has no accounting database, so no account can be validated: --slurm-no-account stands for it
-# (the README's form for clusters without accounts).
-say "CPU form: snakemake --workflow-profile profiles/slurm --slurm-no-account --default-resources slurm_partition=smoke --config device=cpu --configfile config/smoke.yaml -- $TARGET"
+# The README's two commands, as written there (so a README that goes wrong fails here): this
+# cluster has no accounting database, hence no account to validate, so slurm_account=ACCOUNT
+# becomes --slurm-no-account (the README's form for such clusters); both partitions are "smoke".
+mapfile -t FORMS < <("$PY" - "$REPO/README.md" <<'EOF'
+import shlex, sys
+text = open(sys.argv[1]).read()
+section = text[text.index("## Running on SLURM"):]
+section = section[: section.index("\n## ", 3)]
+for marker in ("# CPU-only cluster", "# GPU cluster"):
+    line = next(ln for ln in section[section.index(marker):].splitlines() if ln.startswith("snakemake "))
+    argv = [a.replace("GPU_PARTITION", "smoke").replace("PARTITION", "smoke") for a in shlex.split(line)[1:]]
+    argv = ["--slurm-no-account", *(a for a in argv if a != "slurm_account=ACCOUNT")]
+    print(shlex.join(argv[:-1] if argv[-1] == "--" else argv))
+EOF
+)
+[ ${#FORMS[@]} -eq 2 ] || fail "could not read the two SLURM commands from README.md"
+eval "CPU_ARGS=(${FORMS[0]})"
+eval "GPU_ARGS=(${FORMS[1]})"
+
+record_jobs() {  # record_jobs LOG: scontrol's view and the batch script of each job LOG's run submitted
+  local id
+  for id in $(jobs_of "$1"); do
+    [ -s "$W/jobs/$id.show" ] && continue
+    scontrol show job -o "$id" >"$W/jobs/$id.show" 2>/dev/null || rm -f "$W/jobs/$id.show"
+    scontrol write batch_script "$id" - >"$W/jobs/$id.script" 2>/dev/null || true
+  done
+}
+jobs_of() { { grep -o "submitted with SLURM jobid [0-9]*" "$1" || true; } | awk '{print $NF}'; }
+all_jobs() {  # all_jobs LOG PREDICATE: PREDICATE holds for every job LOG's run submitted (and there is one)
+  local id n=0
+  for id in $(jobs_of "$1"); do
+    [ -s "$W/jobs/$id.show" ] || { say "  job $id: never seen by scontrol"; return 1; }
+    "$2" "$id" || { say "  job $id: $(grep -Eo '(TRES|Tres[A-Za-z]*)=[^ ]*' "$W/jobs/$id.show" | xargs)"; return 1; }
+    n=$((n + 1))
+  done
+  [ "$n" -gt 0 ]
+}
+no_gpu() { ! grep -Eq 'gres[/:]gpu' "$W/jobs/$1.show"; }
+one_gpu() { grep -Eq 'gres[/:]gpu[:=]1\b' "$W/jobs/$1.show"; }
+waits() { grep -Eq -- "--latency-wait $2([^0-9]|$)" "$W/jobs/$1.script"; }
+waits60() { waits "$1" 60; }
+waits5() { waits "$1" 5; }
+only_slurm_profile() {
+  grep -q "^Using workflow specific profile profiles/slurm for setting default command line arguments" "$1" \
+    && ! grep -q "profiles/default" "$1"
+}
+unwarned() { ! grep -q "profiles/default is in effect" "$1"; }
+job_field() { grep -o "$2=[^ ]*" "$W/jobs/$1.show" | cut -d= -f2-; }
+
+# 3a. CPU form --------------------------------------------------------------------------------
+say "CPU form: snakemake ${CPU_ARGS[*]} --configfile config/smoke.yaml -- $TARGET"
 cd "$W/slurm"
 t0=$SECONDS
-"$PY" -m snakemake --workflow-profile profiles/slurm --slurm-no-account \
-  --default-resources slurm_partition=smoke --config device=cpu --configfile config/smoke.yaml -- "$TARGET" \
-  >"$W/slurm.log" 2>&1 &
+"$PY" -m snakemake "${CPU_ARGS[@]}" --configfile config/smoke.yaml -- "$TARGET" >"$W/slurm.log" 2>&1 &
 SMK=$!
+SMKS+=("$SMK")
 # a running job's log shows progress lines; then cancel that job once (scancel) mid-run
 seen_line=""
 cancelled=""
 while kill -0 "$SMK" 2>/dev/null; do
+  record_jobs "$W/slurm.log"
   if [ -z "$cancelled" ] && [ -f "$JOBLOG" ] && grep -q " round [1-9][0-9]*/$ROUNDS " "$JOBLOG"; then
     seen_line=$(grep " round " "$JOBLOG" | tail -1)
-    jid=$(squeue -h -o "%i %T %k" | awk '$2 == "RUNNING" && $3 ~ /focal/ {print $1; exit}')
-    if [ -n "$jid" ]; then
-      scancel "$jid"
-      cancelled=$jid
-      say "job log while running: $seen_line"
-      say "job $jid as SLURM runs it: $(scontrol show job -o "$jid" | grep -o 'TRES=[^ ]*'), $(scontrol show job -o "$jid" | grep -o 'TresPerJob=[^ ]*' || echo 'no GPU requested')"
-      say "scancel $jid (the focal job, mid-run)"
-    fi
+    for id in $(jobs_of "$W/slurm.log"); do
+      if squeue -h -j "$id" -o "%T %k" 2>/dev/null | grep -q "^RUNNING .*focal"; then
+        scancel "$id"
+        cancelled=$id
+        say "job log while running: $seen_line"
+        say "scancel $cancelled (the focal job, mid-run; a job this script's Snakemake run submitted)"
+        break
+      fi
+    done
   fi
   sleep 0.5
 done
 wait "$SMK" && rc=0 || rc=$?
+record_jobs "$W/slurm.log"
 say "CPU form finished: exit $rc in $((SECONDS - t0)) s"
 [ "$rc" -eq 0 ] || { tail -40 "$W/slurm.log"; fail "SLURM run failed"; }
-[ -n "$seen_line" ] || fail "no progress line in $JOBLOG while the job ran"
 [ -n "$cancelled" ] || fail "never found the running focal job to cancel"
-grep -q "SLURM status is: 'CANCELLED'" "$W/slurm.log" \
-  || fail "Snakemake did not report the cancelled job $cancelled as failed"
-say "Snakemake noticed the cancel: $(grep -o "SLURM-job '$cancelled' failed[^.]*" "$W/slurm.log" | head -1)"
-say "retried job's log (resumed from its checkpoint): $(grep -m1 " round " "$W/slurm/$JOBLOG")"
-grep -m1 " round " "$W/slurm/$JOBLOG" | grep -q " round 1/" && fail "the retry started again from round 1"
-submitted=$(grep -c "has been submitted with SLURM jobid" "$W/slurm.log" || true)
-say "sbatch submissions: $submitted (3 training jobs + 1 retry of the cancelled one; partition, data, aggregate ran locally)"
-[ "$submitted" -eq 4 ] || fail "expected 4 submissions (3 train + 1 retry), got $submitted"
-grep -q "^localrule partition:" "$W/slurm.log" || fail "partition did not run as a local rule"
-grep -h "torch threads" "$W"/slurm/results/logs/train/smoke/*/*/*/seed0.log | sort | uniq -c
+check "CPU form: only profiles/slurm is loaded (--workflow-profile; profiles/default stays out)" \
+  only_slurm_profile "$W/slurm.log"
+check "CPU form: no warning about profiles/default" unwarned "$W/slurm.log"
+check "CPU form: no submitted job asks for a GPU (device=cpu)" all_jobs "$W/slurm.log" no_gpu
+check "CPU form: every job runs with --latency-wait 60 (profiles/slurm's, not profiles/default's 5)" \
+  all_jobs "$W/slurm.log" waits60
+check "per-round progress line in $JOBLOG while the job ran" test -n "$seen_line"
+check "Snakemake noticed the scancel of job $cancelled (squeue reports CANCELLED)" \
+  grep -q "SLURM status is: 'CANCELLED'" "$W/slurm.log"
+first=$(grep -m1 " round " "$W/slurm/$JOBLOG" || true)
+say "retried job's log: $first"
+check "the retry resumed from its checkpoint (its log does not start at round 1)" \
+  test -n "$first" -a -z "$(grep -o ' round 1/' <<<"$first")"
+submitted=$(jobs_of "$W/slurm.log" | wc -l)
+check "4 sbatch submissions (3 training jobs + 1 retry; data, partition, aggregate ran locally): $submitted" \
+  test "$submitted" -eq 4
+check "partition ran as a local rule" grep -q "^localrule partition:" "$W/slurm.log"
+mems=$(for id in $(jobs_of "$W/slurm.log"); do echo "$(job_field "$id" MinMemoryNode)/$(job_field "$id" TimeLimit)"; done | sort | uniq -c | xargs)
+say "memory/time limits of the 4 jobs: $mems"
+check "each job asks the rule's memory and time (2000M, 15 min), the retry twice both" \
+  test "$mems" = "3 2000M/00:15:00 1 4000M/00:30:00"
+check "SLURM's log of the cancelled job kept under .snakemake/slurm_logs/rule_train/" \
+  test -n "$(grep -rl . "$W/slurm/.snakemake/slurm_logs/rule_train" 2>/dev/null | grep "/$cancelled.log$" || true)"
+grep -h "torch threads" "$W"/slurm/results/logs/train/smoke/*/*/*/seed0.log | sort | uniq -c || true
+check "the foreign job $FOREIGN is untouched" foreign_alive
 
 # 4. the same target locally, with a different core reservation ------------------------------
 say "local run: snakemake --cores 2 --set-threads train=2 --configfile config/smoke.yaml -- $TARGET"
@@ -225,7 +349,8 @@ t0=$SECONDS
 "$PY" -m snakemake --cores 2 --set-threads train=2 --configfile config/smoke.yaml -- "$TARGET" \
   >"$W/local.log" 2>&1 || { tail -40 "$W/local.log"; fail "local run failed"; }
 say "local run finished in $((SECONDS - t0)) s"
-"$PY" - "$W/slurm/results" "$W/local/results" <<'EOF'
+same_numbers() {
+  "$PY" - "$W/slurm/results" "$W/local/results" <<'EOF'
 import csv, json, sys
 from pathlib import Path
 a, b = Path(sys.argv[1]), Path(sys.argv[2])
@@ -244,35 +369,86 @@ for j in jobs:
           f"{'identical' if same else 'DIFFERENT'}")
     if not same:
         bad.append(str(j))
-if bad:
-    sys.exit(f"metrics differ between SLURM and local: {bad}")
-print("  metrics.json (final, monitor, partition) and rounds.csv identical for all 3 jobs")
+sys.exit(1 if bad else 0)
 EOF
+}
+check "metrics.json (final, monitor, partition) and rounds.csv identical, SLURM vs local, all 3 jobs" same_numbers
 
-# 5. GPU form: more than one GPU job at a time --------------------------------------------------
-say "GPU form: snakemake --workflow-profile profiles/slurm --slurm-no-account --default-resources slurm_partition=smoke --config device=cuda --configfile config/smoke.yaml -- $TARGET"
-cd "$W/gpu"
-"$PY" -m snakemake --workflow-profile profiles/slurm --slurm-no-account \
-  --default-resources slurm_partition=smoke --configfile config/smoke.yaml --config device=cuda -- "$TARGET" \
-  >"$W/gpu.log" 2>&1 &
-SMK=$!
-max_gpu_jobs=0
-for _ in $(seq 600); do
-  kill -0 "$SMK" 2>/dev/null || break
-  n=$(squeue -h -t RUNNING -O "JobID,tres-per-job" | grep -c "gpu" || true)
-  if [ "$n" -gt "$max_gpu_jobs" ]; then
-    max_gpu_jobs=$n
-    squeue -t RUNNING -O "JobID:8,State:10,tres-per-job:14,NumCPUs:6,Comment:50" | sed 's/^/  /'
-    scontrol -d show node "$NODE" | grep -o "GresUsed=[^ ]*" | sed 's/^/  node /'
-  fi
-  [ "$max_gpu_jobs" -ge 2 ] && break
-  sleep 0.2
+# 5. GPU form: one GPU per job, more than one job at a time -----------------------------------
+gpu_run() {  # gpu_run NAME ARGS...: runs Snakemake in $W/NAME until two of its jobs hold a GPU at
+  # once (or it ends, or 2 minutes pass), then stops it; MAX_GPU_JOBS: the most that did at once
+  local name=$1 pid n id
+  shift
+  say "$name: snakemake $* --configfile config/smoke.yaml -- $TARGET"
+  cd "$W/$name"
+  "$PY" -m snakemake "$@" --configfile config/smoke.yaml -- "$TARGET" >"$W/$name.log" 2>&1 &
+  pid=$!
+  SMKS+=("$pid")
+  MAX_GPU_JOBS=0
+  for _ in $(seq 600); do
+    kill -0 "$pid" 2>/dev/null || break
+    record_jobs "$W/$name.log"
+    n=0
+    for id in $(squeue -h -t RUNNING -o %i 2>/dev/null | grep -Fxf <(jobs_of "$W/$name.log") || true); do
+      [ -s "$W/jobs/$id.show" ] && one_gpu "$id" && n=$((n + 1))
+    done
+    if [ "$n" -gt "$MAX_GPU_JOBS" ]; then
+      MAX_GPU_JOBS=$n
+      squeue -t RUNNING -O "JobID:8,State:10,tres-per-job:14,NumCPUs:6,Comment:50" | sed 's/^/  /'
+      scontrol -d show node "$NODE" | grep -o "GresUsed=[^ ]*" | sed 's/^/  node /'
+    fi
+    [ "$MAX_GPU_JOBS" -ge 2 ] && break
+    sleep 0.2
+  done
+  record_jobs "$W/$name.log"
+  stop_run "$pid" "$W/$name.log"
+  record_jobs "$W/$name.log"
+}
+# Snakemake waits for its running jobs after SIGTERM (minutes here): the jobs of this run are cancelled
+# by id instead, and Snakemake killed after 10 s.
+stop_run() {  # stop_run PID LOG
+  local ids
+  kill -TERM "$1" 2>/dev/null || true
+  ids=$(jobs_of "$2")
+  # shellcheck disable=SC2086
+  [ -z "$ids" ] || scancel $ids 2>/dev/null || true
+  for _ in $(seq 50); do kill -0 "$1" 2>/dev/null || break; sleep 0.2; done
+  kill -KILL "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+}
+
+gpu_run gpu "${GPU_ARGS[@]}"
+check "GPU form: only profiles/slurm is loaded" only_slurm_profile "$W/gpu.log"
+check "GPU form: no warning about profiles/default" unwarned "$W/gpu.log"
+check "GPU form: every submitted job asks for one GPU (--gpus=1)" all_jobs "$W/gpu.log" one_gpu
+check "GPU form: every job runs with --latency-wait 60" all_jobs "$W/gpu.log" waits60
+check "GPU form: $MAX_GPU_JOBS training jobs held a GPU at the same time (no cap of one)" test "$MAX_GPU_JOBS" -ge 2
+
+# 6. the wrong form: --profile profiles/slurm ---------------------------------------------------
+gpu_run wrong "${GPU_ARGS[@]/--workflow-profile/--profile}"
+say "wrong form's warning: $(grep -m1 -o 'WARNING: profiles/default is in effect[^:]*' "$W/wrong.log" || echo none)"
+check "wrong form: the workflow warns that profiles/default is in effect" \
+  grep -q "WARNING: profiles/default is in effect beside the SLURM executor" "$W/wrong.log"
+check "wrong form: its jobs do run with profiles/default's --latency-wait 5 (as the warning says)" \
+  all_jobs "$W/wrong.log" waits5
+check "wrong form: still $MAX_GPU_JOBS GPU jobs at the same time (gpu_slots caps nothing on SLURM)" \
+  test "$MAX_GPU_JOBS" -ge 2
+check "the foreign job $FOREIGN is untouched" foreign_alive
+
+# 7. the jobs submitted here, and only those ---------------------------------------------------
+ids=$(own_jobs | grep -vx "$FOREIGN" || true)
+# shellcheck disable=SC2086
+[ -z "$ids" ] || scancel $ids 2>/dev/null || true
+for _ in $(seq 60); do
+  [ -z "$(squeue -h -o %i 2>/dev/null | grep -vx "$FOREIGN" || true)" ] && break
+  sleep 0.5
 done
-kill -TERM "$SMK" 2>/dev/null || true
-for _ in $(seq 50); do kill -0 "$SMK" 2>/dev/null || break; sleep 0.2; done
-kill -KILL "$SMK" 2>/dev/null || true
-wait "$SMK" 2>/dev/null || true
-cancel_all
-say "GPU form: at most $max_gpu_jobs training jobs held a GPU at the same time"
-[ "$max_gpu_jobs" -ge 2 ] || { tail -30 "$W/gpu.log"; fail "never more than one GPU job at a time"; }
+check "the foreign job $FOREIGN survived the whole test (held, never cancelled)" foreign_alive
+scancel "$FOREIGN"
+
+if [ ${#FAILED[@]} -gt 0 ]; then
+  say "FAIL: ${#FAILED[@]} check(s) failed:"
+  printf '  - %s\n' "${FAILED[@]}"
+  exit 1
+fi
 say "PASS"

@@ -8,6 +8,7 @@ merging the profile(s) and the command line.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -74,10 +75,96 @@ def test_readme_slurm_commands_use_only_profiles_slurm(kind, monkeypatch):
 
 
 def test_profile_pitfall_is_real(monkeypatch):
-    """Why the README says --workflow-profile: with --profile, profiles/default is loaded too and wins."""
+    """Why the README says --workflow-profile: with --profile, profiles/default is loaded too and wins
+    (latency-wait 5, cores all, gpu_slots), while profiles/slurm's executor and jobs stay."""
     args = parse(["--profile", "profiles/slurm", "-n"], monkeypatch)
     default = yaml.safe_load((REPO / "profiles" / "default" / "config.yaml").read_text())
-    assert args.latency_wait == default["latency-wait"] != 60
+    assert args.latency_wait == default["latency-wait"] == 5
+    assert args.executor == "slurm" and args.jobs == 100
+    assert args.cores == os.cpu_count() or args.cores == len(os.sched_getaffinity(0))
+    assert set(args.resources) == {"gpu_slots"}
+
+
+def _output_until_first_job(argv: list[str], workdir: Path) -> str:
+    """Snakemake's output from its start until its first job starts (onstart has run by then); then it is stopped."""
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir), *argv]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("localrule "):
+                break
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+    return "".join(lines)
+
+
+@pytest.mark.parametrize("form", ["--profile", "--workflow-profile"])
+def test_profile_misuse_warns_at_start(form, tmp_path):
+    """Run for real (the SLURM executor needs no cluster to start; the first job is a local rule):
+    `--profile profiles/slurm` warns and says what it does, `--workflow-profile profiles/slurm` does not."""
+    argv = [form, "profiles/slurm", "--slurm-no-account", "--configfile", str(QUICK), "--", "results/data/mnist.json"]
+    out = _output_until_first_job(argv, tmp_path)
+    assert "localrule prepare_data:" in out, out[-3000:]
+    warning = re.search(r"WARNING: profiles/default is in effect beside the SLURM executor \(latency-wait 5, "
+                        r"resources gpu_slots=2, cores (\d+)\).*each job's outputs get 5 s, not profiles/slurm's "
+                        r"60 s.*no job gets more threads than (\d+).*--workflow-profile profiles/slurm", out)
+    if form == "--profile":
+        assert warning and warning.group(1) == warning.group(2), out[-3000:]
+    else:
+        assert warning is None and "profiles/default" not in out, out[-3000:]
+
+
+SMOKE = REPO / "tests" / "slurm_smoke.sh"
+
+
+def _smoke(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.CompletedProcess, Path]:
+    """tests/slurm_smoke.sh with every SLURM and package tool it could call replaced by one that logs the call."""
+    fake, calls = tmp_path / "bin", tmp_path / "calls"
+    fake.mkdir()
+    for tool in ("apt-get", "munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol",
+                 "sinfo", "mknod"):
+        (fake / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >>"{calls}"\n')
+        (fake / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "SMOKE_DIR": str(tmp_path / "smoke"), **env}
+    return subprocess.run(["bash", str(SMOKE)], env=env, capture_output=True, text=True, timeout=120), calls
+
+
+def test_smoke_test_refuses_beside_a_running_slurmctld(tmp_path):
+    """On a machine whose slurmctld runs (someone's cluster), the smoke test exits 2 before anything:
+    no package, daemon, folder, and not one squeue or scancel (issue 25: it used to cancel every job)."""
+    daemon = tmp_path / "slurmctld"  # a process named slurmctld
+    shutil.copy(shutil.which("sleep"), daemon)
+    proc = subprocess.Popen([str(daemon), "120"])
+    try:
+        r, calls = _smoke(tmp_path, {})
+    finally:
+        proc.kill()
+        proc.wait()
+    assert r.returncode == 2, r.stdout + r.stderr
+    reason = "/etc/slurm/slurm.conf exists" if Path("/etc/slurm/slurm.conf").exists() else "slurmctld is running"
+    assert f"REFUSED: {reason}" in r.stdout and "Nothing was installed, started or cancelled." in r.stdout
+    assert not calls.exists(), calls.read_text()
+    assert not (tmp_path / "smoke").exists()
+
+
+@pytest.mark.skipif(Path("/etc/slurm/slurm.conf").exists(), reason="this machine has SLURM: the smoke test refuses first")
+def test_smoke_test_names_the_slurm_extra_and_the_venv_form(tmp_path):
+    """A python without the SLURM plugin (sudo's, when the venv drops out of PATH): the error names
+    `.[slurm]`, as the README does, and the `sudo env PATH="$PATH"` form, before anything is done."""
+    python = tmp_path / "python-without-plugin"
+    python.write_text("#!/bin/sh\nexit 1\n")
+    python.chmod(0o755)
+    r, calls = _smoke(tmp_path, {"PYTHON": str(python)})
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "has no snakemake-executor-plugin-slurm: pip install -e '.[slurm]'" in r.stdout
+    assert 'sudo env PATH="$PATH" tests/slurm_smoke.sh' in r.stdout
+    assert not calls.exists(), calls.read_text()
+    section = (REPO / "README.md").read_text().split("## Running on SLURM")[1].split("\n## ")[0]
+    assert 'sudo env PATH="$PATH" tests/slurm_smoke.sh' in section and "pip install -e '.[slurm]'" in section
+    assert ".[test]" not in SMOKE.read_text()
 
 
 def _train_resources(out: str) -> list[str]:

@@ -14,7 +14,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import venv
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,12 @@ README = REPO / "README.md"
 # prefix of a README command -> where it is tested
 COVERED = {
     "pip install -e . && snakemake --cores all --configfile config/quick.yaml": "test_workflow::test_quick_dag_end_to_end",
-    "pip install -e '.[test]' && python -m pytest -q": "CI (.ci/run runs exactly this)",
+    "pip install -e '.[test]' && python -m pytest -q": "CI (.ci/run runs exactly this, in a fresh venv)",
+    'pip install "fedbalance @ git+https://github.com/OWNER/fedbalance@TAG" snakedeploy':
+        "test_non_editable_install_renders_tables (the package, not editable) + test_module (snakedeploy)",
+    "snakedeploy deploy-workflow https://github.com/OWNER/fedbalance my-study --tag TAG":
+        "test_module::test_snakedeploy_from_a_git_host",
+    "cd my-study && snakemake --cores all --configfile config/quick.yaml": "test_module::test_snakedeploy_from_a_git_host",
     "snakemake --cores all --use-conda --configfile config/config.yaml": "test_full_protocol_command_plans",
     "snakemake --workflow-profile profiles/slurm": "test_profiles::test_readme_slurm_commands_plan_the_train_jobs",
     "snakemake --cores all --configfile config/mnist.yaml": "test_mnist_command_plans",
@@ -137,22 +141,29 @@ def test_train_command(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_non_editable_install_renders_tables(tmp_path: Path) -> None:
-    """`pip install .` (not editable) into a fresh venv, then tables written from another directory: the LaTeX
-    templates travel with the package."""
+    """`pip install .` (not editable) of a copy of the tracked files, then tables written from another directory:
+    the LaTeX templates travel with the package. The wheel is built without build isolation (no network) by
+    this environment's setuptools, which the test extra brings (>= 70.1: bdist_wheel built in), never by
+    whatever the base interpreter holds; it is installed into a folder of its own, put first on the path."""
     src = tmp_path / "clone"
     tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True, check=True)
     for rel in filter(None, tracked.stdout.split("\0")):
         if (REPO / rel).is_file():
             (src / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / rel, src / rel)
-    env_dir = tmp_path / "venv"
-    venv.create(env_dir, system_site_packages=True, with_pip=False)
-    py = env_dir / "bin" / "python"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    r = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "."], cwd=src,
-                       capture_output=True, text=True, timeout=900, env=env)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    dist, site = tmp_path / "dist", tmp_path / "site"
+
+    def pip(*args: str) -> None:
+        r = subprocess.run([sys.executable, "-m", "pip", "-q", *args], capture_output=True, text=True, timeout=900,
+                           env=env, cwd=tmp_path)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+
+    pip("wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(dist), str(src))
+    (wheel,) = dist.glob("fedbalance-*.whl")
+    pip("install", "--no-deps", "--target", str(site), str(wheel))
     shutil.rmtree(src)  # nothing of the source tree is left to fall back on
+    env["PYTHONPATH"] = str(site)
 
     jobs = tmp_path / "res"
     from fedbalance.config import Job
@@ -168,9 +179,9 @@ def test_non_editable_install_renders_tables(tmp_path: Path) -> None:
         "t.write_report(final, rounds, 'tables', summary_dir='.')\n"
         "print(fedbalance.__file__)\n"
     )
-    r = subprocess.run([str(py), "-c", script], cwd=work, capture_output=True, text=True, timeout=600, env=env)
+    r = subprocess.run([sys.executable, "-c", script], cwd=work, capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert Path(r.stdout.strip()).resolve().is_relative_to(env_dir.resolve()), r.stdout  # the installed copy ran
+    assert Path(r.stdout.strip()).resolve().is_relative_to(site.resolve()), r.stdout  # the installed copy ran
     tex = (work / "tables" / "Res_3_datasets.tex").read_text()
     assert r"\begin{tabular}" in tex and "45.00" in tex  # CE Ac.M at 10:1: mean of 40 and 50
     assert "| **" in (work / "claims.md").read_text() and (work / "paper_tables.tex").is_file()

@@ -116,7 +116,7 @@ resource_scopes:
 TRAIN_THREADS = config["threads"]
 
 # Per dataset source: memory (MB) and wall time (minutes) of one training job of the full protocol
-# on one GPU, with headroom. Override per rule with --set-resources (profiles/slurm does).
+# on one GPU, with headroom. Override per rule with --set-resources; no profile does (profiles/slurm sets none).
 TRAIN_MEM_MB = {"mnist5k": 2000, "mnist": 4000, "cifar10": 6000, "fer2013": 8000, "femnist": 24000}
 TRAIN_RUNTIME = {"mnist5k": 15, "mnist": 120, "cifar10": 240, "fer2013": 480, "femnist": 1440}
 
@@ -159,6 +159,11 @@ def figure_inputs(wildcards):
     return {**{k: TIDY[k] for k in spec.inputs}, "code": code}
 
 
+# report/ beside this file's workflow, not the main Snakefile's (workflow.basedir is the user's folder when this
+# workflow is a module), read through Snakemake's source cache (a module may come from a git host).
+REPORT_DIR = workflow.current_basedir.join("../../report")
+
+
 def caption_text(kind):
     """The caption of table/figure ``name`` (report/<name>.rst), rendered by report/<kind>.rst."""
-    return lambda wildcards: (Path(workflow.basedir) / "report" / f"{getattr(wildcards, kind)}.rst").read_text()
+    return lambda wc: Path(workflow.sourcecache.get_path(REPORT_DIR.join(f"{getattr(wc, kind)}.rst"))).read_text()

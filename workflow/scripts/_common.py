@@ -1,9 +1,12 @@
 """Shared by the thin scripts of workflow/scripts/.
 
-Importing this module puts the repository's src/ first on sys.path, so `import fedbalance` imports
-this checkout's copy and works in any environment, including the `--use-conda` ones (envs/*.yaml hold the dependencies, not the
-project). Snakemake adds this directory to sys.path before it runs a script, hence each script
-starts with `import _common`.
+Importing this module puts the src/ of the workflow it belongs to (two folders above this file, found
+from its own location, not the working directory) first on sys.path, so `import fedbalance` imports
+that copy and works in any environment, including the `--use-conda` ones (envs/*.yaml hold the
+dependencies, not the project), and from a user's folder that uses the workflow as a module. A
+workflow fetched from a git host has no src/ on disk: the installed fedbalance is used. Snakemake adds
+this directory (or, for a fetched workflow, the source cache's copy of it) to sys.path before it runs
+a script, hence each script starts with `import _common`.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from pathlib import Path
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 # First, even when already on the path further back (Snakemake's preamble appends search paths): an
 # installed fedbalance from another checkout, or one on PYTHONPATH, must not shadow this one.
-sys.path[:] = [SRC, *(p for p in sys.path if p != SRC)]
+if Path(SRC, "fedbalance").is_dir():
+    sys.path[:] = [SRC, *(p for p in sys.path if p != SRC)]
 
 
 @contextlib.contextmanager

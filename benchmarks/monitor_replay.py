@@ -30,6 +30,7 @@ import torch
 
 from fedbalance.config import Job, load_config, resolve_job
 from fedbalance.jobs import run_job
+from fedbalance.estimators import REGISTRY
 from fedbalance.records import ESTIMATORS, UNIFORM, cs_column
 from fedbalance.replay import load_trajectory, recorded, replay
 
@@ -90,7 +91,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default="benchmarks/out/monitor_replay")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=None, help="shorten the trained jobs (smoke runs)")
-    ap.add_argument("--estimators", nargs="+", default=list(ESTIMATORS))
+    ap.add_argument("--estimators", nargs="+", default=list(ESTIMATORS), choices=sorted(REGISTRY),
+                    help=f"registered estimators to score (default: {' '.join(ESTIMATORS)})")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)

@@ -27,12 +27,9 @@ from pathlib import Path
 
 import torch
 
-from fedbalance.data import load_dataset
-from fedbalance.fl import TAG_MONITOR, build_monitor, sgd_config, torch_generator
-from fedbalance.jobs import auxiliary_data, build_partitions
-from fedbalance.models import build_model, device_layout
+from fedbalance.fl import TAG_MONITOR, torch_generator
 from fedbalance.monitor import VARIANTS, _diag, _others_mean, class_ratios, unit_ratios
-from fedbalance.replay import load_trajectory
+from fedbalance.replay import load_trajectory, replay_setup
 
 READINGS = VARIANTS
 
@@ -74,13 +71,7 @@ def unit_detail(dW: torch.Tensor, t_ra: float) -> list[dict[str, float]]:
 
 def replay_job(path: Path, data_dir: str, factor: float) -> dict:
     traj = load_trajectory(path)
-    spec = dict(traj["spec"])
-    ds = load_dataset(spec["source"], data_dir, **dict(spec.get("options") or {}))
-    parts = build_partitions(spec, ds)
-    aux_x, aux_y = auxiliary_data(spec, ds, parts)
-    q = ds.num_classes
-    model = device_layout(build_model(spec["model"], ds.in_channels, q, ds.image_size), "cpu")
-    monitor = build_monitor(spec, aux_x, aux_y, q, sgd_config(spec))
+    spec, _, _, model, monitor = replay_setup(traj, data_dir=data_dir)
     m = spec["monitor"]
     alpha, beta, t_ra, clip = float(m["alpha"]), float(m["beta"]), float(m["t_ra"]), float(m.get("ratio_clip", 5000.0))
     per_round, pis = [], {r: [] for r in READINGS}

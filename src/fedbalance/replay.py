@@ -22,13 +22,25 @@ from fedbalance.estimators import REGISTRY, Observer, Track
 from fedbalance.fl import TAG_MONITOR, build_monitor, client_keys, select_clients, sgd_config, torch_generator
 from fedbalance.jobs import auxiliary_data, build_partitions
 from fedbalance.models import build_model, device_layout
-from fedbalance.monitor import cosine_similarity, uniform_guess
+from fedbalance.monitor import Monitor, cosine_similarity, uniform_guess
 from fedbalance.records import UNIFORM, cs_column, est_column
 
 
 def load_trajectory(path: str | Path) -> dict[str, Any]:
     """A job's trajectory.pt (see ``fedbalance.jobs``)."""
     return torch.load(Path(path), map_location="cpu", weights_only=False)
+
+
+def replay_setup(
+    trajectory: dict[str, Any], *, dataset: Dataset | None = None, data_dir: str | Path = "data"
+) -> tuple[dict[str, Any], Dataset, dict[str, Any], torch.nn.Module, Monitor]:
+    """(spec, dataset, partitions, a model to load each G_t into, the job's monitor) of a saved trajectory."""
+    spec = dict(trajectory["spec"])
+    ds = dataset if dataset is not None else load_dataset(spec["source"], data_dir, **dict(spec.get("options") or {}))
+    parts = build_partitions(spec, ds)
+    aux_x, aux_y = auxiliary_data(spec, ds, parts)
+    model = device_layout(build_model(spec["model"], ds.in_channels, ds.num_classes, ds.image_size), "cpu")
+    return spec, ds, parts, model, build_monitor(spec, aux_x, aux_y, ds.num_classes, sgd_config(spec))
 
 
 def replay(
@@ -44,13 +56,8 @@ def replay(
     (any registered in ``fedbalance.estimators``), through the ``Observer`` the run uses; a history
     estimator's seconds include those of the per-round estimators it requires.
     """
-    spec = dict(trajectory["spec"])
-    ds = dataset if dataset is not None else load_dataset(spec["source"], data_dir, **dict(spec.get("options") or {}))
-    parts = build_partitions(spec, ds)
-    aux_x, aux_y = auxiliary_data(spec, ds, parts)
+    spec, ds, parts, model, monitor = replay_setup(trajectory, dataset=dataset, data_dir=data_dir)
     q = ds.num_classes
-    model = device_layout(build_model(spec["model"], ds.in_channels, q, ds.image_size), "cpu")
-    monitor = build_monitor(spec, aux_x, aux_y, q, sgd_config(spec))
     rounds = trajectory["rounds"]
     nxt = [r["model"] for r in rounds[1:]] + [trajectory["final"]]
     num_clients, k, seed = parts["main"].num_clients, int(spec["clients_per_round"]), int(spec["seed"])

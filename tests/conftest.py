@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from fedbalance.config import Job
 from fedbalance.records import ROUND_COLUMNS
@@ -62,3 +63,14 @@ def write_job(
         rows.append(row)
     pd.DataFrame(rows, columns=ROUND_HEADER).to_csv(d / "rounds.csv", index=False)
     return d
+
+
+@pytest.fixture(scope="module")
+def torch_one_thread():
+    """One intra-op torch thread for a module: on a small shared CPU, thread contention makes tiny ops 10x slower."""
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

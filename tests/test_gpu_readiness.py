@@ -177,11 +177,8 @@ def host(t: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+def _one_thread(torch_one_thread):
+    """Every test of this module runs with one torch thread (conftest.torch_one_thread)."""
 
 
 def _data(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

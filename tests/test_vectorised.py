@@ -36,12 +36,8 @@ class TinyResNet(nn.Module):
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One intra-op thread: on a small shared CPU, thread contention makes these tiny ops 10x slower."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+def _one_thread(torch_one_thread):
+    """Every test of this module runs with one torch thread (conftest.torch_one_thread)."""
 
 
 def _data(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from fedbalance.fidelity import fidelity_frame, fidelity_markdown
+from fedbalance.presentation.fidelity import fidelity_frame, fidelity_markdown
 
 
 def _frames() -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -48,6 +48,6 @@ def test_fidelity_frame_by_hand() -> None:
     (80.0, float("nan"), 1, 80.0, "one seed"), (80.0, 3.0, 3, float("nan"), "not published"),
 ])
 def test_paper_verdict_by_hand(mean, std, seeds, paper, want) -> None:
-    from fedbalance.fidelity import paper_verdict
+    from fedbalance.presentation.fidelity import paper_verdict
 
     assert paper_verdict(mean, std, seeds, paper) == want

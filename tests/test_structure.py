@@ -100,7 +100,7 @@ def test_the_report_side_imports_no_torch() -> None:
     import sys
 
     code = ("import sys; import fedbalance.records, fedbalance.config, fedbalance.reuse, fedbalance.aggregate, "
-            "fedbalance.reference, fedbalance.fidelity, fedbalance.presentation.tables, fedbalance.presentation.claims, "
+            "fedbalance.reference, fedbalance.presentation.fidelity, fedbalance.presentation.tables, fedbalance.presentation.claims, "
             "fedbalance.presentation.figures, fedbalance.presentation.report; "
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

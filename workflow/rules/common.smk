@@ -8,6 +8,7 @@ from pathlib import Path
 from fedbalance.config import Job, data_args, dataset_spec, jobs, resolve_job, settings, twins
 from fedbalance.reference import reference_jobs
 from fedbalance.presentation import figures as presentation_figures
+from fedbalance.presentation.contract import contract_warnings
 from fedbalance.presentation import tables as presentation_tables
 from fedbalance.presentation.figures import FIGURES
 from fedbalance.presentation.tables import TABLES
@@ -27,6 +28,11 @@ else:
 # Jobs equal to an earlier one but for their experiment's and setting's names: written from it by
 # rule reuse instead of trained again (fedbalance.config.twins).
 TWINS = {job.path: source.path for job, source in _twins.items()}
+# The report reads the paper's family and setting names: say before the DAG is built when this config's do not
+# fit (a renamed family or grid prefix would leave cells at '--'), once, in the main process.
+if workflow.is_main_process:
+    for _warning in contract_warnings(config, JOBS):
+        logger.warning(f"WARNING: {_warning}")
 EXPERIMENTS = list(config["experiments"])
 DATASETS = list(config["datasets"])
 # The default composition estimator: the first of monitor.estimators (docs/design.md §2; docs/deviations.md).

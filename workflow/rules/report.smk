@@ -143,6 +143,7 @@ rule fidelity:
     input:
         final=TIDY["final"],
         rounds=TIDY["rounds"],
+        code=[str(PRESENTATION / "fidelity.py"), *TABLES_CODE],
     output:
         markdown=report(f"{TABLES_DIR}/Fidelity.md", caption="../../report/Fidelity.rst", category="summary"),
         csv=f"{TABLES_DIR}/Fidelity.csv",

@@ -5,7 +5,7 @@ from pathlib import Path
 import _common
 
 from fedbalance.aggregate import read_tidy
-from fedbalance.fidelity import fidelity_frame, fidelity_markdown
+from fedbalance.presentation.fidelity import fidelity_frame, fidelity_markdown
 
 smk = snakemake  # noqa: F821  (injected by Snakemake)
 

@@ -8,9 +8,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedbalance.presentation.names import gamma_setting
+from fedbalance.presentation.names import Read, gamma_setting
 from fedbalance.presentation.tables import TABLES, bold_mask, cell_values, environment, fmt
 from fedbalance.records import DEFAULT_ESTIMATOR, setting_value
+
+READS: tuple[Read, ...] = (
+    Read("monitor", by="claims"), Read("losses", loss="ratio", by="claims"),
+    Read("clients_cifar10", by="claims"), Read("clients_femnist", by="claims"),
+    Read("batch_size", by="claims"), Read("local_epochs", by="claims"),
+    Read("mismatch", by="claims"), Read("mismatch_fer2013", by="claims"),
+)
+"""The jobs the claims read beyond the tables' cells (``fedbalance.presentation.contract``)."""
 
 PLAIN_METRIC = {"acm": "Ac.M", "auc": "AUC", "acc_majority": "Ac.", "cs_mean": "mean CS", "cs_var": "CS variance"}
 

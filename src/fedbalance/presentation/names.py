@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from fedbalance.records import ESTIMATORS as RECORDED
 from fedbalance.records import UNIFORM, setting_name
 
@@ -41,3 +43,22 @@ BEYOND_NAME = {"ce": "CE", "ratio": "Ratio (paper)", "la": "LA, monitor prior", 
 def gamma_setting(gamma: int) -> str:
     """The setting name of global imbalance Γ in the loss experiments ("g10")."""
     return setting_name(("g", gamma))
+
+
+@dataclass(frozen=True)
+class Read:
+    """Jobs a table cell, figure or claim reads: an experiment and, where given, a dataset, setting and loss.
+
+    ``None`` matches any value; ``by`` names the reader (a table label, a figure name, "claims").
+    """
+
+    experiment: str
+    dataset: str | None = None
+    setting: str | None = None
+    loss: str | None = None
+    by: str = ""
+
+    def matches(self, experiment: str, dataset: str, setting: str, loss: str) -> bool:
+        """Whether the job (experiment, dataset, setting, loss) is one this read takes."""
+        return (experiment == self.experiment and self.dataset in (None, dataset)
+                and self.setting in (None, setting) and self.loss in (None, loss))

@@ -8,7 +8,6 @@ matplotlib) until a figure is drawn, so the workflow can plan from it cheaply.
 """
 
 from __future__ import annotations
-from fedbalance.records import DEFAULT_ESTIMATOR
 
 import importlib
 from dataclasses import dataclass
@@ -17,6 +16,9 @@ from typing import Any, Callable
 
 import pandas as pd
 
+from fedbalance.presentation.names import FOUR_LOSSES, GAMMAS, Read, gamma_setting
+from fedbalance.records import DEFAULT_ESTIMATOR
+
 HERE = Path(__file__).parent
 COMMON_FILE = HERE / "common.py"
 FORMATS = ("pdf", "png")
@@ -24,13 +26,15 @@ FORMATS = ("pdf", "png")
 
 @dataclass(frozen=True)
 class FigureSpec:
-    """One figure: the module that draws it, its experiment family, the tidy frames it reads and its dataset."""
+    """One figure: the module that draws it, its experiment family, the tidy frames it reads, its dataset
+    and the jobs it draws (``reads``, checked against the config by ``fedbalance.presentation.contract``)."""
 
     name: str
     module: str
     family: str
     inputs: tuple[str, ...]
     dataset: str | None = None
+    reads: tuple[Read, ...] = ()
 
     @property
     def module_file(self) -> Path:
@@ -38,20 +42,30 @@ class FigureSpec:
         return HERE / f"{self.module}.py"
 
 
+_IMBALANCED = tuple(gamma_setting(g) for _, g in GAMMAS[1:])
 _SPECS = (
-    FigureSpec("fig_monitoring", "monitoring", "monitor", ("rounds",)),
-    FigureSpec("Res_mismatch", "mismatch", "mismatch", ("final",), "cifar10"),
-    FigureSpec("Sup_empirical_sim", "monitoring", "monitor", ("rounds",)),
-    FigureSpec("Sup_empirical_mul", "monitoring", "monitor", ("rounds",)),
-    FigureSpec("Sup_client_num_CIFAR10", "client_num", "clients", ("rounds",), "cifar10"),
-    FigureSpec("Sup_client_num_FEMNIST", "client_num", "clients", ("rounds",), "femnist"),
-    FigureSpec("Sup_curve_cifar_ratio", "curves", "losses", ("rounds",), "cifar10"),
-    FigureSpec("Sup_curve_femnist_ratio", "curves", "losses", ("rounds",), "femnist"),
-    FigureSpec("Sup_curve_cifar_four_losses", "curves", "losses", ("rounds",), "cifar10"),
-    FigureSpec("Sup_curve_femnist_four_losses", "curves", "losses", ("rounds",), "femnist"),
-    FigureSpec("Sup_data_splitting", "data_splitting", "losses", ("clients",), "mnist"),
-    FigureSpec("Monitor_under_imbalance", "monitor_imbalance", "losses", ("rounds",)),
-    FigureSpec("Beyond_paper", "beyond", "beyond", ("final",)),
+    FigureSpec("fig_monitoring", "monitoring", "monitor", ("rounds",), reads=(Read("monitor"),)),
+    FigureSpec("Res_mismatch", "mismatch", "mismatch", ("final",), "cifar10",
+               reads=tuple(Read("mismatch", "cifar10", loss=loss) for loss in FOUR_LOSSES)),
+    FigureSpec("Sup_empirical_sim", "monitoring", "monitor", ("rounds",), reads=(Read("monitor"),)),
+    FigureSpec("Sup_empirical_mul", "monitoring", "monitor", ("rounds",), reads=(Read("monitor"),)),
+    FigureSpec("Sup_client_num_CIFAR10", "client_num", "clients", ("rounds",), "cifar10",
+               reads=(Read("clients_cifar10", "cifar10"),)),
+    FigureSpec("Sup_client_num_FEMNIST", "client_num", "clients", ("rounds",), "femnist",
+               reads=(Read("clients_femnist", "femnist"),)),
+    FigureSpec("Sup_curve_cifar_ratio", "curves", "losses", ("rounds",), "cifar10",
+               reads=tuple(Read("losses", "cifar10", s, "ratio") for s in _IMBALANCED)),
+    FigureSpec("Sup_curve_femnist_ratio", "curves", "losses", ("rounds",), "femnist",
+               reads=tuple(Read("losses", "femnist", s, "ratio") for s in _IMBALANCED)),
+    FigureSpec("Sup_curve_cifar_four_losses", "curves", "losses", ("rounds",), "cifar10",
+               reads=tuple(Read("losses", "cifar10", gamma_setting(100), loss) for loss in FOUR_LOSSES)),
+    FigureSpec("Sup_curve_femnist_four_losses", "curves", "losses", ("rounds",), "femnist",
+               reads=tuple(Read("losses", "femnist", gamma_setting(100), loss) for loss in FOUR_LOSSES)),
+    FigureSpec("Sup_data_splitting", "data_splitting", "losses", ("clients",), "mnist",
+               reads=(Read("losses", "mnist", gamma_setting(10)),)),
+    FigureSpec("Monitor_under_imbalance", "monitor_imbalance", "losses", ("rounds",),
+               reads=tuple(Read("losses", setting=s, loss="ratio") for s in _IMBALANCED)),
+    FigureSpec("Beyond_paper", "beyond", "beyond", ("final",), reads=(Read("beyond"),)),
 )
 FIGURES: dict[str, FigureSpec] = {s.name: s for s in _SPECS}
 DEFAULT_DATASET: dict[str, str] = {s.name: s.dataset for s in _SPECS if s.dataset}

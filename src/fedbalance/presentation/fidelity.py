@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from fedbalance.presentation.names import GAMMAS, gamma_setting
+from fedbalance.presentation.names import GAMMAS, Read, gamma_setting
 from fedbalance.presentation.tables import published
 
 TABLE_OF = {"mnist": "Res_3_datasets", "cifar10": "Res_3_datasets", "fer2013": "Res_3_datasets", "femnist": "FL_FEMNIST"}
@@ -21,6 +21,8 @@ COLUMNS = [
     "dataset", "setting", "loss", "seeds", "acm_final", "acm_std", "acm_last", "acm_best", "best_round", "paper_acm",
     "acm_verdict", "auc_final", "auc_std", "auc_last", "paper_auc", "auc_micro_final", "wall_time_min",
 ]
+READS: tuple[Read, ...] = (Read("losses", by="Fidelity"),)
+"""The jobs the fidelity table reads (``fedbalance.presentation.contract``)."""
 SPREAD = 2.0
 """A published cell is inside the spread of our seeds when within SPREAD standard deviations of our mean."""
 

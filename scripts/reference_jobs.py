@@ -29,7 +29,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-FILES = ("metrics.json", "rounds.csv")  # copied as they are; provenance.json beside them
+from fedbalance.jobfolder import FILES, METRICS, read_metrics  # FILES are copied as they are; provenance.json beside them
 
 
 def parse_jobs(specs: list[str], dataset: str) -> list[tuple[str, str, str, str, int]]:
@@ -60,7 +60,7 @@ def runtime_of(metrics: dict) -> dict:
 
 def run_one(args: argparse.Namespace, job: tuple[str, str, str, str, int]) -> str:
     out = job_dir(args.out, job)
-    if (out / "metrics.json").exists():
+    if (out / METRICS).exists():
         return f"skip {out}"
     out.mkdir(parents=True, exist_ok=True)
     checkout = args.checkout.resolve()
@@ -86,7 +86,7 @@ def run_one(args: argparse.Namespace, job: tuple[str, str, str, str, int]) -> st
     wall = time.time() - start
     if rc != 0:
         return f"FAILED rc={rc} {out}"
-    metrics = json.loads((out / "metrics.json").read_text())
+    metrics = read_metrics(out)
     prov = {
         "job": out.relative_to(args.out).as_posix(),
         "commit": commit,
@@ -123,7 +123,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
                 shutil.copyfile(src / name, dst / name)
         record = json.loads(prov.read_text())
         if not record.get("runtime"):  # written by an earlier version of this script
-            record["runtime"] = runtime_of(json.loads((src / "metrics.json").read_text()))
+            record["runtime"] = runtime_of(read_metrics(src))
         record.setdefault("job", src.relative_to(args.out).as_posix())
         (dst / "provenance.json").write_text(json.dumps(record, indent=2) + "\n")
         n += 1
@@ -158,7 +158,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         held.setdefault((exp, ds, setting, loss), []).append(int(seed[4:]))
         prov = json.loads(prov_path.read_text())
         commits[prov["commit"][:7]] = commits.get(prov["commit"][:7], 0) + 1
-        device = (prov.get("runtime") or {}).get("device") or json.loads((prov_path.parent / "metrics.json").read_text())["device"]
+        device = (prov.get("runtime") or {}).get("device") or read_metrics(prov_path.parent)["device"]
         devices[device] = devices.get(device, 0) + 1
         if prov.get("wall_s_job"):
             minutes.append(prov["wall_s_job"] / 60)

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
+from fedbalance import jobfolder
 from fedbalance.config import Job
-from fedbalance.records import ROUND_COLUMNS
-
-ROUND_HEADER = list(ROUND_COLUMNS)
+from fedbalance.records import cs_column
 
 
 def write_job(
@@ -50,18 +47,16 @@ def write_job(
         "wall_time_s": 1.5,
         "rounds": n,
     }
-    (d / "metrics.json").write_text(json.dumps(metrics))
     rows = []
     for i in range(n):
-        row = {k: "" for k in ROUND_HEADER}
-        row.update(round=i + 1, train_loss=train_loss[i], acc=0.9, acc_minority=acm, acc_majority=acc_majority,
-                   auc_micro=auc, auc_hard=auc, seconds=0.1, true_composition=json.dumps([10, 6, 2]))
+        row = dict(round=i + 1, train_loss=train_loss[i], acc=0.9, acc_minority=acm, acc_majority=acc_majority,
+                   auc_micro=auc, auc_hard=auc, seconds=0.1, true_composition=[10, 6, 2])
         for k, v in (cs or {}).items():
-            row[f"cs_{k}"] = v[i]
+            row[cs_column(k)] = v[i]
         if emp:
             row["emp_cos"], row["emp_cv"] = emp[0][i], emp[1][i]
         rows.append(row)
-    pd.DataFrame(rows, columns=ROUND_HEADER).to_csv(d / "rounds.csv", index=False)
+    jobfolder.write(d, metrics, jobfolder.rounds_text(rows))
     return d
 
 

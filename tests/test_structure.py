@@ -7,6 +7,7 @@ import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "src" / "fedbalance"
+ROOT = PKG.parents[1]
 
 
 def _module(path: Path) -> str:
@@ -95,13 +96,35 @@ def test_presentation_sits_on_top() -> None:
 
 
 def test_the_report_side_imports_no_torch() -> None:
-    """records, config, reuse, aggregate, reference, fidelity and presentation run in the report env (no torch)."""
+    """records, config, jobfolder, partition, reuse, aggregate, reference, fidelity and presentation run in the report env
+    (no torch): the rules partition, reuse, from_reference and the report's."""
     import subprocess
     import sys
 
-    code = ("import sys; import fedbalance.records, fedbalance.config, fedbalance.reuse, fedbalance.aggregate, "
+    code = ("import sys; import fedbalance.records, fedbalance.config, fedbalance.jobfolder, fedbalance.partition, "
+            "fedbalance.reuse, fedbalance.aggregate, fedbalance.presentation.contract, "
             "fedbalance.reference, fedbalance.presentation.fidelity, fedbalance.presentation.tables, fedbalance.presentation.claims, "
             "fedbalance.presentation.figures, fedbalance.presentation.report; "
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out
+
+
+def _rule_blocks() -> dict[str, str]:
+    """Each rule's text in workflow/rules/*.smk, by rule name."""
+    import re
+
+    out = {}
+    for smk in (ROOT / "workflow" / "rules").glob("*.smk"):
+        parts = re.split(r"^rule (\w+):\n", smk.read_text(), flags=re.M)
+        out.update({name: body for name, body in zip(parts[1::2], parts[2::2])})
+    return out
+
+
+def test_torch_free_rules_run_in_the_report_env() -> None:
+    """The rules whose scripts import no torch (partition, reuse, from_reference) do not ask for the torch env."""
+    blocks = _rule_blocks()
+    for rule in ("partition", "reuse", "from_reference", "aggregate", "table", "figure"):
+        assert 'conda:\n        "../../envs/report.yaml"' in blocks[rule], rule
+    for rule in ("train", "prepare_data"):
+        assert 'conda:\n        "../../envs/torch.yaml"' in blocks[rule], rule

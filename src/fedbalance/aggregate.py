@@ -17,6 +17,7 @@ from typing import Any, Iterable, NamedTuple
 import pandas as pd
 
 from fedbalance.config import Job
+from fedbalance.jobfolder import METRICS, JobFolderError, job_folders, read_metrics, read_rounds
 from fedbalance.records import ESTIMATORS as RECORDED
 from fedbalance.records import ROUND_COLUMNS as RECORD_COLUMNS
 from fedbalance.records import UNIFORM
@@ -49,25 +50,12 @@ class Tidy(NamedTuple):
     clients: pd.DataFrame
 
 
-class AggregateError(ValueError):
-    """A result file is missing or unreadable; the message names the file."""
+AggregateError = JobFolderError
+"""A result file is missing or unreadable; the message names the file (``fedbalance.jobfolder``'s error)."""
 
 
 def _number(x: Any) -> float:
     return float("nan") if x is None else float(x)
-
-
-def read_metrics(path: Path) -> dict[str, Any]:
-    """Parse one ``metrics.json``; AggregateError naming the file if it is missing or corrupt."""
-    if not path.is_file():
-        raise AggregateError(f"{path}: missing (the job has not finished?)")
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise AggregateError(f"{path}: not valid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise AggregateError(f"{path}: the top level must be an object")
-    return data
 
 
 def final_row(data: dict[str, Any], path: Path) -> dict[str, Any]:
@@ -101,38 +89,20 @@ def client_rows(data: dict[str, Any], path: Path) -> list[dict[str, Any]]:
         raise AggregateError(f"{path}: missing or bad key {exc}") from exc
 
 
-def read_rounds(path: Path) -> pd.DataFrame:
-    """Parse one ``rounds.csv``; AggregateError naming the file if it is missing, corrupt or lacks ``round``."""
-    if not path.is_file():
-        raise AggregateError(f"{path}: missing (the job has not finished?)")
-    try:
-        df = pd.read_csv(path)
-    except (OSError, ValueError, pd.errors.ParserError) as exc:
-        raise AggregateError(f"{path}: not a readable CSV: {exc}") from exc
-    if "round" not in df.columns:
-        raise AggregateError(f"{path}: no 'round' column (columns: {list(df.columns)})")
-    return df
-
-
-def job_dirs(results_dir: str | Path) -> list[Path]:
-    """Every job folder under ``results_dir`` (those holding a ``metrics.json``), sorted."""
-    return sorted(p.parent for p in Path(results_dir).glob("*/*/*/*/seed*/metrics.json"))
-
-
 def collect_tidy(results_dir: str | Path, jobs: Iterable[Job] | None = None) -> Tidy:
     """(final, rounds, clients) frames of the given jobs, or of every job folder found under ``results_dir``."""
     root = Path(results_dir)
-    dirs = job_dirs(root) if jobs is None else [root / j.path for j in jobs]
+    dirs = job_folders(root) if jobs is None else [root / j.path for j in jobs]
     finals, rounds, clients, seen = [], [], [], set()
     for d in dirs:
-        data = read_metrics(d / "metrics.json")
-        row = final_row(data, d / "metrics.json")
+        data = read_metrics(d)
+        row = final_row(data, d / METRICS)
         finals.append(row)
         partition = tuple(row[k] for k in PARTITION_KEYS)
         if partition not in seen:
             seen.add(partition)
-            clients += client_rows(data, d / "metrics.json")
-        r = read_rounds(d / "rounds.csv")
+            clients += client_rows(data, d / METRICS)
+        r = read_rounds(d)
         for k in reversed(JOB_COLUMNS):
             r.insert(0, k, row[k])
         rounds.append(r)

@@ -1,17 +1,8 @@
 """One training job end to end: data, partitions, auxiliary data, model, FL or centralised run, outputs.
 
-``run_job`` writes into ``out_dir`` (each file atomically: a temporary file, then ``os.replace``):
+``run_job`` writes into ``out_dir`` (each file atomically: a temporary file, then ``os.replace``)
+``rounds.csv`` and ``metrics.json`` in the format of ``fedbalance.jobfolder``, and while it runs:
 
-* ``metrics.json``: {"job": {experiment, dataset, setting, loss, seed}, "config": the job spec,
-  "final": ``evaluate`` of the final model + {"train_loss"}, "partition": stats of the main
-  partition (class_counts, global_counts, gamma, cs, mean_cs, num_samples), "monitor":
-  {"mean_cs": {method: mean CS over rounds, ..., "uniform": ...}} or null, "acknowledged_round",
-  "device", "path" (the training path ``auto`` resolved to; ``config.path`` keeps what was configured), "versions": {python, torch, fedbalance}, "threads", "deterministic",
-  "precision" (``sgd.PRECISIONS``), "chunking" (the vectorised path on CUDA: the memory budget and the copies per
-  vmap call chosen for each call shape, ``train.CopyPlan.record``; null otherwise), "wall_time_s", "rounds"}.
-  Non-finite floats (e.g. Γ = inf) are written as null.
-* ``rounds.csv``: one row per round with the columns ``fedbalance.fl.ROUND_COLUMNS``; list-valued
-  cells are JSON lists, cells not recorded that round are empty.
 * ``checkpoint.pt`` after every round (engine state: global model, round, loss state, Ratio-Loss
   weights, acknowledger, rows so far, optimiser for centralised runs); a re-run of the same job
   resumes from it and it is deleted once metrics.json is written. It records the run's ``runtime``
@@ -30,12 +21,10 @@
 
 from __future__ import annotations
 
-import csv
 import errno
 import fcntl
 import functools
 import hashlib
-import io
 import json
 import math
 import os
@@ -56,7 +45,7 @@ import fedbalance
 from fedbalance.centralised import num_epochs, run_centralised
 from fedbalance.config import base_loss, job_value, partition_args
 from fedbalance.data import Dataset, load_dataset
-from fedbalance.records import ESTIMATORS, JOB_KEYS, ROUND_COLUMNS, UNIFORM, cs_column, est_column
+from fedbalance.records import JOB_KEYS, cs_column
 from fedbalance.fl import (
     TAG_AUX,
     TAG_INIT,
@@ -71,6 +60,8 @@ from fedbalance.losses import get_loss
 from fedbalance.metrics import evaluate
 from fedbalance.models import build_model, device_layout
 from fedbalance.atomic import atomic_write
+from fedbalance.jobfolder import CHECKPOINT, LOCK, METRICS, ROUNDS, TRAJECTORY, clean, monitor_summary, rounds_text
+from fedbalance.jobfolder import write as write_folder
 from fedbalance.partition import (  # noqa: F401  (save/load re-exported for callers of the job API)
     Partition,
     job_partitions,
@@ -85,28 +76,10 @@ from fedbalance.train import PRECISIONS, CopyPlan, copy_plan, job_plan, precisio
 _CUBLAS_LATE = torch.cuda.is_initialized() and "CUBLAS_WORKSPACE_CONFIG" not in os.environ
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
-CHECKPOINT = "checkpoint.pt"
-LOCK = ".lock"
-TRAJECTORY = "trajectory.pt"
 
 
 class JobError(ValueError):
     """The job cannot run with this data/partition/spec; the message names the problem."""
-
-
-def _clean(value: Any) -> Any:
-    """JSON-safe copy: numpy/torch scalars to Python, tuples to lists, non-finite floats to None."""
-    if isinstance(value, Mapping):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if isinstance(value, np.ndarray | torch.Tensor):
-        return _clean(value.tolist())
-    if isinstance(value, np.generic):
-        return _clean(value.item())
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def build_partitions(spec: Mapping[str, Any], dataset: Dataset) -> dict[str, Partition]:
@@ -130,11 +103,11 @@ def _check_partitions(spec: Mapping[str, Any], partitions: Mapping[str, Partitio
     for name, p in partitions.items():
         want = {**expected, "gamma": 1} if name == "balanced" and "gamma" in expected else expected
         for key, value in want.items() if p.scheme == scheme else ():
-            if key not in p.params or _clean(value) != p.params[key]:
+            if key not in p.params or clean(value) != p.params[key]:
                 label = f"partition.{key}" if key in kwargs and key != "minority_classes" else key
                 raise JobError(
                     f"partition {name!r} was made with {key} = {p.params.get(key, 'unrecorded')!r} but the job has "
-                    f"{label} = {_clean(value)!r}: a partition of another setting or seed?"
+                    f"{label} = {clean(value)!r}: a partition of another setting or seed?"
                 )
         if p.num_classes != dataset.num_classes:
             raise JobError(f"partition {name!r} has {p.num_classes} classes, {spec['source']} has {dataset.num_classes}")
@@ -279,7 +252,7 @@ def _locked(run: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]
 
 def fingerprint(spec: Mapping[str, Any], partitions: Mapping[str, Partition]) -> str:
     """Hash of the job spec and its partitions; a checkpoint resumes only the job that wrote it."""
-    payload = json.dumps({"spec": _clean(spec), "partitions": {k: p.to_json() for k, p in partitions.items()}}, sort_keys=True)
+    payload = json.dumps({"spec": clean(spec), "partitions": {k: p.to_json() for k, p in partitions.items()}}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -311,47 +284,6 @@ def _load_checkpoint(path: Path, fp: str, rt: Mapping[str, Any]) -> tuple[RoundS
         warnings.warn(f"ignoring checkpoint {path}, whose round state this version cannot read ({exc}): "
                       f"starting the job over", stacklevel=2)
         return None, {}
-
-
-def _cell(value: Any) -> Any:
-    if value is None:
-        return ""
-    if isinstance(value, (list, tuple)):
-        return json.dumps(_clean(list(value)))
-    if isinstance(value, float) and not math.isfinite(value):
-        return ""
-    return value
-
-
-def _estimator_names(rows: list[dict[str, Any]]) -> list[str]:
-    """Estimators recorded in ``rows``: the built-in ones in ``ESTIMATORS`` order, then others by name."""
-    seen = {k[len("cs_"):] for r in rows for k in r if k.startswith("cs_") and r[k] is not None} - {UNIFORM}
-    return [e for e in ESTIMATORS if e in seen] + sorted(seen - set(ESTIMATORS))
-
-
-def rounds_csv(rows: list[dict[str, Any]]) -> str:
-    """rounds.csv text: ``ROUND_COLUMNS`` (then the columns of any registered estimator outside ``ESTIMATORS``),
-    JSON lists in list cells, empty where not recorded."""
-    extra = [c for e in _estimator_names(rows) if e not in ESTIMATORS for c in (est_column(e), cs_column(e))]
-    columns = [*ROUND_COLUMNS, *extra]
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(columns)
-    for row in rows:
-        w.writerow([_cell(row.get(c)) for c in columns])
-    return buf.getvalue()
-
-
-def _monitor_summary(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    def mean(col: str) -> float | None:
-        vals = [r[col] for r in rows if r.get(col) is not None and math.isfinite(r[col])]
-        return float(np.mean(vals)) if vals else None
-
-    if not any(r.get(cs_column(UNIFORM)) is not None for r in rows):
-        return None
-    out = {m: mean(cs_column(m)) for m in _estimator_names(rows)}
-    out[UNIFORM] = mean(cs_column(UNIFORM))
-    return {"mean_cs": out}
 
 
 def resolve_path(path: str, device: torch.device) -> str:
@@ -393,7 +325,7 @@ def _model_and_loss(spec: Mapping[str, Any], dataset: Dataset, dev: torch.device
 
 def _remove_stale_temporaries(out: Path) -> None:
     """Delete the temporary files an interrupted ``atomic_write`` left in ``out``."""
-    for name in (CHECKPOINT, TRAJECTORY, "metrics.json", "rounds.csv"):
+    for name in (CHECKPOINT, TRAJECTORY, METRICS, ROUNDS):
         for stale in out.glob(f".{name}.*.tmp"):
             stale.unlink(missing_ok=True)
 
@@ -452,7 +384,7 @@ def _job_metrics(
         "config": spec,
         "final": final,
         "partition": {k: v for k, v in parts["main"].stats(dataset.y_train.numpy()).items() if k != "local_gamma"},
-        "monitor": _monitor_summary(state.rows),
+        "monitor": monitor_summary(state.rows),
         "acknowledged_round": state.ack_round,
         "device": _describe(dev),
         "path": path,
@@ -464,19 +396,17 @@ def _job_metrics(
         "wall_time_s": wall_time(),
         "rounds": len(state.rows),
     }
-    return _clean(metrics)
+    return clean(metrics)
 
 
 def _write_outputs(out: Path, spec: Mapping[str, Any], state: RoundState, metrics: Mapping[str, Any]) -> None:
-    """rounds.csv, trajectory.pt (``save_trajectory``), then metrics.json; the checkpoint goes last."""
-    csv_text = rounds_csv(state.rows)
-    atomic_write(out / "rounds.csv", lambda fh: fh.write(csv_text))
+    """trajectory.pt (``save_trajectory``), rounds.csv, then metrics.json; the checkpoint goes last."""
     if spec.get("save_trajectory"):
         final = {k: v.detach().cpu() for k, v in state.model.items()}
-        trajectory = {"spec": _clean(spec), "rounds": state.trajectory, "final": final,
+        trajectory = {"spec": clean(spec), "rounds": state.trajectory, "final": final,
                       "true_composition": [r["true_composition"] for r in state.rows]}
         atomic_write(out / TRAJECTORY, lambda fh: torch.save(trajectory, fh), mode="wb")
-    atomic_write(out / "metrics.json", lambda fh: json.dump(metrics, fh, indent=1))
+    write_folder(out, metrics, rounds_text(state.rows))
     (out / CHECKPOINT).unlink(missing_ok=True)
 
 

@@ -1,6 +1,6 @@
 """Names the engine writes and the report reads: estimators, per-round columns, setting names (torch-free).
 
-Defined once here; ``config``, ``fl``, ``jobs``, ``aggregate``, ``fidelity`` and ``presentation`` import them.
+Defined once here; ``config``, ``fl``, ``jobs``, ``aggregate`` and ``presentation`` import them.
 """
 
 from __future__ import annotations

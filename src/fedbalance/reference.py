@@ -19,16 +19,14 @@ import pandas as pd
 
 from fedbalance.aggregate import collect
 from fedbalance.config import Job, jobs, twins
-
-FILES = ("metrics.json", "rounds.csv")
+from fedbalance.jobfolder import finished as folder_finished
 # metric (final.csv column) -> how it prints: Ac.M and accuracies in %, AUCs as fractions
 METRICS = {"acc_minority": 100.0, "acc_majority": 100.0, "acc": 100.0, "auc_hard": 1.0, "auc_micro": 1.0}
 
 
 def finished(root: str | Path, job: Job) -> bool:
     """``job``'s folder under ``root`` holds both files a finished job writes."""
-    d = Path(root) / job.path
-    return all((d / f).is_file() for f in FILES)
+    return folder_finished(Path(root) / job.path)
 
 
 def reference_jobs(cfg: Mapping[str, Any], root: str | Path) -> tuple[list[Job], dict[Job, Job]]:

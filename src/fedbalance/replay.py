@@ -8,8 +8,6 @@ and can score estimators the job did not run.
 
 from __future__ import annotations
 
-import csv
-import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +18,7 @@ import torch
 from fedbalance.data import Dataset, load_dataset
 from fedbalance.estimators import REGISTRY, Observer, Track
 from fedbalance.fl import TAG_MONITOR, build_monitor, client_keys, select_clients, sgd_config, torch_generator
+from fedbalance.jobfolder import read_metrics, round_records
 from fedbalance.jobs import auxiliary_data, build_partitions
 from fedbalance.models import build_model, device_layout
 from fedbalance.monitor import Monitor, cosine_similarity, uniform_guess
@@ -91,8 +90,7 @@ def recorded(folder: str | Path, history: Sequence[str] | None = None) -> list[d
     per-round estimates, the rounds' selected clients and the partition's client totals, as the run
     would. No model is replayed, so this takes seconds where ``replay`` takes minutes.
     """
-    folder = Path(folder)
-    metrics = json.loads((folder / "metrics.json").read_text())
+    metrics = read_metrics(folder)
     spec = metrics["config"]
     sizes = [sum(c) for c in metrics["partition"]["class_counts"]]
     names = [e.name for e in REGISTRY.values() if e.history] if history is None else list(history)
@@ -100,25 +98,25 @@ def recorded(folder: str | Path, history: Sequence[str] | None = None) -> list[d
     balanced = spec.get("switch_round") is not None  # the balanced partition's clients are not in metrics.json
     track = Track()
     rows: list[dict[str, Any]] = []
-    with open(folder / "rounds.csv", newline="") as fh:
-        for rec in csv.DictReader(fh):
-            t = int(rec["round"])
-            truth = json.loads(rec["true_composition"])
-            row: dict[str, Any] = {"round": t, cs_column(UNIFORM): float(rec[cs_column(UNIFORM)])}
-            for col in rec:
-                if col.startswith("est_") and rec[col]:
-                    m = col[len("est_"):]
-                    row[est_column(m)] = json.loads(rec[col])
-                    row[cs_column(m)] = float(rec[cs_column(m)])
-            ids = select_clients(spec["selection"], len(sizes), k, seed, t).tolist()
-            per_round = {m[len("est_"):]: v for m, v in row.items() if m.startswith("est_")}
-            track.add(client_keys(spec, t, ids), [sizes[c] for c in ids], per_round)
-            if not balanced:
-                for m in names:
-                    if all(r in per_round for r in REGISTRY[m].requires):
-                        counts = REGISTRY[m].fn(track).counts
-                        track.estimates[-1][m] = counts.tolist()
-                        row[est_column(m)] = [float(v) for v in counts]
-                        row[cs_column(m)] = cosine_similarity(counts, truth)
-            rows.append(row)
+    est_prefix = est_column("")
+    for rec in round_records(folder):
+        t = rec["round"]
+        truth = rec["true_composition"]
+        row: dict[str, Any] = {"round": t, cs_column(UNIFORM): rec[cs_column(UNIFORM)]}
+        for col, value in rec.items():
+            if col.startswith(est_prefix) and value is not None:
+                m = col[len(est_prefix):]
+                row[est_column(m)] = value
+                row[cs_column(m)] = rec[cs_column(m)]
+        ids = select_clients(spec["selection"], len(sizes), k, seed, t).tolist()
+        per_round = {m[len(est_prefix):]: v for m, v in row.items() if m.startswith(est_prefix)}
+        track.add(client_keys(spec, t, ids), [sizes[c] for c in ids], per_round)
+        if not balanced:
+            for m in names:
+                if all(r in per_round for r in REGISTRY[m].requires):
+                    counts = REGISTRY[m].fn(track).counts
+                    track.estimates[-1][m] = counts.tolist()
+                    row[est_column(m)] = [float(v) for v in counts]
+                    row[cs_column(m)] = cosine_similarity(counts, truth)
+        rows.append(row)
     return rows

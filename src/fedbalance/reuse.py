@@ -8,19 +8,16 @@ own ``job`` and ``config``, and ``reused_from`` naming the folder it came from.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fedbalance.atomic import atomic_write, write_json
+from fedbalance import jobfolder
 from fedbalance.config import IDENTITY_KEYS, ConfigError, run_key
 from fedbalance.records import JOB_KEYS
 
-METRICS = "metrics.json"
 # What ``path: auto`` resolves to (fedbalance.jobs.resolve_path).
 RESOLVED_PATHS = ("sequential", "vectorised")
-ROUNDS = "rounds.csv"
 
 
 def twin_metrics(source: Mapping[str, Any], spec: Mapping[str, Any], source_path: str) -> dict[str, Any]:
@@ -43,13 +40,12 @@ def twin_metrics(source: Mapping[str, Any], spec: Mapping[str, Any], source_path
 
 def write_twin(source_dir: str | Path, target_dir: str | Path, spec: Mapping[str, Any]) -> dict[str, Any]:
     """Write ``target_dir``'s rounds.csv and metrics.json (last, as ``run_job`` does) from ``source_dir``'s."""
-    source_dir, target_dir = Path(source_dir), Path(target_dir)
+    source_dir = Path(source_dir)
     try:
-        source = json.loads((source_dir / METRICS).read_text())
-        rounds = (source_dir / ROUNDS).read_bytes()
+        source = jobfolder.read_metrics(source_dir)
+        rounds = (source_dir / jobfolder.ROUNDS).read_bytes()
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot reuse {source_dir}: {exc}") from None
     metrics = twin_metrics(source, spec, str(source_dir))
-    atomic_write(target_dir / ROUNDS, lambda fh: fh.write(rounds), mode="wb")
-    write_json(metrics, target_dir / METRICS)
+    jobfolder.write(target_dir, metrics, rounds)
     return metrics

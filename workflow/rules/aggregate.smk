@@ -3,7 +3,7 @@
 
 from pathlib import Path
 
-TRAIN_OUTPUTS = [result(j.path, f) for j in JOBS for f in ("metrics.json", "rounds.csv")]
+TRAIN_OUTPUTS = [result(j.path, f) for j in JOBS for f in (METRICS, ROUNDS)]
 
 
 localrules:

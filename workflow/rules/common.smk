@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from fedbalance.config import Job, data_args, dataset_spec, jobs, resolve_job, settings, twins
+from fedbalance.jobfolder import METRICS, ROUNDS
 from fedbalance.reference import reference_jobs
 from fedbalance.presentation import figures as presentation_figures
 from fedbalance.presentation.contract import contract_warnings

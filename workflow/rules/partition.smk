@@ -1,6 +1,7 @@
 # Stage 2: client partitions (client -> sample indices), one JSON per
 # (experiment, dataset, setting, seed); every loss of that setting trains on the same partition.
-# About a second of work each, so they run on the submitting host, never through a cluster queue.
+# About a second of work each, so they run on the submitting host, never through a cluster queue; torch-free,
+# so in the small environment of the report rules.
 
 
 localrules:
@@ -17,7 +18,7 @@ rule partition:
     benchmark:
         result("benchmarks", "partition", "{experiment}", "{dataset}", "{setting}", "seed{seed}.tsv")
     conda:
-        "../../envs/torch.yaml"
+        "../../envs/report.yaml"
     threads: 1
     resources:
         mem_mb=data_mem_mb,

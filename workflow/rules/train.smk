@@ -1,5 +1,5 @@
 # Stage 3: one FedAvg (or centralised) training job per (experiment, dataset, setting, loss, seed).
-# fedbalance.jobs.run_job writes metrics.json and rounds.csv atomically and checkpoints every
+# fedbalance.jobs.run_job writes metrics.json and rounds.csv (fedbalance.jobfolder) atomically and checkpoints every
 # round to checkpoint.pt beside them (not a declared output, so it survives a failed or killed
 # job and the rerun resumes from it).
 
@@ -9,8 +9,8 @@ rule train:
         partition=result("partitions", "{experiment}", "{dataset}", "{setting}", "seed{seed}.json"),
         manifest=result("data", "{dataset}.json"),
     output:
-        metrics=result("{experiment}", "{dataset}", "{setting}", "{loss}", "seed{seed}", "metrics.json"),
-        rounds=result("{experiment}", "{dataset}", "{setting}", "{loss}", "seed{seed}", "rounds.csv"),
+        metrics=result("{experiment}", "{dataset}", "{setting}", "{loss}", "seed{seed}", METRICS),
+        rounds=result("{experiment}", "{dataset}", "{setting}", "{loss}", "seed{seed}", ROUNDS),
     log:
         result("logs", "train", "{experiment}", "{dataset}", "{setting}", "{loss}", "seed{seed}.log"),
     benchmark:
@@ -42,18 +42,18 @@ ruleorder: from_reference > reuse > train
 
 rule reuse:
     input:
-        metrics=lambda wc: result(TWINS[wc.twin], "metrics.json"),
-        rounds=lambda wc: result(TWINS[wc.twin], "rounds.csv"),
+        metrics=lambda wc: result(TWINS[wc.twin], METRICS),
+        rounds=lambda wc: result(TWINS[wc.twin], ROUNDS),
     output:
-        metrics=result("{twin}", "metrics.json"),
-        rounds=result("{twin}", "rounds.csv"),
+        metrics=result("{twin}", METRICS),
+        rounds=result("{twin}", ROUNDS),
     log:
         result("logs", "reuse", "{twin}.log"),
     wildcard_constraints:
         twin=_paths(TWINS),
     localrule: True
     conda:
-        "../../envs/torch.yaml"
+        "../../envs/report.yaml"
     params:
         spec=lambda wc: resolve_job(config, Job.from_path(wc.twin)),
     script:
@@ -62,11 +62,11 @@ rule reuse:
 
 rule from_reference:
     input:
-        metrics=lambda wc: f"{REFERENCE_DIR}/{wc.ref}/metrics.json",
-        rounds=lambda wc: f"{REFERENCE_DIR}/{wc.ref}/rounds.csv",
+        metrics=lambda wc: f"{REFERENCE_DIR}/{wc.ref}/{METRICS}",
+        rounds=lambda wc: f"{REFERENCE_DIR}/{wc.ref}/{ROUNDS}",
     output:
-        metrics=result("{ref}", "metrics.json"),
-        rounds=result("{ref}", "rounds.csv"),
+        metrics=result("{ref}", METRICS),
+        rounds=result("{ref}", ROUNDS),
     log:
         result("logs", "reference", "{ref}.log"),
     wildcard_constraints:

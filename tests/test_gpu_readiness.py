@@ -35,7 +35,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 import fedbalance.jobs as jobs_mod
 from fedbalance.config import Job, load_config, resolve_job
 from fedbalance.estimators import Observer
-from fedbalance.losses import LOSSES, get_loss
+from fedbalance.losses import LOSSES, feed, get_loss
 from fedbalance.metrics import empirical_y_stats
 from fedbalance.models import build_model
 from fedbalance.monitor import Monitor, simulated_updates
@@ -193,8 +193,7 @@ def _model() -> nn.Module:
 
 def _loss(name: str) -> nn.Module:
     loss = get_loss(name, Q, **({"weight": torch.linspace(1.0, 1.5, Q)} if name == "ratio" else {}))
-    if getattr(loss, "uses_monitor_prior", False):
-        loss.set_prior(torch.linspace(1.0, 9.0, Q, dtype=torch.float64))
+    feed(loss, prior=torch.linspace(1.0, 9.0, Q, dtype=torch.float64))
     return loss
 
 
@@ -229,8 +228,7 @@ def test_every_loss_on_fake_cuda(name: str) -> None:
         logits = torch.randn(8, Q, device="cuda")
         y = torch.randint(0, Q, (8,), device="cuda")
         mask = torch.ones(8, dtype=torch.bool, device="cuda")
-        if getattr(loss, "uses_client_counts", False):
-            loss.set_client_counts(torch.ones(Q, device="cuda"))
+        feed(loss, client_counts=torch.ones(Q, device="cuda"))
         out = loss(logits, y)
         assert out.device.type == "cuda" and out.shape == ()
         counts = (torch.ones(Q, device="cuda"),) if takes_client_counts(loss) else ()

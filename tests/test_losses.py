@@ -23,7 +23,8 @@ from fedbalance.losses import (
     fedlc_loss,
     fedrs_loss,
     logit_adjusted_loss,
-    uses_monitor_prior,
+    feed,
+    receives,
 )
 from fedbalance.vectorised import make_masked_loss, takes_client_counts
 
@@ -535,8 +536,7 @@ def test_counts_modules_setters_and_sources() -> None:
     for name in COUNT_LOSSES:
         loss = get_loss(name, 4)
         assert torch.equal(loss.counts, torch.ones(4)) and loss.num_classes == 4
-        assert uses_monitor_prior(name) is prior[name] and loss.uses_monitor_prior is prior[name]
-        assert loss.uses_client_counts is not prior[name]
+        assert receives(name) == receives(loss) == {"prior" if prior[name] else "client_counts"}
         good, bad = (loss.set_prior, loss.set_client_counts) if prior[name] else (loss.set_client_counts, loss.set_prior)
         good(torch.tensor(COUNTS))
         assert torch.equal(loss.counts, torch.tensor(COUNTS, dtype=torch.float32))
@@ -547,7 +547,28 @@ def test_counts_modules_setters_and_sources() -> None:
         # the module reads its buffer; forward_counts takes explicit counts
         torch.testing.assert_close(loss.double()(z, y), loss.forward_counts(z, y, torch.tensor(COUNTS)))
         assert "counts" in loss.state_dict()
-    assert not uses_monitor_prior("ratio") and not uses_monitor_prior("ce")
+    assert receives("ratio") == {"weights"} and receives("ce") == frozenset()
+
+
+def test_feed_hands_each_loss_what_it_receives() -> None:
+    """One call hands every loss the same inputs; each takes what it declares, by its own setter."""
+    pi, prior, local = torch.tensor([2.0, 1.0, 1.0, 3.0]), torch.tensor([9.0, 1.0, 1.0, 1.0]), torch.tensor([0.0, 4.0, 4.0, 1.0])
+    for name in ("ce", "focal", "ghmc", "ratio", "mse", "mfe", *COUNT_LOSSES):
+        loss = get_loss(name, 4)
+        before = {k: v.clone() for k, v in loss.state_dict().items()}
+        feed(loss, weights=pi, prior=prior)
+        feed(loss, client_counts=local)
+        after = loss.state_dict()
+        if name == "ratio":
+            assert torch.equal(after["weight"], pi)
+        elif name in ("la", "bsm"):
+            assert torch.equal(after["counts"], prior)
+        elif name in COUNT_LOSSES:
+            assert torch.equal(after["counts"], local)
+        else:
+            assert all(torch.equal(before[k], after[k]) for k in before), name
+    with pytest.raises(ValueError, match="unknown loss input"):
+        feed(get_loss("ce", 4), pi=pi)
 
 
 @pytest.mark.parametrize("name", COUNT_LOSSES)

@@ -8,8 +8,9 @@ from torch import nn
 from torchvision.models.resnet import BasicBlock
 
 import fedbalance.sgd as sgd_mod
+import fedbalance.losses as losses_mod
 import fedbalance.vectorised as vec_mod
-from fedbalance.losses import get_loss
+from fedbalance.losses import feed, get_loss
 from fedbalance.models import build_model
 from fedbalance.train import SGDConfig, average_stacked, train_copies
 from fedbalance.vectorised import VectorisedOptions, make_masked_loss, train_copies_vectorised
@@ -178,8 +179,7 @@ def test_lenet5_counts_losses_label_skewed_clients(lenet: nn.Module, name: str) 
     datasets[0] = (datasets[0][0], datasets[0][1] % 4)
     datasets[2] = (datasets[2][0], torch.full_like(datasets[2][1], 7))
     loss = get_loss(name, Q)
-    if loss.uses_monitor_prior:
-        loss.set_prior(torch.linspace(1.0, 50.0, Q))
+    feed(loss, prior=torch.linspace(1.0, 50.0, Q))
     _compare(lenet, datasets, loss)
 
 
@@ -287,3 +287,62 @@ def test_chunks_from_a_memory_budget_give_the_unchunked_numbers(lenet: nn.Module
             mp.setattr(vec_mod, "_make_step", counting)
             train_copies(lenet, datasets, loss, CFG, _gens(5), path="vectorised")
         assert set(calls) == {5}
+
+
+class _ToyPrior(losses_mod.Loss):
+    """A loss written with nothing but losses.py's base: CE weighted by the inverse of the monitor's prior."""
+
+    receives = frozenset({"prior"})
+
+    def __init__(self, num_classes: int | None = None, reduction: str = "mean") -> None:
+        super().__init__(reduction)
+        self.register_buffer("prior", torch.ones(num_classes or Q))
+
+    def set_prior(self, counts: torch.Tensor) -> None:
+        self.prior = torch.as_tensor(counts, dtype=torch.float32).clone()
+
+    def forward(self, logits, target, mask=None):
+        weight = self.prior.mean() / self.prior
+        return losses_mod.cross_entropy(logits, target, self.reduction, mask, weight)
+
+
+class _ToyLocal(losses_mod.CountsLoss):
+    """A loss of the client's own counts: CE plus the log of the sample's class share in the client's data."""
+
+    receives = frozenset({"client_counts"})
+
+    def forward_counts(self, logits, target, counts, mask=None):
+        shift = torch.log(counts.clamp_min(1.0) / counts.clamp_min(1.0).sum()).to(logits.dtype)
+        return losses_mod.cross_entropy(logits + shift, target, self.reduction, mask)
+
+
+@pytest.mark.parametrize("toy", [_ToyPrior, _ToyLocal], ids=["prior", "client_counts"])
+def test_a_toy_loss_from_losses_py_alone_runs_on_both_paths(lenet, toy, monkeypatch):
+    """A new loss needs its class in losses.py (and its name in the schema): the engine feeds it what it declares
+    (``losses.feed``), the monitor runs for a loss that receives its prior, and both paths give the same numbers."""
+    from fedbalance.fl import needs_monitor
+
+    monkeypatch.setitem(losses_mod.LOSSES, "toy", toy)
+    loss = losses_mod.get_loss("toy", Q)
+    feed(loss, weights=torch.full((Q,), 7.0), prior=torch.linspace(1.0, 30.0, Q))
+    if toy is _ToyPrior:
+        assert torch.equal(loss.prior, torch.linspace(1.0, 30.0, Q))
+    else:
+        assert torch.equal(loss.counts, torch.ones(Q))  # it takes client counts only
+    assert needs_monitor({"loss": "toy", "monitor": {"record": False}}) is (toy is _ToyPrior)
+    datasets = _data(SIZES, (1, 16, 16), seed=5)
+    datasets[0] = (datasets[0][0], datasets[0][1] % 3)  # client 0 holds classes 0-2 only: its own counts differ
+    _compare(lenet, datasets, loss)
+
+
+def test_a_loss_without_a_mask_or_counts_form_is_refused_by_name():
+    class NoCounts(losses_mod.Loss):
+        receives = frozenset({"client_counts"})
+
+        def forward(self, logits, target, mask=None):
+            return logits.sum()
+
+    with pytest.raises(NotImplementedError, match="NoCounts receives client_counts but has no forward_counts"):
+        make_masked_loss(NoCounts())
+    with pytest.raises(NotImplementedError, match="no masked form of L1Loss"):
+        make_masked_loss(nn.L1Loss())

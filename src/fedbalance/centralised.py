@@ -40,6 +40,7 @@ from fedbalance.fl import (
     sgd_config,
     torch_generator,
 )
+from fedbalance.losses import feed
 from fedbalance.partition import Partition
 from fedbalance.sgd import batch_schedule, make_optimizer, sgd_steps
 
@@ -75,8 +76,7 @@ class PooledStep(RoundStep):
         """One epoch of seeded mini-batches; the model is trained in place, ``shadow`` keeps G_t for the monitor."""
         (pool,) = batch.indices
         x, y = self.data.x_train[pool], self.data.y_train[pool]
-        if getattr(self.loss_fn, "uses_client_counts", False):
-            self.loss_fn.set_client_counts(torch.as_tensor(batch.true_counts, dtype=torch.float32))
+        feed(self.loss_fn, client_counts=torch.as_tensor(batch.true_counts, dtype=torch.float32))
         if self.shadow is not None:
             self.shadow.load_state_dict(self.model.state_dict())
         batches = batch_schedule(len(y), self.cfg, torch_generator(self.seed, TAG_EPOCH, t))

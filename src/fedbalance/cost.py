@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from fedbalance.config import Job, jobs, partition_args, resolve_job, twins
+from fedbalance.config import Job, job_value, jobs, partition_args, resolve_job, twins
 
 CALIBRATION_VERSION = 1
 # FEMNIST letters per writer: the authors' FEMNIST-shape client, 20 writers x ~50 samples = ~1,000
@@ -156,17 +156,17 @@ def job_work(
     source = str(spec["source"])
     if source not in TEST_SAMPLES:
         raise CostError(f"no test-set size known for source {source!r}; known: {sorted(TEST_SAMPLES)}")
-    info = dataset_info(source, **dict(spec.get("options") or {}))
+    info = dataset_info(source, **dict(job_value(spec, "options")))
     q = int(info["num_classes"])
     b = int(spec["batch_size"])
     h, w = info["image_size"]
-    shape = Shape(str(spec["model"]), int(info["in_channels"]), int(h), int(w), q, b, resolve_path(str(spec.get("path", "auto")), device_type))
+    shape = Shape(str(spec["model"]), int(info["in_channels"]), int(h), int(w), q, b, resolve_path(str(job_value(spec, "path")), device_type))
     sizes = sizes if sizes is not None else client_sizes(spec, q, samples_per_writer)
-    switch = spec.get("switch_round")
+    switch = job_value(spec, "switch_round")
     monitor = needs_monitor(spec)
     aux_steps = math.ceil(int(spec["monitor"]["aux_per_class"]) / b)
-    empirical = bool(spec.get("empirical"))
-    eval_every = int(spec.get("eval_every", 1))
+    empirical = bool(job_value(spec, "empirical"))
+    eval_every = int(job_value(spec, "eval_every"))
     client = mon = fwd = 0
     if spec["mode"] == "centralised":
         epochs = num_epochs(spec)

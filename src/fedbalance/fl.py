@@ -51,7 +51,7 @@ import torch
 from torch import Tensor, nn
 
 from fedbalance.config import base_loss, job_value
-from fedbalance.losses import uses_monitor_prior
+from fedbalance.losses import feed, receives
 from fedbalance.metrics import empirical_y_stats, evaluate
 from fedbalance.estimators import Observer
 from fedbalance.monitor import PAPER_SIGNED, Acknowledger, Monitor, cosine_similarity, uniform_guess
@@ -101,13 +101,9 @@ def select_clients(selection: str, num_clients: int, k: int, seed: int, round_in
 
 
 def needs_monitor(spec: Mapping[str, Any]) -> bool:
-    """The monitor runs for Ratio-Loss jobs (it makes the weights), for losses that train with its
-    composition estimate as their prior (``la``, ``bsm``) and when ``monitor.record`` is set."""
-    return (
-        base_loss(spec) == "ratio"
-        or uses_monitor_prior(base_loss(spec))
-        or bool(spec.get("monitor", {}).get("record", False))
-    )
+    """The monitor runs for a loss that receives its output (the Ratio Loss's weights, the prior of ``la`` and
+    ``bsm``: ``losses.FEEDS``) and when ``monitor.record`` is set."""
+    return bool(receives(base_loss(spec)) & {"weights", "prior"}) or bool(job_value(spec, "monitor.record"))
 
 
 def build_monitor(spec: Mapping[str, Any], aux_x: Tensor, aux_y: Tensor, num_classes: int, cfg: SGDConfig) -> Monitor:
@@ -258,12 +254,11 @@ class RoundState:
 RoundCallback = Callable[[RoundState, dict[str, Any]], None]
 
 
-def hand_over_prior(state: RoundState, loss_fn: nn.Module, num_classes: int) -> None:
-    """Install the monitor's estimate of the previous round's class counts as the prior of a loss
-    with ``uses_monitor_prior`` (uniform in round 0), as the Ratio-Loss weights are handed over."""
-    if getattr(loss_fn, "uses_monitor_prior", False):
-        prior = state.prior
-        loss_fn.set_prior(torch.ones(num_classes, dtype=torch.float64) if prior is None else prior)
+def hand_over(state: RoundState, loss_fn: nn.Module, num_classes: int) -> None:
+    """Feed the loss what the monitor made last round: the Ratio-Loss weights pi and the composition estimate as
+    the prior (uniform in round 0); a loss takes what it ``receives`` (``losses.feed``)."""
+    prior = torch.ones(num_classes, dtype=torch.float64) if state.prior is None else state.prior
+    feed(loss_fn, weights=state.pi, prior=prior)
 
 
 def monitor_round(
@@ -378,7 +373,7 @@ def run_rounds(
     if observer is not None and state.rows:
         done = [step.round_data(tau) for tau in range(state.next_round)]
         observer.restore(state.rows, [client_keys(spec, tau, b.clients) for tau, b in enumerate(done)], [b.totals for b in done])
-    eval_every = int(spec.get("eval_every", 1))
+    eval_every = int(job_value(spec, "eval_every"))
     for t in range(state.next_round, step.rounds):
         start = time.perf_counter()
         row = empty_row(t)
@@ -387,9 +382,7 @@ def run_rounds(
         if spec.get("empirical"):
             pooled = torch.cat(batch.indices)
             row.update(empirical_y_stats(model, data.x_train[pooled], data.y_train[pooled], step.cfg.batch_size))
-        if base_loss(spec) == "ratio":
-            loss_fn.set_weight(state.pi)
-        hand_over_prior(state, loss_fn, q)
+        hand_over(state, loss_fn, q)
         trained = step.train(t, batch, state)
         row["train_loss"] = trained.train_loss
         if monitor is not None:

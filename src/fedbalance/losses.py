@@ -14,7 +14,7 @@ indexing, no ``.item()`` and no data-dependent shape.
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -252,8 +252,19 @@ def mfe_loss(
     return total / (present if mask is None else present.clamp_min(1.0))
 
 
-class _Loss(nn.Module):
-    """Base: validates and stores ``reduction``."""
+FEEDS: dict[str, str] = {"weights": "set_weight", "prior": "set_prior", "client_counts": "set_client_counts"}
+"""What the engine can hand a loss -> the method that takes it: the monitor's Ratio-Loss weights pi [Q] and its
+composition estimate of the previous round (``prior``) [Q], every round; a training client's own label counts
+(``client_counts``) [Q] before that client trains. A loss declares what it takes in ``receives``."""
+
+
+class Loss(nn.Module):
+    """Base: validates and stores ``reduction``; ``receives`` names what the engine hands it (``FEEDS``).
+
+    Every loss here takes an optional sample ``mask`` in ``forward`` (the vectorised path's padding).
+    """
+
+    receives: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, reduction: str = "mean") -> None:
         super().__init__()
@@ -264,14 +275,14 @@ class _Loss(nn.Module):
         return f"reduction={self.reduction!r}"
 
 
-class CrossEntropyLoss(_Loss):
+class CrossEntropyLoss(Loss):
     """Module form of ``cross_entropy``."""
 
     def forward(self, logits: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         return cross_entropy(logits, target, self.reduction, mask)
 
 
-class FocalLoss(_Loss):
+class FocalLoss(Loss):
     """Module form of ``focal_loss`` (paper's competitor: gamma = 2, alpha = 1)."""
 
     def __init__(self, gamma: float = 2.0, alpha: float = 1.0, reduction: str = "mean") -> None:
@@ -283,7 +294,7 @@ class FocalLoss(_Loss):
         return focal_loss(logits, target, self.gamma, self.alpha, self.reduction, mask)
 
 
-class GHMCLoss(_Loss):
+class GHMCLoss(Loss):
     """Module form of ``ghmc_loss``; ``momentum`` > 0 smooths the bin counts across calls.
 
     ``bins`` and ``g`` choose the reading: the paper's tables use the authors' ``bins=30,
@@ -327,7 +338,7 @@ class GHMCLoss(_Loss):
         return _reduce(weights * -_log_p_target(logits, target), self.reduction)
 
 
-class RatioLoss(_Loss):
+class RatioLoss(Loss):
     """Module form of ``ratio_loss``; the per-class weights pi live in the buffer ``weight``.
 
     ``weighting``: ``"per_sample"`` (the paper's equation) or ``"batch_mean"`` (the released code).
@@ -335,6 +346,7 @@ class RatioLoss(_Loss):
     monitor's pi for the next round.
     """
 
+    receives = frozenset({"weights"})
     weight: torch.Tensor | None
 
     def __init__(
@@ -372,14 +384,14 @@ class RatioLoss(_Loss):
         return ratio_loss(logits, target, weight, self.reduction, self.weighting, mask)
 
 
-class MSELoss(_Loss):
+class MSELoss(Loss):
     """Module form of ``mse_loss``."""
 
     def forward(self, logits: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         return mse_loss(logits, target, self.reduction, mask)
 
 
-class MFELoss(_Loss):
+class MFELoss(Loss):
     """Module form of ``mfe_loss`` (default reduction 'sum' = the MFE)."""
 
     def __init__(self, num_classes: int | None = None, reduction: str = "sum") -> None:
@@ -421,10 +433,10 @@ def get_loss(name: str, num_classes: int, **params: Any) -> nn.Module:
 #
 # Newer class-imbalance losses, each reading per-class counts n [Q]:
 #
-# * from the monitor (server-side, ``uses_monitor_prior``): the engine calls ``set_prior`` with the
-#   monitor's estimate of the previous round's composition before the clients train (uniform in
-#   round 0), exactly as it hands the Ratio-Loss weights over with ``set_weight``;
-# * from the client's own labels (``uses_client_counts``): the engine calls ``set_client_counts``
+# * from the monitor (server-side, ``receives`` "prior"): the engine feeds the monitor's estimate of the
+#   previous round's composition before the clients train (uniform in round 0), exactly as it feeds the
+#   Ratio Loss its weights (``feed``);
+# * from the client's own labels (``receives`` "client_counts"): the engine feeds
 #   with the training client's local label counts before that client trains (sequential path), or
 #   hands every copy its own counts (vectorised path, ``vectorised.make_masked_loss``). The counts
 #   stay on the client: nothing per class is ever sent to the server.
@@ -541,17 +553,14 @@ def fedrs_loss(
     return _masked(-_log_p_target(logits * s, target), mask, reduction)
 
 
-class CountsLoss(_Loss):
+class CountsLoss(Loss):
     """Base of the losses that read per-class counts, kept in the buffer ``counts`` [Q] (default all ones).
 
-    ``uses_monitor_prior``: the engine installs the monitor's estimate with ``set_prior`` every round.
-    ``uses_client_counts``: the engine installs each client's local label counts with
-    ``set_client_counts`` before it trains (the vectorised path hands each copy its own counts to
-    ``forward_counts`` instead).
+    ``receives`` "prior": the engine installs the monitor's estimate with ``set_prior`` every round;
+    "client_counts": the engine installs each client's local label counts with ``set_client_counts``
+    before it trains (the vectorised path hands each copy its own counts to ``forward_counts`` instead).
     """
 
-    uses_monitor_prior = False
-    uses_client_counts = False
     counts: torch.Tensor | None
 
     def __init__(self, num_classes: int | None = None, counts: torch.Tensor | None = None, reduction: str = "mean") -> None:
@@ -573,13 +582,13 @@ class CountsLoss(_Loss):
 
     def set_prior(self, counts: torch.Tensor | Any) -> None:
         """Install the server's prior: the monitor's estimate of the round's class counts [Q]."""
-        if not self.uses_monitor_prior:
+        if "prior" not in self.receives:
             raise ValueError(f"{type(self).__name__} does not take the monitor's prior (it uses local counts)")
         self._set(counts)
 
     def set_client_counts(self, counts: torch.Tensor | Any) -> None:
         """Install the training client's own label counts [Q] (stay on the client)."""
-        if not self.uses_client_counts:
+        if "client_counts" not in self.receives:
             raise ValueError(f"{type(self).__name__} does not take local counts (it uses the monitor's prior)")
         self._set(counts)
 
@@ -630,7 +639,7 @@ class LogitAdjustedLoss(_ShiftedLogitsLoss):
     floored at ``min_count`` (default 1).
     """
 
-    uses_monitor_prior = True
+    receives = frozenset({"prior"})
 
     def forward_counts(
         self, logits: torch.Tensor, target: torch.Tensor, counts: torch.Tensor, mask: torch.Tensor | None = None
@@ -641,14 +650,13 @@ class LogitAdjustedLoss(_ShiftedLogitsLoss):
 class LogitAdjustedLocalLoss(LogitAdjustedLoss):
     """``la_local``: the logit-adjusted loss with each client's own label counts as pi (the control)."""
 
-    uses_monitor_prior = False
-    uses_client_counts = True
+    receives = frozenset({"client_counts"})
 
 
 class BalancedSoftmaxLoss(CountsLoss):
     """Module form of ``balanced_softmax_loss`` with the monitor's estimate as n (``bsm``)."""
 
-    uses_monitor_prior = True
+    receives = frozenset({"prior"})
 
     def __init__(
         self,
@@ -674,14 +682,13 @@ class BalancedSoftmaxLoss(CountsLoss):
 class BalancedSoftmaxLocalLoss(BalancedSoftmaxLoss):
     """``bsm_local``: Balanced Softmax with each client's own label counts (the control)."""
 
-    uses_monitor_prior = False
-    uses_client_counts = True
+    receives = frozenset({"client_counts"})
 
 
 class FedLCLoss(_ShiftedLogitsLoss):
     """Module form of ``fedlc_loss`` (``fedlc``): local label counts, tau = 1, a missing class counts 1e-8."""
 
-    uses_client_counts = True
+    receives = frozenset({"client_counts"})
     default_min_count = 1e-8
 
     def forward_counts(
@@ -693,7 +700,7 @@ class FedLCLoss(_ShiftedLogitsLoss):
 class FedRSLoss(CountsLoss):
     """Module form of ``fedrs_loss`` (``fedrs``): local label counts, alpha = 0.5, the paper's hard scaling."""
 
-    uses_client_counts = True
+    receives = frozenset({"client_counts"})
 
     def __init__(
         self,
@@ -732,7 +739,18 @@ LOSSES.update(
 )
 
 
-def uses_monitor_prior(name: str) -> bool:
-    """Whether the registered loss ``name`` trains with the monitor's estimate (so the job needs the monitor)."""
-    return bool(getattr(LOSSES.get(name), "uses_monitor_prior", False))
+def receives(loss: nn.Module | type | str) -> frozenset[str]:
+    """What a loss (a module, its class or a registered name) takes from the engine: keys of ``FEEDS``."""
+    if isinstance(loss, str):
+        loss = LOSSES[loss]
+    return frozenset(getattr(loss, "receives", frozenset()))
+
+
+def feed(loss_fn: nn.Module, **inputs: Any) -> None:
+    """Hand ``loss_fn`` what it ``receives`` of ``inputs`` (names of ``FEEDS``); what it does not take is left."""
+    unknown = sorted(set(inputs) - set(FEEDS))
+    if unknown:
+        raise ValueError(f"unknown loss input(s) {unknown}; the engine hands over {sorted(FEEDS)}")
+    for name in sorted(receives(loss_fn) & inputs.keys()):
+        getattr(loss_fn, FEEDS[name])(inputs[name])
 

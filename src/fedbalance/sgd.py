@@ -206,7 +206,7 @@ def average_stacked(stacked: dict[str, torch.Tensor], weights: torch.Tensor | No
 
 
 def client_counts(loss_fn: nn.Module, y: torch.Tensor) -> torch.Tensor:
-    """A client's own label counts [Q] (float) for a loss with ``uses_client_counts`` and ``num_classes`` set."""
+    """A client's own label counts [Q] (float) for a loss that receives ``client_counts`` and ``num_classes`` set."""
     q = getattr(loss_fn, "num_classes", None)
     if q is None:
         raise ValueError(f"{type(loss_fn).__name__} reads local label counts: build it with num_classes (get_loss does)")

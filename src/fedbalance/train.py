@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from fedbalance.losses import feed, receives
 from fedbalance.sgd import (  # noqa: F401  (re-exported: the training API in one place)
     PRECISIONS,
     SGDConfig,
@@ -126,8 +127,8 @@ def train_copies(
     This is both a FedAvg round's client training and the monitor's per-class auxiliary
     training. ``model`` itself is left unchanged. ``path`` selects the sequential reference or the
     batched implementation (``fedbalance.vectorised``); both give the same numbers. A loss with
-    ``uses_client_counts`` (FedLC, FedRS, la_local, bsm_local) gets each copy's own label counts
-    (``client_counts``) before that copy trains; the counts never leave ``train_copies``. Both paths
+    ``receives`` "client_counts" (FedLC, FedRS, la_local, bsm_local) is fed each copy's own label counts
+    before that copy trains; the counts never leave ``train_copies``. Both paths
     run under the plan's precision (``current_plan``); the vectorised one in the plan's chunks.
     """
     if path not in ("sequential", "vectorised"):
@@ -144,8 +145,8 @@ def train_copies(
     with precision(plan.precision):
         for (x, y), gen in zip(datasets, generators, strict=True):
             model.load_state_dict(start)
-            if getattr(loss_fn, "uses_client_counts", False):
-                loss_fn.set_client_counts(client_counts(loss_fn, y))
+            if "client_counts" in receives(loss_fn):
+                feed(loss_fn, client_counts=client_counts(loss_fn, y))
             losses.append(local_sgd(model, x, y, loss_fn, cfg, gen))
             states.append({k: v.detach().clone() for k, v in model.state_dict().items()})
     model.load_state_dict(start)

@@ -138,31 +138,15 @@ def _torch_cross_entropy(loss_fn: nn.CrossEntropyLoss) -> MaskedLoss:
     return lambda logits, y, mask: losses.cross_entropy(logits, y, loss_fn.reduction, mask, loss_fn.weight)
 
 
-def _counts_loss(loss_fn: losses.CountsLoss) -> Callable[..., torch.Tensor]:
-    """Losses that read class counts: ``(logits, y, mask, counts)`` with each copy's own local counts
-    (``uses_client_counts``), ``(logits, y, mask)`` with the loss's buffer (the monitor's prior)."""
-    if loss_fn.uses_client_counts:
-
-        def fn(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-            return loss_fn.forward_counts(logits, y, counts, mask)
-
-        return fn
-
-    def prior_fn(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return loss_fn(logits, y, mask)
-
-    return prior_fn
-
-
 def takes_client_counts(loss_fn: nn.Module) -> bool:
     """Whether ``make_masked_loss(loss_fn)`` takes a fourth argument, the copy's own label counts [Q]."""
-    return isinstance(loss_fn, losses.CountsLoss) and loss_fn.uses_client_counts
+    return "client_counts" in losses.receives(loss_fn)
 
 
 def make_masked_loss(loss_fn: nn.Module) -> MaskedLoss:
     """``(logits, y, mask) -> loss_fn(logits[mask], y[mask])`` with static shapes (vmap-safe).
 
-    The losses of ``losses`` do the masking themselves (``loss_fn(logits, y, mask)``): padded
+    Every loss of ``losses`` (a ``losses.Loss``) does the masking itself (``loss_fn(logits, y, mask)``): padded
     samples (mask 0) influence nothing, neither the reduction nor GHM-C's bin density, MFE's class
     counts or the Ratio Loss's batch mean. GHM-C with momentum > 0 is refused. Losses that
     read each client's own label counts (``takes_client_counts``: FedLC, FedRS, la_local,
@@ -171,27 +155,26 @@ def make_masked_loss(loss_fn: nn.Module) -> MaskedLoss:
     reduction = getattr(loss_fn, "reduction", None)
     if reduction not in ("mean", "sum"):
         raise ValueError(f"the vectorised path needs a scalar loss (reduction 'mean' or 'sum'), got {reduction!r}")
-    if isinstance(loss_fn, losses.CountsLoss):
-        return _counts_loss(loss_fn)
+    if takes_client_counts(loss_fn):
+        if not callable(getattr(loss_fn, "forward_counts", None)):
+            raise NotImplementedError(
+                f"{type(loss_fn).__name__} receives client_counts but has no forward_counts(logits, y, counts, mask): "
+                "the vectorised path hands each copy its own counts through it (losses.CountsLoss)"
+            )
+        return lambda logits, y, mask, counts: loss_fn.forward_counts(logits, y, counts, mask)
     if isinstance(loss_fn, losses.GHMCLoss) and loss_fn.momentum != 0:
         raise ValueError(
             "GHMCLoss with momentum > 0 keeps state across batches; the vectorised path supports "
             "momentum 0 only (use training path 'sequential')"
         )
-    if isinstance(loss_fn, _MASKED):
+    if isinstance(loss_fn, losses.Loss):
         return loss_fn
     if isinstance(loss_fn, nn.CrossEntropyLoss):
         return _torch_cross_entropy(loss_fn)
     raise NotImplementedError(
-        f"no masked form of {type(loss_fn).__name__} for the vectorised path; supported: "
-        f"{sorted(c.__name__ for c in (*_MASKED, *_COUNTS, nn.CrossEntropyLoss))}"
+        f"no masked form of {type(loss_fn).__name__} for the vectorised path: a loss of fedbalance.losses (a subclass "
+        "of losses.Loss, whose forward takes a sample mask) or torch's nn.CrossEntropyLoss"
     )
-
-
-_MASKED = (
-    losses.CrossEntropyLoss, losses.FocalLoss, losses.GHMCLoss, losses.RatioLoss, losses.MSELoss, losses.MFELoss
-)
-_COUNTS = tuple(c for c in losses.LOSSES.values() if issubclass(c, losses.CountsLoss))
 
 
 def _schedules(

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedbalance.sgd import to_float
+from fedbalance.models import to_float
 
 
 def _model_device(model: nn.Module) -> torch.device:

@@ -14,6 +14,12 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+
+def to_float(x: torch.Tensor) -> torch.Tensor:
+    """The models' input: uint8 images [N, C, H, W] -> float32 in [0, 1] (float input as float32)."""
+    return x.float().div_(255.0) if x.dtype == torch.uint8 else x.float()
+
+
 LAST_LAYER = "classifier"
 
 

@@ -28,8 +28,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from fedbalance.models import LAST_LAYER
-from fedbalance.sgd import SGDConfig, make_optimizer, to_float
+from fedbalance.models import LAST_LAYER, to_float
+from fedbalance.sgd import SGDConfig, make_optimizer
 from fedbalance.train import train_copies
 
 PAPER_SIGNED = "paper_signed"  # the paper's Eq. ratio taken literally (signed); a diagnostic, not recorded

@@ -12,6 +12,8 @@ from torch import nn
 from torch.optim.sgd import sgd
 from torch.utils.hooks import RemovableHandle
 
+from fedbalance.models import to_float
+
 
 @dataclass(frozen=True)
 class SGDConfig:
@@ -57,11 +59,6 @@ def precision(name: str) -> Iterator[None]:
             b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = legacy
         for f, value in zip(flags, before, strict=True):
             f.fp32_precision = value
-
-
-def to_float(x: torch.Tensor) -> torch.Tensor:
-    """uint8 images [N, C, H, W] -> float32 in [0, 1]."""
-    return x.float().div_(255.0) if x.dtype == torch.uint8 else x.float()
 
 
 def batch_schedule(n: int, cfg: SGDConfig, generator: torch.Generator) -> list[torch.Tensor]:

@@ -28,7 +28,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from fedbalance import losses
-from fedbalance.sgd import SGDConfig, batch_schedule, client_counts, precision, to_float
+from fedbalance.models import to_float
+from fedbalance.sgd import SGDConfig, batch_schedule, client_counts, precision
 
 MaskedLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 

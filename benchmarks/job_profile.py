@@ -19,7 +19,8 @@ import time
 
 import torch
 
-from fedbalance.config import Job, load_config, resolve_job
+from fedbalance.config import load_config, resolve_job
+from fedbalance.records import Job
 from fedbalance.jobs import run_job
 
 def _own(stats: pstats.Stats, name: str) -> float:

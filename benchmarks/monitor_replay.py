@@ -28,7 +28,8 @@ from pathlib import Path
 
 import torch
 
-from fedbalance.config import Job, load_config, resolve_job
+from fedbalance.config import load_config, resolve_job
+from fedbalance.records import Job
 from fedbalance.jobs import run_job
 from fedbalance.estimators import REGISTRY
 from fedbalance.records import ESTIMATORS, UNIFORM, cs_column

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fedbalance import jobfolder
-from fedbalance.config import Job
+from fedbalance.records import Job
 from fedbalance.records import cs_column
 
 

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedbalance.config import ConfigError, Job, deep_merge, jobs, load_config, partition_args, resolve_job, settings
+from fedbalance.config import ConfigError, deep_merge, jobs, load_config, resolve_job, settings
+from fedbalance.partition import partition_args
+from fedbalance.records import Job
 
 ROOT = Path(__file__).resolve().parents[1]
 

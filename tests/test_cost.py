@@ -13,7 +13,8 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from fedbalance.cli import main
 from fedbalance.sgd import register_step_post_hook
-from fedbalance.config import Job, jobs, load_config, resolve_job, twins
+from fedbalance.config import jobs, load_config, resolve_job, twins
+from fedbalance.records import Job
 from fedbalance.cost import (
     TEST_SAMPLES,
     Calibration,

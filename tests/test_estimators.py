@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 import torch
 
-from fedbalance.config import Job, load_config, resolve_job
+from fedbalance.config import load_config, resolve_job
+from fedbalance.records import Job
 from fedbalance.estimators import REGISTRY, Track, estimator, plan, shrinkage_weight, shrunk_counts, track_estimates
 from fedbalance.monitor import Estimate, pooled_counts
 from fedbalance.records import ESTIMATORS

@@ -10,7 +10,7 @@ import pytest
 from conftest import write_job
 
 from fedbalance.aggregate import collect, collect_tidy
-from fedbalance.config import Job
+from fedbalance.records import Job
 from fedbalance.presentation.figures import FIGURES, maker, module_file, write_figure, write_figures
 from fedbalance.presentation.figures.beyond import make_Beyond_paper
 from fedbalance.presentation.figures.data_splitting import make_Sup_data_splitting

@@ -33,7 +33,8 @@ from torch.utils._python_dispatch import TorchDispatchMode, return_and_correct_a
 from torch.utils._pytree import tree_leaves, tree_map
 
 import fedbalance.jobs as jobs_mod
-from fedbalance.config import Job, load_config, resolve_job
+from fedbalance.config import load_config, resolve_job
+from fedbalance.records import Job
 from fedbalance.estimators import Observer
 from fedbalance.losses import LOSSES, feed, get_loss
 from fedbalance.metrics import empirical_y_stats

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedbalance.config import Job, load_config, resolve_job
+from fedbalance.config import load_config, resolve_job
+from fedbalance.records import Job
 from fedbalance.data import Dataset, load_dataset
 from fedbalance.fl import ROUND_COLUMNS
 from fedbalance.jobs import (

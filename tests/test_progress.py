@@ -8,7 +8,8 @@ import re
 import pytest
 import torch
 
-from fedbalance.config import Job, load_config, resolve_job
+from fedbalance.config import load_config, resolve_job
+from fedbalance.records import Job
 from fedbalance.jobs import progress_line, run_job
 
 torch.set_num_threads(1)

@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
-from fedbalance.config import Job, load_config, resolve_job
+from fedbalance.config import load_config, resolve_job
+from fedbalance.records import Job
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))

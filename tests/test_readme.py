@@ -166,7 +166,7 @@ def test_non_editable_install_renders_tables(tmp_path: Path) -> None:
     env["PYTHONPATH"] = str(site)
 
     jobs = tmp_path / "res"
-    from fedbalance.config import Job
+    from fedbalance.records import Job
 
     for seed, acm in ((0, 0.4), (1, 0.5)):
         write_job(jobs, Job("losses", "mnist", "g10", "ce", seed), acm=acm)

@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from conftest import write_job
-from fedbalance.config import Job, load_config, read_yaml
+from fedbalance.config import load_config, read_yaml
+from fedbalance.records import Job
 from fedbalance.reference import compare, compare_markdown, reference_jobs, verdict
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedbalance.config import SCHEMA_PATH, ConfigError, Job, load_config, resolve_job, validate
+from fedbalance.config import SCHEMA_PATH, ConfigError, load_config, resolve_job, validate
+from fedbalance.records import Job
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = ROOT / "config" / "quick.yaml"

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedbalance.config import ConfigError, Job, dataset_spec, load_config, resolve_job
+from fedbalance.config import ConfigError, dataset_spec, load_config, resolve_job
+from fedbalance.records import Job
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = ROOT / "config" / "quick.yaml"

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedbalance.config import Job, load_config, resolve_job
+from fedbalance.config import load_config, resolve_job
+from fedbalance.records import Job
 from fedbalance.jobs import run_job
 from fedbalance.replay import load_trajectory, replay
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedbalance.config import ConfigError, Job, load_config, resolve_job, twins
+from fedbalance.config import ConfigError, load_config, resolve_job, twins
+from fedbalance.records import Job
 from fedbalance.reuse import write_twin
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,7 +55,7 @@ def test_job_from_path_round_trips() -> None:
     job = Job("t_ra", "mnist", "t1.25", "ratio_rel", 12)
     assert Job.from_path(job.path) == job
     for bad in ("losses/mnist/g10/ce", "losses/mnist/g10/ce/s0", "a/b/c/d/seed1/x"):
-        with pytest.raises(ConfigError, match="job folder"):
+        with pytest.raises(ValueError, match="job folder"):
             Job.from_path(bad)
 
 

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from fedbalance.config import Job, jobs, load_config, read_yaml, twins
+from fedbalance.config import jobs, load_config, read_yaml, twins
+from fedbalance.records import Job
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = {"mnist": REPO / "config" / "mnist.yaml", "config": REPO / "config" / "config.yaml"}

@@ -13,7 +13,7 @@ import pytest
 from conftest import write_job
 
 from fedbalance.aggregate import collect
-from fedbalance.config import Job
+from fedbalance.records import Job
 from fedbalance.presentation.claims import VERDICTS, claims
 from fedbalance.presentation.report import write_report as write_tables
 from fedbalance.presentation.tables import (

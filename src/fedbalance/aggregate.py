@@ -16,7 +16,7 @@ from typing import Any, Iterable, NamedTuple
 
 import pandas as pd
 
-from fedbalance.config import Job
+from fedbalance.records import Job
 from fedbalance.jobfolder import METRICS, JobFolderError, job_folders, read_metrics, read_rounds
 from fedbalance.records import ESTIMATORS as RECORDED
 from fedbalance.records import ROUND_COLUMNS as RECORD_COLUMNS

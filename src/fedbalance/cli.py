@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fedbalance.config import ConfigError, Job, base_losses, data_args, dataset_spec, jobs, load_config, resolve_job, settings
+from fedbalance.config import ConfigError, base_losses, data_args, dataset_spec, jobs, load_config, resolve_job, settings
+from fedbalance.records import Job
 from fedbalance.partition import PartitionError
 
 

@@ -23,19 +23,14 @@ from typing import Any, Mapping
 import jsonschema
 import yaml
 
-from fedbalance.records import setting_name
+from fedbalance.partition import PARTITION_KEYS, partition_args  # noqa: F401  (partition_args: re-exported)
+from fedbalance.records import Job, setting_name  # noqa: F401  (Job: re-exported)
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 _SETTING_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 _NAME = re.compile(r"[A-Za-z0-9_-]+")
 # The job keys that fix a job's data: set for a dataset (datasets.<d> or defaults), never below it.
 DATA_KEYS = ("source", "options")
-PARTITION_KEYS = {
-    "monitor": ("num_clients", "samples_per_class"),
-    "imbalance": ("num_clients", "min_classes", "max_classes", "majority_samples", "gamma"),
-    "mismatch": ("num_clients", "classes_per_client", "majority_samples", "gamma"),
-    "writers": ("num_clients", "writers_per_client", "gamma"),
-}
 
 # Every key a job reads is required once the levels are merged (``REQUIRED_*``, checked by
 # ``validate`` naming the key), except these optional ones. Each has one default, here: leaving it
@@ -102,30 +97,6 @@ def read_yaml(path: str | Path) -> Any:
         raise ConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
-
-
-@dataclass(frozen=True, order=True)
-class Job:
-    """One training job: the unit Snakemake schedules."""
-
-    experiment: str
-    dataset: str
-    setting: str
-    loss: str
-    seed: int
-
-    @property
-    def path(self) -> str:
-        """Relative result folder ``<experiment>/<dataset>/<setting>/<loss>/seed<k>``."""
-        return f"{self.experiment}/{self.dataset}/{self.setting}/{self.loss}/seed{self.seed}"
-
-    @classmethod
-    def from_path(cls, path: str) -> Job:
-        """The job of a result folder ``path`` (inverse of ``Job.path``)."""
-        parts = path.strip("/").split("/")
-        if len(parts) != 5 or not re.fullmatch(r"seed\d+", parts[4]):
-            raise ConfigError(f"{path!r} is not a job folder <experiment>/<dataset>/<setting>/<loss>/seed<k>")
-        return cls(*parts[:4], int(parts[4][4:]))
 
 
 def schema() -> dict:
@@ -224,16 +195,6 @@ def job_value(spec: Mapping[str, Any], key: str) -> Any:
             raise ConfigError(f"'{key}' is not set and has no default")
         default = default[part]
     return copy.deepcopy(default)
-
-
-def partition_args(spec: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-    """(scheme, keyword arguments) of a job's partition, for ``fedbalance.partition.make_partition``."""
-    p = spec["partition"]
-    scheme = p["scheme"]
-    kwargs = {k: p[k] for k in PARTITION_KEYS[scheme] if k in p}
-    if scheme != "monitor":
-        kwargs["minority_classes"] = tuple(spec.get("minority_classes", ()))
-    return scheme, kwargs
 
 
 def jobs(cfg: Mapping[str, Any], experiments: list[str] | None = None) -> list[Job]:

@@ -40,7 +40,9 @@ from typing import Any
 
 import numpy as np
 
-from fedbalance.config import Job, job_value, jobs, partition_args, resolve_job, twins
+from fedbalance.config import job_value, jobs, partition_key, resolve_job, twins
+from fedbalance.partition import partition_args
+from fedbalance.records import Job
 
 CALIBRATION_VERSION = 1
 # FEMNIST letters per writer: the authors' FEMNIST-shape client, 20 writers x ~50 samples = ~1,000
@@ -106,7 +108,7 @@ def _synthetic_labels(num_classes: int, per_class: int) -> np.ndarray:
 
 def client_sizes(spec: Mapping[str, Any], num_classes: int, samples_per_writer: int = SAMPLES_PER_WRITER) -> dict[str, list[int]]:
     """Sample count of every client of the job's partitions ("main", and "balanced" with ``switch_round``)."""
-    from fedbalance.partition import job_partitions
+    from fedbalance.partition import spec_partitions
 
     scheme, kwargs = partition_args(spec)
     balanced = spec.get("switch_round") is not None
@@ -123,7 +125,7 @@ def client_sizes(spec: Mapping[str, Any], num_classes: int, samples_per_writer: 
         return out
     per_class = int(kwargs["samples_per_class"] if scheme == "monitor" else kwargs["majority_samples"])
     labels = _synthetic_labels(num_classes, per_class * int(kwargs["num_clients"]))
-    parts = job_partitions(scheme, kwargs, labels, None, num_classes=num_classes, seed=int(spec["seed"]), balanced=balanced)
+    parts = spec_partitions(spec, labels, None, num_classes=num_classes)
     return {name: [len(c) for c in p.clients] for name, p in parts.items()}
 
 
@@ -209,9 +211,8 @@ def study_work(
         if job in twin_of:
             continue
         spec = resolve_job(cfg, job)
-        q = int(dataset_info(str(spec["source"]), **dict(spec.get("options") or {}))["num_classes"])
-        scheme, kwargs = partition_args(spec)
-        key = json.dumps([scheme, kwargs, q, int(spec["seed"]), spec.get("switch_round") is not None], sort_keys=True, default=str)
+        q = int(dataset_info(str(spec["source"]), **dict(job_value(spec, "options")))["num_classes"])
+        key = partition_key(spec) + f"/seed{int(spec['seed'])}"
         if key not in cache:
             cache[key] = client_sizes(spec, q, samples_per_writer)
         out.append(job_work(spec, device_type=device_type, samples_per_writer=samples_per_writer, sizes=cache[key]))

@@ -43,7 +43,7 @@ import torch
 
 import fedbalance
 from fedbalance.centralised import num_epochs, run_centralised
-from fedbalance.config import base_loss, job_value, partition_args
+from fedbalance.config import base_loss, job_value
 from fedbalance.data import Dataset, load_dataset
 from fedbalance.records import JOB_KEYS, cs_column
 from fedbalance.fl import (
@@ -64,7 +64,8 @@ from fedbalance.jobfolder import CHECKPOINT, LOCK, METRICS, ROUNDS, TRAJECTORY, 
 from fedbalance.jobfolder import write as write_folder
 from fedbalance.partition import (  # noqa: F401  (save/load re-exported for callers of the job API)
     Partition,
-    job_partitions,
+    partition_args,
+    spec_partitions,
     load_partitions,
     save_partitions,
     unused_writers,
@@ -84,12 +85,8 @@ class JobError(ValueError):
 
 def build_partitions(spec: Mapping[str, Any], dataset: Dataset) -> dict[str, Partition]:
     """The job's partitions ("main", and "balanced" when ``switch_round`` is set) on ``dataset``."""
-    scheme, kwargs = partition_args(spec)
     writers = None if dataset.writers_train is None else dataset.writers_train.numpy()
-    return job_partitions(
-        scheme, kwargs, dataset.y_train.numpy(), writers, num_classes=dataset.num_classes, seed=int(spec["seed"]),
-        balanced=spec.get("switch_round") is not None,
-    )
+    return spec_partitions(spec, dataset.y_train.numpy(), writers, num_classes=dataset.num_classes)
 
 
 def _check_partitions(spec: Mapping[str, Any], partitions: Mapping[str, Partition], dataset: Dataset) -> None:

@@ -542,6 +542,36 @@ def make_partition(scheme: str, labels: Any, writers: Any = None, **params: Any)
     return SCHEMES[scheme](labels, **params)
 
 
+PARTITION_KEYS: dict[str, tuple[str, ...]] = {
+    "monitor": ("num_clients", "samples_per_class"),
+    "imbalance": ("num_clients", "min_classes", "max_classes", "majority_samples", "gamma"),
+    "mismatch": ("num_clients", "classes_per_client", "majority_samples", "gamma"),
+    "writers": ("num_clients", "writers_per_client", "gamma"),
+}
+"""The job spec's ``partition.<key>`` each scheme reads (all required for their scheme: ``config.validate``)."""
+
+
+def partition_args(spec: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(scheme, keyword arguments) of a job's partition, for ``make_partition``."""
+    p = spec["partition"]
+    scheme = p["scheme"]
+    kwargs = {k: p[k] for k in PARTITION_KEYS[scheme] if k in p}
+    if scheme != "monitor":
+        kwargs["minority_classes"] = tuple(spec.get("minority_classes", ()))
+    return scheme, kwargs
+
+
+def spec_partitions(spec: Mapping[str, Any], labels: Any, writers: Any = None, *, num_classes: int) -> dict[str, Partition]:
+    """A job's partitions from its spec: "main", and "balanced" when ``switch_round`` is set (``job_partitions``).
+
+    The one place that reads a job spec's partition keys, seed and ``switch_round``: the engine, the
+    workflow's partition rule and the cost estimate all build a job's partitions here.
+    """
+    scheme, kwargs = partition_args(spec)
+    return job_partitions(scheme, kwargs, labels, writers, num_classes=num_classes, seed=int(spec["seed"]),
+                          balanced=spec.get("switch_round") is not None)
+
+
 def job_partitions(
     scheme: str, params: Mapping[str, Any], labels: Any, writers: Any = None, *, num_classes: int, seed: int,
     balanced: bool = False,

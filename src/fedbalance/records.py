@@ -6,10 +6,35 @@ Defined once here; ``config``, ``fl``, ``jobs``, ``aggregate`` and ``presentatio
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 JOB_KEYS: tuple[str, ...] = ("experiment", "dataset", "setting", "loss", "seed")
-"""What names one training job (``fedbalance.config.Job``'s fields; metrics.json's "job")."""
+"""What names one training job (``Job``'s fields; metrics.json's "job")."""
+
+
+@dataclass(frozen=True, order=True)
+class Job:
+    """One training job: the unit Snakemake schedules."""
+
+    experiment: str
+    dataset: str
+    setting: str
+    loss: str
+    seed: int
+
+    @property
+    def path(self) -> str:
+        """Relative result folder ``<experiment>/<dataset>/<setting>/<loss>/seed<k>``."""
+        return f"{self.experiment}/{self.dataset}/{self.setting}/{self.loss}/seed{self.seed}"
+
+    @classmethod
+    def from_path(cls, path: str) -> Job:
+        """The job of a result folder ``path`` (inverse of ``Job.path``); ValueError for another path."""
+        parts = path.strip("/").split("/")
+        if len(parts) != 5 or not re.fullmatch(r"seed\d+", parts[4]):
+            raise ValueError(f"{path!r} is not a job folder <experiment>/<dataset>/<setting>/<loss>/seed<k>")
+        return cls(*parts[:4], int(parts[4][4:]))
 
 ESTIMATORS: tuple[str, ...] = ("paper", "released", "nnls", "simulated", "pooled", "shrunk")
 """Names of the built-in composition estimators (``fedbalance.estimators.REGISTRY`` holds their functions), as

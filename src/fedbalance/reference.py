@@ -18,7 +18,8 @@ from typing import Any
 import pandas as pd
 
 from fedbalance.aggregate import collect
-from fedbalance.config import Job, jobs, twins
+from fedbalance.config import jobs, twins
+from fedbalance.records import Job
 from fedbalance.jobfolder import finished as folder_finished
 # metric (final.csv column) -> how it prints: Ac.M and accuracies in %, AUCs as fractions
 METRICS = {"acc_minority": 100.0, "acc_majority": 100.0, "acc": 100.0, "auc_hard": 1.0, "auc_micro": 1.0}

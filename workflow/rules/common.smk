@@ -5,7 +5,8 @@ import re
 
 from pathlib import Path
 
-from fedbalance.config import Job, data_args, dataset_spec, jobs, resolve_job, settings, twins
+from fedbalance.config import data_args, dataset_spec, jobs, resolve_job, settings, twins
+from fedbalance.records import Job
 from fedbalance.jobfolder import METRICS, ROUNDS
 from fedbalance.reference import reference_jobs
 from fedbalance.presentation import figures as presentation_figures

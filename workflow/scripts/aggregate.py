@@ -5,7 +5,7 @@ from pathlib import Path
 import _common
 
 from fedbalance.aggregate import collect_tidy, write_tidy
-from fedbalance.config import Job
+from fedbalance.records import Job
 
 smk = snakemake  # noqa: F821  (injected by Snakemake)
 

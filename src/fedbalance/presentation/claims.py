@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from fedbalance.presentation.names import Read, gamma_setting
-from fedbalance.presentation.tables import TABLES, bold_mask, cell_values, environment, fmt
+from fedbalance.presentation.tables import TABLES, TableSpec, bold_mask, cell_values, environment, fmt
 from fedbalance.records import DEFAULT_ESTIMATOR, setting_value
 
 READS: tuple[Read, ...] = (

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from fedbalance.config import Job, jobs
+from fedbalance.config import jobs
+from fedbalance.records import Job
 from fedbalance.presentation.claims import READS as CLAIM_READS
 from fedbalance.presentation.figures import FIGURES
 from fedbalance.presentation.fidelity import READS as FIDELITY_READS

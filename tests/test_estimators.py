@@ -103,8 +103,11 @@ def test_history_estimators_from_the_record_equal_the_run(tmp_path: Path) -> Non
 
 
 def test_shrinkage_weight_by_hand() -> None:
-    assert shrinkage_weight(4.0, 1.0) == pytest.approx(0.75)
-    assert shrinkage_weight(1.0, 4.0) == 0.0
+    assert shrinkage_weight(5.0, 1.0) == pytest.approx(0.8)  # past the test: 1 - 1/5
+    assert shrinkage_weight(20.0, 2.0) == pytest.approx(0.9)
+    assert shrinkage_weight(4.0, 1.0) == 0.0  # not past 4 x noise: the uniform guess
+    assert shrinkage_weight(3.0, 1.0) == 0.0 and shrinkage_weight(1.0, 4.0) == 0.0
+    assert shrinkage_weight(3.0, 1.0, evidence=1.0) == pytest.approx(2 / 3)  # the plain positive part
     assert shrinkage_weight(0.0, 1.0) == 0.0 and shrinkage_weight(math.nan, 1.0) == 0.0
 
 
@@ -134,6 +137,22 @@ def test_shrunk_counts_changing_clients_by_hand() -> None:
     p = pooled_counts(raw, selected, totals)
     assert w == pytest.approx(shrinkage_weight(float(((p - 50.0) ** 2).sum()), noise))
     assert w == 0.0 and counts.tolist() == [50.0, 50.0]  # the pooled deviation is within the noise
+
+
+def test_shrunk_counts_keeps_the_guess_until_the_evidence_is_strong() -> None:
+    """Changing clients whose estimates lean one way by 1-4 x their noise: the plain positive part would move,
+    the test keeps the uniform guess; a lean far past the noise is kept, shrunk by 1 - noise / deviation."""
+    selected, totals = [[0, 1], [2, 3], [1, 2]], [50.0, 50.0, 50.0, 50.0]
+    weak = torch.tensor([[58.0, 42.0], [50.0, 50.0], [56.0, 44.0]], dtype=torch.float64)
+    strong = torch.tensor([[80.0, 20.0], [78.0, 22.0], [82.0, 18.0]], dtype=torch.float64)
+    for raw, moved in ((weak, False), (strong, True)):
+        noise = float((raw - 50.0).var(0, unbiased=True).sum())
+        p = pooled_counts(raw, selected, totals)
+        deviation = float(((p - 50.0) ** 2).sum())
+        counts, w = shrunk_counts(raw, selected, totals)
+        assert (deviation > 4 * noise) is moved and (noise < deviation) is True
+        assert w == (pytest.approx(1 - noise / deviation) if moved else 0.0)
+        torch.testing.assert_close(counts, 50.0 + w * (p - 50.0))
 
 
 def test_track_estimates_computes_history_only() -> None:

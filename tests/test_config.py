@@ -150,7 +150,9 @@ def test_beyond_family(full: dict, quick: dict) -> None:
 
     cfg = load_config(full)
     beyond = [j for j in jobs(cfg) if j.experiment == "beyond"]
-    assert len(beyond) == 2 * 5 * 6 * 5  # MNIST + CIFAR10, 5 Γ, 6 losses, 5 seeds
+    assert len(beyond) == 2 * 5 * 7 * 5  # MNIST + CIFAR10, 5 Γ, 7 losses, 5 seeds
+    median = resolve_job(cfg, Job("beyond", "mnist", "g50", "ratio_median", 0))
+    assert median["base_loss"] == "ratio" and median["monitor"]["variant"] == "median"
     for loss, monitored in (("la", True), ("ratio", True), ("la_local", False), ("fedlc", False), ("fedrs", False)):
         spec = resolve_job(cfg, Job("beyond", "cifar10", "g50", loss, 0))
         assert needs_monitor(spec) is monitored, loss

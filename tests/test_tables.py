@@ -267,9 +267,9 @@ def test_beyond_paper_table(tmp_path: Path) -> None:
     final, rounds = collect(root)
     spec = TABLES["Beyond_paper"]
     assert "Beyond_paper" in table_labels()
-    assert [r for r, _ in spec.rows] == ["ce", "ratio", "la", "la_local", "fedlc", "fedrs"]
+    assert [r for r, _ in spec.rows] == ["ce", "ratio", "ratio_median", "la", "la_local", "fedlc", "fedrs"]
     values = cell_values(spec, final, rounds)
-    assert len(values) == 2 * 2 * 5 * 6  # metrics x datasets x Γ x losses
+    assert len(values) == 2 * 2 * 5 * 7  # metrics x datasets x Γ x losses
     v = values.set_index(["metric", "dataset", "column", "row"])
     assert v.loc[("acm", "cifar10", "50:1", "la"), "mean"] == pytest.approx(33.0)
     assert v.loc[("acm", "cifar10", "50:1", "la"), "n"] == 2
@@ -279,5 +279,5 @@ def test_beyond_paper_table(tmp_path: Path) -> None:
     assert bold.loc[bold.metric == "acm", "row"].tolist() == ["la"]
     assert bold.loc[bold.metric == "auc", "row"].tolist() == ["fedrs"]
     _, lines = layout(spec, values, final)
-    la_row = next(line for line in lines if line != "hline" and line[1] == spec.rows[2][1])  # the Ac.M block's
+    la_row = next(line for line in lines if line != "hline" and line[1] == spec.rows[3][1])  # the Ac.M block's
     assert sum(cell.startswith(r"\textbf{33") for cell in la_row) == 1

@@ -69,7 +69,7 @@ def test_dry_run_full_protocol_plans_every_job(tmp_path):
     n_twins = len(twins(cfg))
     # a twin is trained nowhere else: its source is trained, not itself a twin
     assert all(src not in twins(cfg) for src in twins(cfg).values())
-    assert len(expected) == 2826  # 2490 of the paper + 300 of beyond + 36 of ratio_stability
+    assert len(expected) == 2876  # 2490 of the paper + 350 of beyond + 36 of ratio_stability
     assert counts["train"] + counts["reuse"] == len(expected) and counts["reuse"] == n_twins > 0
     twin_of = twins(cfg)
     partitions = {(j.experiment, j.dataset, j.setting, j.seed) for j in expected if j not in twin_of}

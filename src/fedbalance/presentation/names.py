@@ -21,11 +21,12 @@ ESTIMATORS: tuple[str, ...] = (*RECORDED, UNIFORM)
 FOUR_LOSSES: tuple[str, ...] = ("ce", "focal", "ghmc", "ratio")
 """The paper's loss comparison."""
 
-BEYOND_LOSSES: tuple[str, ...] = ("ce", "ratio", "la", "la_local", "fedlc", "fedrs")
+BEYOND_LOSSES: tuple[str, ...] = ("ce", "ratio", "ratio_median", "la", "la_local", "fedlc", "fedrs")
 """The beyond-the-paper comparison (experiment family ``beyond``)."""
 
 LOSS_LABEL = {
     "ce": r"$L_{C\!E}$", "focal": r"$L_{F\!L}$", "ghmc": r"$L_{G\!H\!M\!C}$", "ratio": r"$L_{R\!L}$(ours)",
+    "ratio_median": r"$L_{R\!L}$, median $Ra_p$",
     "mse": r"$L_{M\!S\!E}$", "mfe": r"$L_{M\!F\!E}$",
     "la": r"$L_{L\!A}$ (monitor $\pi$)", "la_local": r"$L_{L\!A}$ (local $\pi$)",
     "bsm": r"$L_{B\!S}$ (monitor)", "bsm_local": r"$L_{B\!S}$ (local)", "fedlc": "FedLC", "fedrs": "FedRS",
@@ -35,7 +36,8 @@ LOSS_LABEL = {
 LOSS_NAME = {"ce": "CE", "focal": "Focal", "ghmc": "GHMC", "ratio": "Ratio (ours)"}
 """Plain name of each loss of the paper's comparison in the figures."""
 
-BEYOND_NAME = {"ce": "CE", "ratio": "Ratio (paper)", "la": "LA, monitor prior", "la_local": "LA, local prior",
+BEYOND_NAME = {"ce": "CE", "ratio": "Ratio (paper)", "ratio_median": "Ratio, median Ra (ours)",
+               "la": "LA, monitor prior", "la_local": "LA, local prior",
                "fedlc": "FedLC", "fedrs": "FedRS"}
 """Plain name of each loss in the beyond-the-paper figure."""
 

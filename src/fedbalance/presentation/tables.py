@@ -214,7 +214,8 @@ CAPTION_BEYOND = (
     r"partitions and seeds of the loss comparison), over MNIST and CIFAR10 and different levels of global "
     r"imbalance: logit adjustment ($\tau=1$, i.e.\ Balanced Softmax) with the monitor's estimate of the "
     r"round's composition as the prior ($L_{L\!A}$ monitor $\pi$) or each client's own label counts "
-    r"(local $\pi$), FedLC ($\tau=1$) and FedRS ($\alpha=0.5$), beside $L_{C\!E}$ and $L_{R\!L}$."
+    r"(local $\pi$), FedLC ($\tau=1$) and FedRS ($\alpha=0.5$), beside $L_{C\!E}$ and $L_{R\!L}$, and $L_{R\!L}$ "
+    r"with $Ra_p$ the median of the kept units' ratios instead of their mean (a reading that does not spike)."
 )
 
 

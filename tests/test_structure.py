@@ -137,3 +137,18 @@ def test_torch_free_rules_run_in_the_report_env() -> None:
         assert 'conda:\n        "../../envs/report.yaml"' in blocks[rule], rule
     for rule in ("train", "prepare_data"):
         assert 'conda:\n        "../../envs/torch.yaml"' in blocks[rule], rule
+
+
+def test_optional_job_keys_have_one_default() -> None:
+    """Modules read a job's optional keys through config.job_value (JOB_DEFAULTS), never with a default of their own
+    (``spec.get(key, default)``); partition.py, below config, reads only keys whose default is None/empty."""
+    import re
+
+    offenders = []
+    for path in sorted(PKG.rglob("*.py")):
+        if path.name in ("config.py", "partition.py"):
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"\bspec\.get\(", line):
+                offenders.append(f"{path.relative_to(PKG)}:{n}: {line.strip()}")
+    assert offenders == []

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedbalance.config import job_value
 from fedbalance.fl import (
     TAG_EPOCH,
     JobData,
@@ -47,7 +48,7 @@ from fedbalance.sgd import batch_schedule, make_optimizer, sgd_steps
 
 def num_epochs(spec: Mapping[str, Any]) -> int:
     """``centralised_epochs``, or ``rounds * local_epochs`` when it is null."""
-    e = spec.get("centralised_epochs")
+    e = job_value(spec, "centralised_epochs")
     return int(e) if e is not None else int(spec["rounds"]) * int(spec["local_epochs"])
 
 

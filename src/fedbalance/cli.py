@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fedbalance.config import ConfigError, base_losses, data_args, dataset_spec, jobs, load_config, resolve_job, settings
+from fedbalance.config import ConfigError, base_losses, data_args, dataset_spec, job_value, jobs, load_config, resolve_job, settings
 from fedbalance.records import Job
 from fedbalance.partition import PartitionError
 
@@ -211,7 +211,7 @@ def cmd_partition(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)
     spec = job_spec(cfg, args.experiment, args.dataset, args.setting, None, args.seed)
-    dataset = load_dataset(spec["source"], _data_dir(cfg, args), download=bool(cfg["download"]), **dict(spec.get("options") or {}))
+    dataset = load_dataset(spec["source"], _data_dir(cfg, args), download=bool(cfg["download"]), **dict(job_value(spec, "options")))
     parts = build_partitions(spec, dataset)
     save_partitions(parts, args.out)
     print(f"{args.out}: {', '.join(f'{k} ({p.num_clients} clients)' for k, p in parts.items())}")

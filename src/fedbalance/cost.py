@@ -111,7 +111,7 @@ def client_sizes(spec: Mapping[str, Any], num_classes: int, samples_per_writer: 
     from fedbalance.partition import spec_partitions
 
     scheme, kwargs = partition_args(spec)
-    balanced = spec.get("switch_round") is not None
+    balanced = job_value(spec, "switch_round") is not None
     if scheme == "writers":
         q, minority = num_classes, len(kwargs.get("minority_classes", ()))
         full = int(kwargs["writers_per_client"]) * samples_per_writer

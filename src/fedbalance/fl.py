@@ -331,13 +331,13 @@ class RoundStep:
 
 def check_switch(spec: Mapping[str, Any], partitions: Mapping[str, Partition]) -> None:
     """FLError when ``switch_round`` is set but there is no balanced partition to switch to."""
-    if spec.get("switch_round") is not None and "balanced" not in partitions:
+    if job_value(spec, "switch_round") is not None and "balanced" not in partitions:
         raise FLError("switch_round is set but no 'balanced' partition was given")
 
 
 def partition_of_round(spec: Mapping[str, Any], t: int) -> str:
     """"balanced" from ``switch_round`` on (early acknowledgment), else "main"."""
-    switch = spec.get("switch_round")
+    switch = job_value(spec, "switch_round")
     return "balanced" if switch is not None and t >= switch else "main"
 
 
@@ -379,7 +379,7 @@ def run_rounds(
         row = empty_row(t)
         batch = step.round_data(t)
         row["true_composition"] = [float(c) for c in batch.true_counts]
-        if spec.get("empirical"):
+        if job_value(spec, "empirical"):
             pooled = torch.cat(batch.indices)
             row.update(empirical_y_stats(model, data.x_train[pooled], data.y_train[pooled], step.cfg.batch_size))
         hand_over(state, loss_fn, q)
@@ -425,7 +425,7 @@ class FedAvgStep(RoundStep):
     def train(self, t: int, batch: RoundData, state: RoundState) -> Trained:
         """Local training of every selected client (``train_copies``), then ``mean``/``weighted`` averaging."""
         model, data, totals = self.model, self.data, batch.totals
-        if self.spec.get("save_trajectory"):
+        if job_value(self.spec, "save_trajectory"):
             snapshot = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
             state.trajectory.append({"round": t, "model": snapshot, "totals": totals})
         datasets = [(data.x_train[i], data.y_train[i]) for i in batch.indices]

@@ -92,7 +92,7 @@ def build_partitions(spec: Mapping[str, Any], dataset: Dataset) -> dict[str, Par
 def _check_partitions(spec: Mapping[str, Any], partitions: Mapping[str, Partition], dataset: Dataset) -> None:
     if "main" not in partitions:
         raise JobError("the partitions have no 'main' entry")
-    if spec.get("switch_round") is not None and "balanced" not in partitions:
+    if job_value(spec, "switch_round") is not None and "balanced" not in partitions:
         raise JobError("switch_round is set but the partitions have no 'balanced' entry")
     n = len(dataset.y_train)
     scheme, kwargs = partition_args(spec)
@@ -307,7 +307,7 @@ def _job_data(
         aux_x.to(dev),
         aux_y.to(dev),
         dataset.num_classes,
-        tuple(int(c) for c in spec.get("minority_classes", ())),
+        tuple(int(c) for c in job_value(spec, "minority_classes")),
     )
 
 
@@ -316,7 +316,7 @@ def _model_and_loss(spec: Mapping[str, Any], dataset: Dataset, dev: torch.device
     q = dataset.num_classes
     torch.manual_seed(derive_seed(int(spec["seed"]), TAG_INIT))
     model = device_layout(build_model(spec["model"], dataset.in_channels, q, dataset.image_size).to(dev), dev)
-    loss_fn = get_loss(base_loss(spec), q, **dict(spec.get("loss_params", {}).get(base_loss(spec), {}))).to(dev)
+    loss_fn = get_loss(base_loss(spec), q, **dict(job_value(spec, "loss_params").get(base_loss(spec), {}))).to(dev)
     return model, loss_fn
 
 
@@ -398,7 +398,7 @@ def _job_metrics(
 
 def _write_outputs(out: Path, spec: Mapping[str, Any], state: RoundState, metrics: Mapping[str, Any]) -> None:
     """trajectory.pt (``save_trajectory``), rounds.csv, then metrics.json; the checkpoint goes last."""
-    if spec.get("save_trajectory"):
+    if job_value(spec, "save_trajectory"):
         final = {k: v.detach().cpu() for k, v in state.model.items()}
         trajectory = {"spec": clean(spec), "rounds": state.trajectory, "final": final,
                       "true_composition": [r["true_composition"] for r in state.rows]}
@@ -441,7 +441,7 @@ def run_job(
     configured = spec
     spec = {**spec, "path": resolve_path(job_value(spec, "path"), dev)}
     with deterministic_kernels(dev, deterministic), precision_policy(precision):
-        dataset = load_dataset(spec["source"], data_dir, download=download, **dict(spec.get("options") or {}))
+        dataset = load_dataset(spec["source"], data_dir, download=download, **dict(job_value(spec, "options")))
         parts = dict(partitions) if partitions is not None else build_partitions(spec, dataset)
         _check_partitions(spec, parts, dataset)
         data = _job_data(spec, dataset, parts, dev)

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from fedbalance.config import job_value
 from fedbalance.data import Dataset, load_dataset
 from fedbalance.estimators import REGISTRY, Observer, Track
 from fedbalance.fl import TAG_MONITOR, build_monitor, client_keys, select_clients, sgd_config, torch_generator
@@ -35,7 +36,7 @@ def replay_setup(
 ) -> tuple[dict[str, Any], Dataset, dict[str, Any], torch.nn.Module, Monitor]:
     """(spec, dataset, partitions, a model to load each G_t into, the job's monitor) of a saved trajectory."""
     spec = dict(trajectory["spec"])
-    ds = dataset if dataset is not None else load_dataset(spec["source"], data_dir, **dict(spec.get("options") or {}))
+    ds = dataset if dataset is not None else load_dataset(spec["source"], data_dir, **dict(job_value(spec, "options")))
     parts = build_partitions(spec, ds)
     aux_x, aux_y = auxiliary_data(spec, ds, parts)
     model = device_layout(build_model(spec["model"], ds.in_channels, ds.num_classes, ds.image_size), "cpu")
@@ -95,7 +96,7 @@ def recorded(folder: str | Path, history: Sequence[str] | None = None) -> list[d
     sizes = [sum(c) for c in metrics["partition"]["class_counts"]]
     names = [e.name for e in REGISTRY.values() if e.history] if history is None else list(history)
     k, seed = int(spec["clients_per_round"]), int(spec["seed"])
-    balanced = spec.get("switch_round") is not None  # the balanced partition's clients are not in metrics.json
+    balanced = job_value(spec, "switch_round") is not None  # the balanced partition's clients are not in metrics.json
     track = Track()
     rows: list[dict[str, Any]] = []
     est_prefix = est_column("")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fedbalance import jobfolder
-from fedbalance.config import IDENTITY_KEYS, ConfigError, run_key
+from fedbalance.config import IDENTITY_KEYS, ConfigError, job_value, run_key
 from fedbalance.records import JOB_KEYS
 
 # What ``path: auto`` resolves to (fedbalance.jobs.resolve_path).
@@ -24,7 +24,7 @@ def twin_metrics(source: Mapping[str, Any], spec: Mapping[str, Any], source_path
     """``source``'s metrics.json as the job of ``spec`` (its twin) would have written it."""
     config = dict(source["config"])
     config.update({k: spec[k] for k in IDENTITY_KEYS})
-    if spec.get("path", "auto") == "auto" and config.get("path") in RESOLVED_PATHS:
+    if job_value(spec, "path") == "auto" and config.get("path") in RESOLVED_PATHS:
         # an older metrics.json recorded what ``auto`` resolved to in ``config``; the job ran as configured
         if "path" in spec:
             config["path"] = spec["path"]

@@ -14,20 +14,25 @@ A round is a *spike* for class p when its π_p exceeds ``--factor`` (5) times th
 earlier rounds (from round 3 on). ``--recorded`` folders count spikes from rounds.csv's ``weights``
 (the π each job used), with no replay.
 
-Prints one JSON document.
+Prints one JSON document; with ``--table`` instead, the Markdown table of issue 22 over the ``--recorded``
+folders (any loss: CE rows give the majority-accuracy baseline), one row per (Γ, loss): seeds, final and
+last-5 Ac.M, majority accuracy and AUC (mean ± std over seeds), the largest π, the spike rounds and the
+drops (evaluated rounds whose test accuracy fell by ``DROP`` or more from the previous one).
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import statistics
 from pathlib import Path
 
+import pandas as pd
 import torch
 
+from fedbalance.config import base_loss
 from fedbalance.fl import TAG_MONITOR, torch_generator
+from fedbalance.jobfolder import read_metrics, round_records
 from fedbalance.monitor import VARIANTS, _diag, _others_mean, class_ratios, unit_ratios
 from fedbalance.replay import load_trajectory, replay_setup
 
@@ -95,16 +100,51 @@ def replay_job(path: Path, data_dir: str, factor: float) -> dict:
     }
 
 
+DROP = 0.2
+"""A drop: an evaluated round whose test accuracy is this much (or more) below the previous evaluated round's."""
+
+
 def recorded_job(folder: Path, factor: float) -> dict:
-    spec = json.loads((folder / "metrics.json").read_text())["config"]
-    with open(folder / "rounds.csv", newline="") as fh:
-        rows = [r for r in csv.DictReader(fh)]
+    metrics = read_metrics(folder)
+    spec = metrics["config"]
+    rows = round_records(folder)
+    out = {"job": f"{spec['experiment']}/{spec['setting']}/{spec['loss']}/seed{spec['seed']}",
+           "loss": spec["loss"], "setting": spec["setting"], "seed": spec["seed"],
+           "final": {k: metrics["final"][k] for k in ("acc", "acc_minority", "acc_majority", "auc_hard")},
+           "last5_acc_minority": statistics.fmean([r["acc_minority"] for r in rows if r["acc_minority"] is not None][-5:])}
+    accs = [r["acc"] for r in rows if r["acc"] is not None]
+    out["drops"] = sum(1 for a, b in zip(accs, accs[1:]) if a - b >= DROP)
+    if base_loss(spec) != "ratio" or rows[0].get("weights") is None:  # no Ratio-Loss weights trained with (CE, ...)
+        out.update(max_pi=None, spike_rounds=[], spikes=[])
+        return out
     # round t trains with the weights the monitor computed in round t - 1 (round 0: π = 1)
-    pis = [[1.0] * len(json.loads(rows[0]["weights"]))] + [json.loads(r["weights"]) for r in rows[:-1]]
+    pis = [[1.0] * len(rows[0]["weights"])] + [r["weights"] for r in rows[:-1]]
     found = spikes(pis, factor)
-    return {"job": f"{spec['experiment']}/{spec['setting']}/{spec['loss']}/seed{spec['seed']}",
-            "max_pi": max(max(p) for p in pis), "spike_rounds": sorted({t for t, *_ in found}),
-            "spikes": [{"round": t, "class": p, "pi": round(v, 2), "median_before": round(med, 2)} for t, p, v, med in found]}
+    out.update(max_pi=max(max(p) for p in pis), spike_rounds=sorted({t for t, *_ in found}),
+               spikes=[{"round": t, "class": p, "pi": round(v, 2), "median_before": round(med, 2)} for t, p, v, med in found])
+    return out
+
+
+def _pm(values: pd.Series, scale: float, digits: int) -> str:
+    mean = scale * values.mean()
+    return f"{mean:.{digits}f}" + (f" ± {scale * values.std(ddof=1):.{digits}f}" if len(values) > 1 else "")
+
+
+def table(jobs: list[dict]) -> str:
+    """The Markdown table of the recorded jobs: one row per (Γ, loss), seeds pooled."""
+    frame = pd.DataFrame([{**j, **{f"final_{k}": v for k, v in j["final"].items()}} for j in jobs])
+    frame["gamma"] = frame["setting"].str.extract(r"g(\d+)", expand=False).astype(float)
+    lines = ["| Γ | loss | seeds | Ac.M final (%) | Ac.M last 5 (%) | majority acc. (%) | AUC (hard) | max π | "
+             "spike rounds (jobs with one) | drops ≥ 20 points |", "|" + "---|" * 10]
+    for (gamma, loss), g in frame.sort_values(["gamma", "loss", "seed"]).groupby(["gamma", "loss"], sort=True):
+        spikes_total = sum(len(s) for s in g["spike_rounds"])
+        with_spike = sum(1 for s in g["spike_rounds"] if s)
+        max_pi = "–" if g["max_pi"].isna().all() else f"{g['max_pi'].max():.1f}"
+        lines.append(
+            f"| {gamma:g} | {loss} | {', '.join(str(s) for s in g['seed'])} | {_pm(g['final_acc_minority'], 100, 2)} | "
+            f"{_pm(g['last5_acc_minority'], 100, 2)} | {_pm(g['final_acc_majority'], 100, 2)} | {_pm(g['final_auc_hard'], 1, 4)} | "
+            f"{max_pi} | {spikes_total} ({with_spike}) | {int(g['drops'].sum())} |")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -115,7 +155,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--factor", type=float, default=5.0, help="a spike: π above factor × its median so far")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--brief", action="store_true", help="leave out the per-round detail")
+    ap.add_argument("--table", action="store_true", help="print the Markdown table of the --recorded jobs instead")
     args = ap.parse_args(argv)
+    if args.table:
+        print(table([recorded_job(Path(f), args.factor) for f in args.recorded]), end="")
+        return
     torch.set_num_threads(args.threads)
     out = {"factor": args.factor, "replayed": [], "recorded": []}
     for p in args.trajectory:

@@ -152,3 +152,19 @@ def test_optional_job_keys_have_one_default() -> None:
             if re.search(r"\bspec\.get\(", line):
                 offenders.append(f"{path.relative_to(PKG)}:{n}: {line.strip()}")
     assert offenders == []
+
+
+def test_shared_names_are_spelled_in_one_place() -> None:
+    """The estimator columns are spelled by records.cs_column / est_column only, and a job's partitions are built
+    from its spec by partition.spec_partitions only (the engine, the partition rule and cost call it)."""
+    import re
+
+    spelled, built = [], []
+    for path in sorted([*PKG.rglob("*.py"), *(ROOT / "workflow").rglob("*.py"), *(ROOT / "workflow").rglob("*.smk")]):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            where = f"{path.relative_to(ROOT)}:{n}"
+            if path.name != "records.py" and re.search(r"""f["'](cs|est)_\{""", line):
+                spelled.append(where)
+            if path.name != "partition.py" and re.search(r"\bjob_partitions\(", line):
+                built.append(where)
+    assert spelled == [] and built == []

@@ -34,7 +34,7 @@ from fedbalance.monitor import (
     pooled_counts,
     uniform_guess,
 )
-from fedbalance.records import POOLED, SHRUNK
+from fedbalance.records import POOLED, SHRUNK, est_column
 
 
 @dataclass
@@ -279,7 +279,7 @@ class Observer:
         self.track = Track()
         names = [e.name for e in self.entries]
         for row, ids, tot in zip(rows, clients, totals, strict=True):
-            self.track.add(ids, tot, {n: row[f"est_{n}"] for n in names if row.get(f"est_{n}") is not None})
+            self.track.add(ids, tot, {n: row[est_column(n)] for n in names if row.get(est_column(n)) is not None})
 
 
 __all__ = ["REGISTRY", "Estimator", "Observer", "RoundInputs", "Track", "estimator", "plan", "shrinkage_weight",

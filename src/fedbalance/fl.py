@@ -162,7 +162,7 @@ def record_monitor(row: dict[str, Any], observed: Mapping[str, Any], true_counts
         if method != PAPER_SIGNED:
             row[est_column(method)] = _list(est.counts)
             row[cs_column(method)] = cosine_similarity(est.counts, torch.as_tensor(true_counts, dtype=torch.float64))
-    row[f"cs_{UNIFORM}"] = cosine_similarity(uniform_guess(totals, q), torch.as_tensor(true_counts, dtype=torch.float64))
+    row[cs_column(UNIFORM)] = cosine_similarity(uniform_guess(totals, q), torch.as_tensor(true_counts, dtype=torch.float64))
     row["weights"] = _list(observed["weights"])
 
 

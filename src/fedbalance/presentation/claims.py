@@ -10,7 +10,7 @@ import pandas as pd
 
 from fedbalance.presentation.names import Read, gamma_setting
 from fedbalance.presentation.tables import TABLES, TableSpec, bold_mask, cell_values, environment, fmt
-from fedbalance.records import DEFAULT_ESTIMATOR, setting_value
+from fedbalance.records import DEFAULT_ESTIMATOR, cs_column, setting_value
 
 READS: tuple[Read, ...] = (
     Read("monitor", by="claims"), Read("losses", loss="ratio", by="claims"),
@@ -133,7 +133,7 @@ def _seed_stats(frame: pd.DataFrame, by: list[str], column: str, scale: float = 
 
 
 def _mean_cs(rounds: pd.DataFrame, experiment: str, est: str) -> pd.DataFrame:
-    col = f"cs_{est}"
+    col = cs_column(est)
     sel = rounds[rounds.experiment == experiment]
     if col not in sel.columns or sel[col].dropna().empty:
         return pd.DataFrame(columns=["dataset", "setting", "mean", "std", "n"])
@@ -203,7 +203,7 @@ def _monitor_claims(rounds: pd.DataFrame, estimator: str) -> list[Claim]:
                          "; ".join([f"{u['dataset']}: uniform {fmt(u['mean'], 'cs')}" for _, u in uni.iterrows()]
                                    + [_tally(guess)])))
     imb = rounds[(rounds.experiment == "losses") & (rounds.loss == "ratio") & (rounds.setting != gamma_setting(1))]
-    col = f"cs_{estimator}"
+    col = cs_column(estimator)
     text = f"Monitor under imbalance (Gamma >= 10): {estimator} beats the uniform guess"
     if col in imb.columns and not imb.dropna(subset=[col, "cs_uniform"]).empty:
         both = imb.dropna(subset=[col, "cs_uniform"])

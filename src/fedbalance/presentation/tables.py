@@ -26,7 +26,7 @@ import pandas as pd
 from fedbalance.presentation.names import (
     BEYOND_LOSSES, DATASET_NAME, ESTIMATORS, FOUR_LOSSES, GAMMAS, LOSS_LABEL, gamma_setting,
 )
-from fedbalance.records import DEFAULT_ESTIMATOR, setting_name
+from fedbalance.records import DEFAULT_ESTIMATOR, cs_column, setting_name
 
 PUBLISHED = Path(__file__).parent.parent / "published" / "paper_numbers.csv"
 TEMPLATES = Path(__file__).with_name("templates")  # package data: also found after a non-editable install
@@ -323,7 +323,7 @@ def cell_values(spec: TableSpec, final: pd.DataFrame, rounds: pd.DataFrame, esti
     cells = spec.cell_frame()
     parts, cache = [], {}
     for (metric, row), sub in cells.groupby(["metric", "row"], sort=False):
-        column = f"cs_{row}" if spec.source == "imbalance" else f"cs_{spec.estimator or estimator}"
+        column = cs_column(row) if spec.source == "imbalance" else cs_column(spec.estimator or estimator)
         key = (metric, None if spec.source == "final" else column)
         if key not in cache:
             cache[key] = _final_stats(final, metric) if spec.source == "final" else _round_stats(rounds, column, metric)

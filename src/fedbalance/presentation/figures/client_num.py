@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from fedbalance.presentation.figures.common import Figure, no_data, per_round_mean, plt, select
-from fedbalance.records import DEFAULT_ESTIMATOR, setting_value
+from fedbalance.records import DEFAULT_ESTIMATOR, cs_column, setting_value
 
 
 def _clients(setting: str) -> int | float | None:
@@ -19,7 +19,7 @@ def _client_num(rounds: pd.DataFrame, experiment: str, dataset: str, estimator: 
     if sel.empty:
         no_data(ax, f"{experiment}/{dataset}")
     for s in settings:
-        cs = per_round_mean(sel, f"cs_{estimator}", setting=s)
+        cs = per_round_mean(sel, cs_column(estimator), setting=s)
         if not cs.empty:
             k = _clients(str(s))
             ax.plot(cs.index, cs.values, marker=".", label=f"{s if k is None else k} clients")

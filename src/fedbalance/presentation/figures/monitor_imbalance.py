@@ -7,7 +7,7 @@ import pandas as pd
 from fedbalance.presentation.figures.common import Figure, datasets, errorbar_over_gammas, gamma_ticks, grid, no_data
 from fedbalance.presentation.figures.common import select
 from fedbalance.presentation.names import ESTIMATORS, UNIFORM
-from fedbalance.records import DEFAULT_ESTIMATOR
+from fedbalance.records import DEFAULT_ESTIMATOR, cs_column
 
 
 def make_Monitor_under_imbalance(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,
@@ -22,7 +22,7 @@ def make_Monitor_under_imbalance(final: pd.DataFrame | None = None, rounds: pd.D
     for ax, d in zip(axes, ds):
         sub = sel[sel.dataset == d]
         for est in ESTIMATORS:
-            errorbar_over_gammas(ax, sub, f"cs_{est}", dashed=est == UNIFORM, label=est)
+            errorbar_over_gammas(ax, sub, cs_column(est), dashed=est == UNIFORM, label=est)
         gamma_ticks(ax)
         ax.set(title=d, xlabel="Γ", ylabel="CS")
         ax.legend(fontsize=7)

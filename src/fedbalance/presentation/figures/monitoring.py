@@ -6,7 +6,7 @@ import pandas as pd
 
 from fedbalance.presentation.figures.common import Figure, datasets, grid, no_data, per_round_mean, plt
 from fedbalance.presentation.names import ESTIMATORS
-from fedbalance.records import DEFAULT_ESTIMATOR
+from fedbalance.records import DEFAULT_ESTIMATOR, cs_column
 
 
 def make_fig_monitoring(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,
@@ -19,7 +19,7 @@ def make_fig_monitoring(final: pd.DataFrame | None = None, rounds: pd.DataFrame 
         no_data(axes[0], "monitor/<any dataset>")
     for ax, d in zip(axes, ds):
         for est in ESTIMATORS:
-            s = per_round_mean(rounds, f"cs_{est}", experiment="monitor", dataset=d)
+            s = per_round_mean(rounds, cs_column(est), experiment="monitor", dataset=d)
             if not s.empty:
                 ax.plot(s.index, s.values, "--" if est == "uniform" else "-", marker=".", label=est)
         ax.set(title=d, xlabel="round", ylabel="CS")

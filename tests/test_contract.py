@@ -107,3 +107,15 @@ def test_snakemake_warns_before_the_dag(tmp_path):
     assert r.returncode == 0, out[-3000:]
     assert "WARNING: experiment families that no table, figure or claim reads: loss_comparison" in out
     assert out.index("loss_comparison (their jobs") < out.index("Building DAG")
+
+
+def test_a_reference_set_of_some_families_gets_no_warning():
+    """Rendering from a reference set that holds some families only (``reference_dir``): the others are not run."""
+    from fedbalance.reference import reference_jobs
+
+    cfg = load_config(ROOT / "config" / "mnist.yaml")
+    held, twin = reference_jobs(cfg, ROOT / "reference" / "mnist")
+    study = [*held, *twin]
+    assert {j.experiment for j in study} < set(cfg["experiments"])  # some families only
+    assert contract_warnings(cfg, study) == []
+    assert unmatched(cfg, study) != []  # a smaller study: many cells absent

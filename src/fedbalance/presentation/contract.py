@@ -38,10 +38,13 @@ def report_reads() -> list[Read]:
     return out + list(CLAIM_READS) + list(FIDELITY_READS)
 
 
-def _in_scope(read: Read, cfg: Mapping[str, Any]) -> bool:
-    """Whether the config runs the read's family (on the read's dataset, when it names one)."""
+def _in_scope(read: Read, cfg: Mapping[str, Any], held: set[tuple[str, str]]) -> bool:
+    """Whether the study runs the read's family (on the read's dataset, when it names one): the config lists it
+    and the study holds a job of it (a reference set may hold only some families)."""
     exp = cfg["experiments"].get(read.experiment)
-    return exp is not None and (read.dataset is None or read.dataset in exp["datasets"])
+    if exp is None or (read.dataset is not None and read.dataset not in exp["datasets"]):
+        return False
+    return any(e == read.experiment and read.dataset in (None, d) for e, d in held)
 
 
 def setting_shape(setting: str | None) -> tuple[str, ...] | None:
@@ -60,15 +63,16 @@ def unmatched(cfg: Mapping[str, Any], study: Iterable[Job] | None = None, *, exa
     ``exact``: the read's setting and loss must be jobs (a full study: config/config.yaml holds every
     cell). Otherwise only the setting's shape must be one the family has ("g20" needs some "g<Γ>"
     setting), so a smaller grid or loss list passes and a renamed grid prefix does not. Families the
-    config does not run are a smaller study, not a mismatch.
+    study does not run (not in the config, or without a job in ``study``) are a smaller study, not a mismatch.
     """
     keys = {(j.experiment, j.dataset, j.setting, j.loss) for j in (jobs(cfg) if study is None else study)}
+    held = {(e, d) for e, d, _, _ in keys}
     if not exact:
         shapes = {(e, d, setting_shape(s)) for e, d, s, _ in keys}
-        return [r for r in report_reads() if _in_scope(r, cfg) and not any(
+        return [r for r in report_reads() if _in_scope(r, cfg, held) and not any(
             e == r.experiment and r.dataset in (None, d) and (r.setting is None or sh == setting_shape(r.setting))
             for e, d, sh in shapes)]
-    return [r for r in report_reads() if _in_scope(r, cfg) and not any(r.matches(*k) for k in keys)]
+    return [r for r in report_reads() if _in_scope(r, cfg, held) and not any(r.matches(*k) for k in keys)]
 
 
 def unread(cfg: Mapping[str, Any]) -> list[str]:

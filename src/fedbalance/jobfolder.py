@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedbalance.atomic import atomic_write
+from fedbalance.atomic import atomic_write, write_json
 from fedbalance.records import ESTIMATORS, ROUND_COLUMNS, UNIFORM, cs_column, est_column
 
 METRICS = "metrics.json"
@@ -110,7 +110,7 @@ def write(folder: str | Path, metrics: Mapping[str, Any], rounds: str | bytes) -
     folder = Path(folder)
     mode = "wb" if isinstance(rounds, bytes) else "w"
     atomic_write(folder / ROUNDS, lambda fh: fh.write(rounds), mode=mode)
-    atomic_write(folder / METRICS, lambda fh: json.dump(metrics, fh, indent=1))
+    write_json(metrics, folder / METRICS)
 
 
 def finished(folder: str | Path) -> bool:

@@ -220,7 +220,7 @@ def _round(model: nn.Module, loss_fn: nn.Module, clients: list, monitor: Observe
             seeds = torch.randint(0, 2**62, (q,), generator=torch.Generator().manual_seed(seed + 10_000)).tolist()
             monitor_steps = sum(len(batch_schedule(len(y), cfg, torch.Generator().manual_seed(int(s)))) for (_, y), s in zip(aux, seeds))
     return {
-        "clients_s": t1 - t0, "monitor_s": t2 - t1, "client_steps": client_steps, "monitor_steps": monitor_steps if monitor is not None else 0,
+        "clients_s": t1 - t0, "monitor_s": t2 - t1 if monitor is not None else 0.0, "client_steps": client_steps, "monitor_steps": monitor_steps if monitor is not None else 0,
         "state": {k: v.detach().double().cpu() for k, v in new_state.items()}, "losses": losses.double().cpu(),
         "weights": None if observed is None else observed["weights"].detach().double().cpu(),
     }
@@ -342,9 +342,10 @@ def section_round(args: argparse.Namespace, device: torch.device, report: Report
                     continue
                 results[path] = res
                 total = res["clients_s"] + res["monitor_s"]
+                clients_s, monitor_s = round(res["clients_s"], 4), round(res["monitor_s"], 4)
                 row.update(
-                    client_steps=res["client_steps"], monitor_steps=res["monitor_steps"], clients_s=round(res["clients_s"], 4),
-                    monitor_s=round(res["monitor_s"], 4) if monitor is not None else None, round_s=round(total, 4),
+                    client_steps=res["client_steps"], monitor_steps=res["monitor_steps"], clients_s=clients_s,
+                    monitor_s=monitor_s if monitor is not None else None, round_s=round(clients_s + monitor_s, 4),
                     monitor_share=round(res["monitor_s"] / total, 4) if monitor is not None else None,
                     peak_memory_gib=round(torch.cuda.max_memory_allocated(device) / 2**30, 3) if device.type == "cuda" else None,
                     chunks=dict(plan.chunks) if path == "vectorised" else None,

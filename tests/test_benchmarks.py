@@ -50,10 +50,10 @@ def test_round_rows_count_the_schedule(smoke):
         if r["loss"] == "ratio":
             # the monitor: one copy per class, aux samples each
             assert r["monitor_steps"] == r["classes"] * r["epochs"] * math.ceil(s["aux"] / s["batch_size"])
-            assert r["round_s"] == pytest.approx(r["clients_s"] + r["monitor_s"], abs=2e-4)
+            assert r["round_s"] == round(r["clients_s"] + r["monitor_s"], 4)
             assert 0 < r["monitor_share"] < 1
         else:
-            assert r["monitor_steps"] == 0 and r["monitor_s"] is None and r["round_s"] == pytest.approx(r["clients_s"], abs=1e-4)
+            assert r["monitor_steps"] == 0 and r["monitor_s"] is None and r["round_s"] == r["clients_s"]
         # the CPU trains all copies at once: no budget, no chunks
         assert r["chunks"] == ({} if r["path"] == "vectorised" else None)
 

@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--data-dir", default="data")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    spec = resolve_job(load_config(args.config), Job(args.experiment, "mnist", args.setting, args.loss, 0))
+    spec = resolve_job(load_config(args.config), Job(args.experiment, "mnist", args.setting, args.loss, 0)).as_dict()
     spec.update(rounds=args.rounds, save_trajectory=False)
     prof = cProfile.Profile()
     with tempfile.TemporaryDirectory() as out:

@@ -70,7 +70,7 @@ def train(config: str, data_dir: str, out: Path, seed: int, rounds: int | None) 
     paths = []
     for job in PAPER_JOBS:
         job = Job(job.experiment, job.dataset, job.setting, job.loss, seed)
-        spec = resolve_job(cfg, job)
+        spec = resolve_job(cfg, job).as_dict()
         spec["save_trajectory"] = True
         spec["monitor"] = {**spec["monitor"], "record": True}
         if rounds is not None:

@@ -31,6 +31,7 @@ from fedbalance import monitor as M
 from fedbalance.data import load_dataset
 from fedbalance.fl import TAG_MONITOR, build_monitor, sgd_config, torch_generator
 from fedbalance.jobs import auxiliary_data, build_partitions
+from fedbalance.jobspec import as_spec
 from fedbalance.models import build_model
 from fedbalance.replay import load_trajectory
 
@@ -86,23 +87,23 @@ def main() -> None:
     report = {}
     for path in args.trajectory:
         traj = load_trajectory(path)
-        spec = traj["spec"]
-        ds = load_dataset(spec["source"], args.data_dir, **dict(spec.get("options") or {}))
+        spec = as_spec(traj["spec"])
+        ds = load_dataset(spec.source, args.data_dir, **dict(spec.options))
         ax, ay = auxiliary_data(spec, ds, build_partitions(spec, ds))
-        model = build_model(spec["model"], ds.in_channels, ds.num_classes, ds.image_size)
+        model = build_model(spec.model, ds.in_channels, ds.num_classes, ds.image_size)
         mon = build_monitor(spec, ax, ay, ds.num_classes, sgd_config(spec))
         nxt = [r["model"] for r in traj["rounds"][1:]] + [traj["final"]]
         per: dict[str, list[float]] = {}
         for r, s1, truth in zip(traj["rounds"], nxt, traj["true_composition"], strict=True):
             model.load_state_dict(r["model"])
-            dW = mon.updates(model, torch_generator(int(spec["seed"]), TAG_MONITOR, int(r["round"])))
+            dW = mon.updates(model, torch_generator(spec.seed, TAG_MONITOR, int(r["round"])))
             dG = s1[f"{M.LAST_LAYER}.weight"] - r["model"][f"{M.LAST_LAYER}.weight"]
             for name, counts in variants(dW, dG, r["totals"]).items():
                 per.setdefault(name, []).append(cs(counts, truth))
             per.setdefault("uniform", []).append(cs(np.ones(len(truth)), truth))
             if args.oracle:
                 per.setdefault("simulated_oracle", []).append(cs(oracle(model, s1, ax, ay, mon, r["totals"], truth), truth))
-        name = f"{spec['experiment']}/{spec['dataset']}/{spec['setting']}/{spec['loss']}/seed{spec['seed']}"
+        name = spec.name
         report[name] = {v: {"min": round(min(c), 4), "mean": round(float(np.mean(c)), 4),
                             "per_round": [round(x, 4) for x in c]} for v, c in per.items()}
     print(json.dumps(report, indent=1))

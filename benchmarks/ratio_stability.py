@@ -77,21 +77,21 @@ def unit_detail(dW: torch.Tensor, t_ra: float) -> list[dict[str, float]]:
 def replay_job(path: Path, data_dir: str, factor: float) -> dict:
     traj = load_trajectory(path)
     spec, _, _, model, monitor = replay_setup(traj, data_dir=data_dir)
-    m = spec["monitor"]
-    alpha, beta, t_ra, clip = float(m["alpha"]), float(m["beta"]), float(m["t_ra"]), float(m.get("ratio_clip", 5000.0))
+    m = spec.monitor
+    alpha, beta, t_ra, clip = m.required("alpha"), m.required("beta"), m.required("t_ra"), m.ratio_clip
     per_round, pis = [], {r: [] for r in READINGS}
     for r in traj["rounds"]:
         t = int(r["round"])
         model.load_state_dict(r["model"])
-        dW = monitor.updates(model, torch_generator(int(spec["seed"]), TAG_MONITOR, t))
+        dW = monitor.updates(model, torch_generator(spec.seed, TAG_MONITOR, t))
         ras = readings(dW, t_ra, clip)
         for name, ra in ras.items():
             pis[name].append([alpha + beta * v for v in ra])
         per_round.append({"round": t, "ra": ras, "units": unit_detail(dW, t_ra)})
     found = {name: spikes(pi, factor) for name, pi in pis.items()}
     return {
-        "job": f"{spec['experiment']}/{spec['setting']}/{spec['loss']}/seed{spec['seed']}",
-        "variant": m["variant"],
+        "job": f"{spec.job.experiment}/{spec.job.setting}/{spec.job.loss}/seed{spec.seed}",
+        "variant": m.variant,
         "max_pi": {name: max(max(r) for r in pi) for name, pi in pis.items()},
         "spike_rounds": {name: sorted({t for t, *_ in s}) for name, s in found.items()},
         "spikes": {name: [{"round": t, "class": p, "pi": round(v, 2), "median_before": round(med, 2)} for t, p, v, med in s]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedbalance.config import ConfigError, deep_merge, jobs, load_config, resolve_job, settings
+from fedbalance.config import ConfigError, deep_merge, jobs, load_config, configured_job, settings
 from fedbalance.partition import partition_args
 from fedbalance.records import Job
 
@@ -46,12 +46,12 @@ def test_grid_names_and_merge_order(full: dict) -> None:
     names = list(settings(full, "mismatch"))
     assert names[:2] == ["c5_g1", "c5_g10"] and len(names) == 20
     assert "t1.25" in settings(full, "t_ra")
-    spec = resolve_job(full, Job("monitor", "femnist", "default", "ce", 3))
+    spec = configured_job(full, Job("monitor", "femnist", "default", "ce", 3))
     # experiment params set scheme=monitor, num_clients=100; dataset_params restore writers
     assert spec["partition"]["scheme"] == "writers"
     assert spec["partition"]["num_clients"] == 100
     assert spec["selection"] == "random" and spec["seed"] == 3
-    spec = resolve_job(full, Job("mismatch", "cifar10", "c3_g50", "ratio", 0))
+    spec = configured_job(full, Job("mismatch", "cifar10", "c3_g50", "ratio", 0))
     assert (spec["partition"]["classes_per_client"], spec["partition"]["gamma"]) == (3, 50)
     assert spec["rounds"] == 50 and spec["local_epochs"] == 5 and spec["lr"] == 0.001
     scheme, kwargs = partition_args(spec)
@@ -101,12 +101,12 @@ def test_missing_and_malformed_files(tmp_path: Path) -> None:
 
 def test_loss_variant_resolves_to_its_base_loss(full: dict) -> None:
     cfg = load_config(ROOT / "config" / "mnist.yaml")
-    spec = resolve_job(cfg, Job("losses", "mnist", "g10", "ratio_rel", 0))
+    spec = configured_job(cfg, Job("losses", "mnist", "g10", "ratio_rel", 0))
     assert spec["loss"] == "ratio_rel" and spec["base_loss"] == "ratio"
     assert spec["monitor"]["variant"] == "released"
     assert spec["loss_params"]["ratio"]["weighting"] == "batch_mean"
     assert spec["partition"]["gamma"] == 10
-    plain = resolve_job(cfg, Job("losses", "mnist", "g10", "ratio", 0))
+    plain = configured_job(cfg, Job("losses", "mnist", "g10", "ratio", 0))
     assert (plain["base_loss"], plain["monitor"]["variant"], plain["loss_params"]["ratio"]["weighting"]) == (
         "ratio", "paper", "per_sample")
     # the paper's competitor settings are the authors' GHM-C
@@ -138,8 +138,8 @@ def test_mnist_config_is_the_full_protocol_on_mnist(full: dict) -> None:
         cfg_m, cfg_f = load_config(mnist), load_config(full)
         assert settings(cfg_m, name) == settings(cfg_f, name), name
         for s in settings(cfg_f, name):
-            fm = resolve_job(cfg_m, Job(name, "mnist", s, "ce", 0))
-            ff = resolve_job(cfg_f, Job(name, "mnist", s, "ce", 0))
+            fm = configured_job(cfg_m, Job(name, "mnist", s, "ce", 0))
+            ff = configured_job(cfg_f, Job(name, "mnist", s, "ce", 0))
             extra = {"monitor", "save_trajectory"} if name == "losses" else set()
             assert {k: v for k, v in fm.items() if k not in extra} == {k: v for k, v in ff.items() if k not in extra}
     assert mnist["experiments"]["losses"]["losses"] == ["ce", "focal", "ghmc", "ratio", "ratio_rel"]
@@ -151,13 +151,13 @@ def test_beyond_family(full: dict, quick: dict) -> None:
     cfg = load_config(full)
     beyond = [j for j in jobs(cfg) if j.experiment == "beyond"]
     assert len(beyond) == 2 * 5 * 7 * 5  # MNIST + CIFAR10, 5 Γ, 7 losses, 5 seeds
-    median = resolve_job(cfg, Job("beyond", "mnist", "g50", "ratio_median", 0))
+    median = configured_job(cfg, Job("beyond", "mnist", "g50", "ratio_median", 0))
     assert median["base_loss"] == "ratio" and median["monitor"]["variant"] == "median"
     for loss, monitored in (("la", True), ("ratio", True), ("la_local", False), ("fedlc", False), ("fedrs", False)):
-        spec = resolve_job(cfg, Job("beyond", "cifar10", "g50", loss, 0))
+        spec = configured_job(cfg, Job("beyond", "cifar10", "g50", loss, 0))
         assert needs_monitor(spec) is monitored, loss
         # the same protocol and partition as the paper's loss comparison
-        ref = resolve_job(cfg, Job("losses", "cifar10", "g50", "ce", 0))
+        ref = configured_job(cfg, Job("losses", "cifar10", "g50", "ce", 0))
         drop = {"experiment", "loss", "base_loss"}
         assert {k: v for k, v in spec.items() if k not in drop} == {k: v for k, v in ref.items() if k not in drop}
     assert spec["loss_params"]["fedrs"] == {"alpha": 0.5, "scaling": "hard"}

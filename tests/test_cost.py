@@ -13,7 +13,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from fedbalance.cli import main
 from fedbalance.sgd import register_step_post_hook
-from fedbalance.config import jobs, load_config, resolve_job, twins
+from fedbalance.config import jobs, load_config, configured_job, twins
 from fedbalance.records import Job
 from fedbalance.cost import (
     TEST_SAMPLES,
@@ -66,7 +66,7 @@ def small_study(quick: dict, mode: str, gamma: float) -> dict:
 
 def test_fl_step_count_by_hand(quick):
     cfg = small_study(quick, "fl", 1)
-    ce, ratio = (job_work(resolve_job(cfg, Job("small", "mnist", "only", loss, 0))) for loss in ("ce", "ratio"))
+    ce, ratio = (job_work(configured_job(cfg, Job("small", "mnist", "only", loss, 0))) for loss in ("ce", "ratio"))
     # every client: 5 classes x 40 = 200 samples = ceil(200/32) = 7 steps per epoch
     assert ce.client_steps == ratio.client_steps == 3 * 10 * 2 * 7
     assert ce.monitor_steps == 0
@@ -79,7 +79,7 @@ def test_fl_step_count_by_hand(quick):
 
 def test_centralised_step_count_by_hand(quick):
     cfg = small_study(quick, "centralised", 10)
-    w = job_work(resolve_job(cfg, Job("small", "mnist", "only", "ratio", 0)))
+    w = job_work(configured_job(cfg, Job("small", "mnist", "only", "ratio", 0)))
     # 5 holders per class (10 clients x 5 classes / 10): 5 x (7 x 40 + 3 x round(40/10)) = 1460 pooled samples,
     # ceil(1460/32) = 46 steps per epoch, rounds x local_epochs = 6 epochs; the monitor trains one epoch per epoch
     assert w.client_steps == 6 * 46
@@ -88,12 +88,13 @@ def test_centralised_step_count_by_hand(quick):
 
 
 def test_writers_sizes_and_femnist_early_by_hand():
-    spec = {"partition": {"scheme": "writers", "num_clients": 3, "writers_per_client": 20, "gamma": 10}, "minority_classes": list(range(7)), "seed": 0}
+    cfg = load_config("config/config.yaml")
+    spec = configured_job(cfg, Job("early", "femnist", "S", "ce", 0))
+    spec.update(partition={"scheme": "writers", "num_clients": 3, "writers_per_client": 20, "gamma": 10}, minority_classes=list(range(7)), switch_round=None)
     # 20 writers x 50 samples, the 7 minority classes of 26 thinned to 1/10
     assert client_sizes(spec, 26) == {"main": [round(1000 * (1 - 7 / 26 * 0.9))] * 3}
     assert round(1000 * (1 - 7 / 26 * 0.9)) == 758
-    cfg = load_config("config/config.yaml")
-    w = job_work(resolve_job(cfg, Job("early", "femnist", "S", "ce", 0)))
+    w = job_work(configured_job(cfg, Job("early", "femnist", "S", "ce", 0)))
     # gamma 100 until round 10: ceil(733/32) = 23 steps; balanced afterwards: ceil(1000/32) = 32; 20 clients x 10 epochs
     assert round(1000 * (1 - 7 / 26 * 0.99)) == 733
     assert w.client_steps == 20 * 10 * (10 * 23 + 40 * 32)
@@ -103,7 +104,7 @@ def test_writers_sizes_and_femnist_early_by_hand():
 
 
 def tiny(quick: dict, **over) -> dict:
-    spec = resolve_job(quick, Job("losses", "mnist", "g10", "ratio", 0))
+    spec = configured_job(quick, Job("losses", "mnist", "g10", "ratio", 0))
     spec["partition"].update(num_clients=4, majority_samples=12)
     spec["monitor"]["aux_per_class"] = 8
     spec.update(clients_per_round=3, rounds=2, local_epochs=1, batch_size=16, selection="random", path="sequential")

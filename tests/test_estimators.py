@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
-from fedbalance.config import load_config, resolve_job
+from fedbalance.config import load_config, configured_job
 from fedbalance.records import Job
 from fedbalance.estimators import REGISTRY, Track, estimator, plan, shrinkage_weight, shrunk_counts, track_estimates
 from fedbalance.monitor import Estimate, pooled_counts
@@ -49,7 +49,7 @@ def test_registry_holds_the_recorded_names_and_orders_requirements() -> None:
 
 
 def _tiny_spec(estimators: list[str], rounds: int = 3) -> dict:
-    spec = resolve_job(load_config(QUICK), Job("losses", "mnist", "g10", "ratio", 0))
+    spec = configured_job(load_config(QUICK), Job("losses", "mnist", "g10", "ratio", 0))
     spec["partition"].update(num_clients=5, majority_samples=8)
     spec["monitor"].update(aux_per_class=4, record=True, estimators=estimators)
     spec.update(clients_per_round=3, rounds=rounds, local_epochs=1, batch_size=16, save_trajectory=True, path="sequential")

@@ -34,6 +34,9 @@ Q = 10
 
 def spec(**over) -> dict:
     s = {
+        # names and data keys a job spec carries; the tests hand the engine its model, data and partitions
+        "experiment": "unit", "dataset": "synthetic", "setting": "s", "source": "synthetic", "model": "lenet5",
+        "partition": {"scheme": "monitor", "num_clients": 5, "samples_per_class": 6},
         "seed": 3,
         "loss": "ce",
         "mode": "fl",

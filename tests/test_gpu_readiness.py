@@ -33,7 +33,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, return_and_correct_a
 from torch.utils._pytree import tree_leaves, tree_map
 
 import fedbalance.jobs as jobs_mod
-from fedbalance.config import load_config, resolve_job
+from fedbalance.config import load_config, configured_job
 from fedbalance.records import Job
 from fedbalance.estimators import Observer
 from fedbalance.losses import LOSSES, feed, get_loss
@@ -374,7 +374,7 @@ def test_both_paths_train_under_the_plans_precision(path: str, policy: str) -> N
 
 
 def _tiny(quick: dict) -> dict:
-    spec = resolve_job(quick, Job("losses", "mnist", "g10", "ratio", 0))
+    spec = configured_job(quick, Job("losses", "mnist", "g10", "ratio", 0))
     spec["partition"].update(num_clients=4, majority_samples=12)
     spec["monitor"]["aux_per_class"] = 8
     spec.update(clients_per_round=3, rounds=3, batch_size=16, lr=0.05, selection="random")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedbalance.config import load_config, resolve_job
+from fedbalance.config import load_config, configured_job
 from fedbalance.records import Job
 from fedbalance.data import Dataset, load_dataset
 from fedbalance.fl import ROUND_COLUMNS
@@ -33,7 +33,7 @@ def quick() -> dict:
 
 
 def tiny(quick: dict, loss: str = "ratio", seed: int = 0, **over) -> dict:
-    spec = resolve_job(quick, Job("losses", "mnist", "g10", loss, seed))
+    spec = configured_job(quick, Job("losses", "mnist", "g10", loss, seed))
     spec["partition"].update(num_clients=4, majority_samples=12)
     spec["monitor"]["aux_per_class"] = 8
     spec.update(clients_per_round=3, rounds=3, batch_size=16, lr=0.05, selection="random")
@@ -75,13 +75,14 @@ def test_auxiliary_data_from_test_split(quick, mnist5k):
         auxiliary_data(big, mnist5k, parts)
 
 
-def test_auxiliary_data_from_unused_writers():
+def test_auxiliary_data_from_unused_writers(quick):
     writers = torch.arange(12).repeat_interleave(6)
     y = torch.arange(3).repeat(24)
     x = (torch.arange(len(y)) % 256).to(torch.uint8).reshape(-1, 1, 1, 1).expand(-1, 1, 8, 8).contiguous()
     ds = Dataset("syn", x, y, x[:6], y[:6], 3, writers, None)
     part = make_partition("writers", y.numpy(), writers.numpy(), num_classes=3, num_clients=2, writers_per_client=3, gamma=1, minority_classes=(0,), seed=0)
-    spec = {"seed": 0, "monitor": {"aux_per_class": 4}}
+    spec = tiny(quick, seed=0)
+    spec["monitor"]["aux_per_class"] = 4
     ax, ay = auxiliary_data(spec, ds, {"main": part})
     idx = ax[:, 0, 0, 0].long()  # pixel value = sample index
     used = set(writers[part.pooled()].tolist())
@@ -89,7 +90,7 @@ def test_auxiliary_data_from_unused_writers():
     assert not used & set(writers[idx].tolist())
     assert torch.equal(y[idx], ay)
     with pytest.raises(JobError, match="writers no client uses"):
-        auxiliary_data({"seed": 0, "monitor": {"aux_per_class": 13}}, ds, {"main": part})
+        auxiliary_data({**spec, "monitor": {**spec["monitor"], "aux_per_class": 13}}, ds, {"main": part})
 
 
 def _rows(path) -> list[dict]:

@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-from fedbalance.config import load_config, resolve_job
+from fedbalance.config import load_config, configured_job
 from fedbalance.records import Job
 from fedbalance.jobs import progress_line, run_job
 
@@ -32,7 +32,7 @@ def test_progress_line_fields():
 
 
 def _tiny() -> dict:
-    spec = resolve_job(load_config("config/quick.yaml"), Job("losses", "mnist", "g10", "ratio", 0))
+    spec = configured_job(load_config("config/quick.yaml"), Job("losses", "mnist", "g10", "ratio", 0))
     spec["partition"].update(num_clients=4, majority_samples=12)
     spec["monitor"]["aux_per_class"] = 8
     spec.update(clients_per_round=3, rounds=3, batch_size=16, lr=0.05, selection="random", eval_every=1)

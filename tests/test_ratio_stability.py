@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from fedbalance.config import load_config, resolve_job
+from fedbalance.config import load_config, configured_job
 from fedbalance.records import Job
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,7 +30,7 @@ def test_replay_reproduces_the_trained_weights(tmp_path: Path) -> None:
     from fedbalance.jobs import run_job
 
     torch.set_num_threads(1)
-    spec = resolve_job(load_config(REPO / "config" / "quick.yaml"), Job("losses", "mnist", "g10", "ratio", 0))
+    spec = configured_job(load_config(REPO / "config" / "quick.yaml"), Job("losses", "mnist", "g10", "ratio", 0))
     spec["partition"].update(num_clients=5, majority_samples=8)
     spec["monitor"].update(aux_per_class=4, record=True)
     spec.update(clients_per_round=3, rounds=3, local_epochs=1, batch_size=16, save_trajectory=True, path="sequential")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedbalance.config import SCHEMA_PATH, ConfigError, load_config, resolve_job, validate
+from fedbalance.config import SCHEMA_PATH, ConfigError, load_config, configured_job, validate
 from fedbalance.records import Job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,7 +91,7 @@ def test_optional_keys_have_one_default(quick: dict) -> None:
     from fedbalance.config import JOB_DEFAULTS, job_value
 
     cfg = load_config(quick)
-    spec = resolve_job(cfg, Job("losses", "mnist", "g10", "ratio", 0))
+    spec = configured_job(cfg, Job("losses", "mnist", "g10", "ratio", 0))
     assert "aux_source" not in spec["monitor"] and "save_trajectory" not in spec  # quick.yaml leaves them out
     assert job_value(spec, "monitor.aux_source") == "test" == JOB_DEFAULTS["monitor"]["aux_source"]
     assert job_value(spec, "monitor.aux_selection") == "random"
@@ -224,7 +224,7 @@ def test_bad_dataset_option_names_the_key(quick: dict) -> None:
 
 def tiny_spec(seed: int = 0, gamma: float = 10) -> dict:
     cfg = load_config(QUICK)
-    spec = resolve_job(cfg, Job("losses", "mnist", "g10", "ratio", seed))
+    spec = configured_job(cfg, Job("losses", "mnist", "g10", "ratio", seed))
     spec["partition"].update(num_clients=4, majority_samples=12, gamma=gamma)
     spec["monitor"]["aux_per_class"] = 8
     spec.update(clients_per_round=3, rounds=3, batch_size=16, lr=0.05, selection="random")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedbalance.config import ConfigError, dataset_spec, load_config, resolve_job
+from fedbalance.config import ConfigError, dataset_spec, load_config, configured_job
 from fedbalance.records import Job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,7 +64,7 @@ def test_data_preparation_reads_the_defaults_options(quick: dict) -> None:
     quick["defaults"]["options"] = {}
     cfg = load_config(quick)
     assert dataset_spec(cfg, "mnist")["source"] == "mnist5k"
-    job = resolve_job(cfg, Job("losses", "mnist", "g10", "ce", 0))
+    job = configured_job(cfg, Job("losses", "mnist", "g10", "ce", 0))
     assert (job["source"], job["options"]) == (dataset_spec(cfg, "mnist")["source"], dataset_spec(cfg, "mnist")["options"])
 
 
@@ -121,7 +121,7 @@ def test_names_that_are_not_one_folder_are_refused(quick: dict, level: str, name
 
 def _tiny(loss: str = "ce", setting: str = "g10", experiment: str = "losses") -> dict:
     cfg = load_config(QUICK)
-    spec = resolve_job(cfg, Job(experiment, "mnist", setting, loss, 0))
+    spec = configured_job(cfg, Job(experiment, "mnist", setting, loss, 0))
     spec["partition"].update(num_clients=4, majority_samples=6)
     spec.update(clients_per_round=2, rounds=1, local_epochs=1, batch_size=16, path="auto")
     return spec

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedbalance.config import load_config, resolve_job
+from fedbalance.config import load_config, configured_job
 from fedbalance.records import Job
 from fedbalance.jobs import run_job
 from fedbalance.replay import load_trajectory, replay
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def job(tmp_path_factory) -> Path:
     cfg = load_config(ROOT / "config" / "quick.yaml")
-    spec = resolve_job(cfg, Job("losses", "mnist", "g10", "ratio", 0))
+    spec = configured_job(cfg, Job("losses", "mnist", "g10", "ratio", 0))
     spec["partition"].update(num_clients=4, majority_samples=12)
     spec["monitor"] = {**spec["monitor"], "aux_per_class": 8, "estimators": ["released", "nnls", "paper"]}
     spec.update(clients_per_round=3, rounds=3, batch_size=16, lr=0.05, local_epochs=2, save_trajectory=True)
@@ -97,7 +97,7 @@ def test_a_job_records_pooled_from_its_own_released_estimates(tmp_path: Path, se
     from fedbalance.monitor import pooled_counts
 
     cfg = load_config(ROOT / "config" / "quick.yaml")
-    spec = resolve_job(cfg, Job("losses", "mnist", "g10", "ce", 0))
+    spec = configured_job(cfg, Job("losses", "mnist", "g10", "ce", 0))
     spec["partition"].update(num_clients=5, majority_samples=12)
     spec["monitor"] = {**spec["monitor"], "aux_per_class": 8, "record": True, "estimators": ["pooled", "nnls"]}
     spec.update(clients_per_round=3, rounds=4, batch_size=16, lr=0.05, local_epochs=1, selection=selection,

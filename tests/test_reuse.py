@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedbalance.config import ConfigError, load_config, resolve_job, twins
+from fedbalance.config import ConfigError, load_config, configured_job, twins
 from fedbalance.records import Job
 from fedbalance.reuse import write_twin
 
@@ -62,7 +62,7 @@ def test_job_from_path_round_trips() -> None:
 def _source(tmp: Path, cfg: dict, job: Job) -> Path:
     folder = tmp / job.path
     folder.mkdir(parents=True)
-    spec = resolve_job(cfg, job)
+    spec = configured_job(cfg, job)
     metrics = {"job": {"experiment": job.experiment, "dataset": job.dataset, "setting": job.setting,
                        "loss": job.loss, "seed": job.seed},
                "config": spec, "final": {"acc": 0.9123}, "wall_time_s": 3.5}
@@ -75,10 +75,10 @@ def test_write_twin_rewrites_the_identity_only(tmp_path: Path, quick: dict) -> N
     src_job, twin = Job("losses", "mnist", "g10", "ratio", 0), Job("alpha", "mnist", "a1", "ratio", 0)
     folder = _source(tmp_path, quick, src_job)
     out = tmp_path / twin.path
-    write_twin(folder, out, resolve_job(quick, twin))
+    write_twin(folder, out, configured_job(quick, twin))
     got = json.loads((out / "metrics.json").read_text())
     assert got["job"] == {"experiment": "alpha", "dataset": "mnist", "setting": "a1", "loss": "ratio", "seed": 0}
-    assert got["config"] == json.loads(json.dumps(resolve_job(quick, twin)))
+    assert got["config"] == json.loads(json.dumps(configured_job(quick, twin)))
     assert got["final"] == {"acc": 0.9123} and got["wall_time_s"] == 3.5
     assert got["reused_from"] == str(folder)
     assert (out / "rounds.csv").read_bytes() == (folder / "rounds.csv").read_bytes()
@@ -90,7 +90,7 @@ def test_write_twin_refuses_a_source_of_other_parameters(tmp_path: Path, quick: 
     old["defaults"]["lr"] = 0.5  # the source was trained under an older config
     folder = _source(tmp_path, old, src_job)
     with pytest.raises(ConfigError, match="other parameters"):
-        write_twin(folder, tmp_path / twin.path, resolve_job(quick, twin))
+        write_twin(folder, tmp_path / twin.path, configured_job(quick, twin))
     assert not (tmp_path / twin.path).exists()
     with pytest.raises(ConfigError, match="cannot reuse"):
-        write_twin(tmp_path / "nowhere", tmp_path / "x", resolve_job(quick, twin))
+        write_twin(tmp_path / "nowhere", tmp_path / "x", configured_job(quick, twin))

@@ -139,17 +139,18 @@ def test_torch_free_rules_run_in_the_report_env() -> None:
         assert 'conda:\n        "../../envs/torch.yaml"' in blocks[rule], rule
 
 
-def test_optional_job_keys_have_one_default() -> None:
-    """Modules read a job's optional keys through config.job_value (JOB_DEFAULTS), never with a default of their own
-    (``spec.get(key, default)``); partition.py, below config, reads only keys whose default is None/empty."""
+def test_job_specs_are_read_through_the_typed_spec() -> None:
+    """Outside jobspec.py and config.py (which build and validate the configured dict) no module reads a job's
+    dict: no ``spec[...]``, ``spec.get(...)`` nor ``job_value(spec, ...)``; they read ``JobSpec``'s fields, so an
+    optional key has its one default (``JOB_DEFAULTS``) and a required one its one type."""
     import re
 
     offenders = []
     for path in sorted(PKG.rglob("*.py")):
-        if path.name in ("config.py", "partition.py"):
+        if path.name in ("config.py", "jobspec.py"):
             continue
         for n, line in enumerate(path.read_text().splitlines(), 1):
-            if re.search(r"\bspec\.get\(", line):
+            if re.search(r"\bspec(\.get\(|\[)|\bjob_value\(", line):
                 offenders.append(f"{path.relative_to(PKG)}:{n}: {line.strip()}")
     assert offenders == []
 

@@ -329,7 +329,13 @@ def test_a_toy_loss_from_losses_py_alone_runs_on_both_paths(lenet, toy, monkeypa
         assert torch.equal(loss.prior, torch.linspace(1.0, 30.0, Q))
     else:
         assert torch.equal(loss.counts, torch.ones(Q))  # it takes client counts only
-    assert needs_monitor({"loss": "toy", "monitor": {"record": False}}) is (toy is _ToyPrior)
+    from fedbalance.config import configured_job, load_config
+    from fedbalance.records import Job
+
+    spec = configured_job(load_config("config/quick.yaml"), Job("losses", "mnist", "g10", "ce", 0))
+    spec.update(loss="toy", base_loss="toy")
+    spec["monitor"]["record"] = False
+    assert needs_monitor(spec) is (toy is _ToyPrior)
     datasets = _data(SIZES, (1, 16, 16), seed=5)
     datasets[0] = (datasets[0][0], datasets[0][1] % 3)  # client 0 holds classes 0-2 only: its own counts differ
     _compare(lenet, datasets, loss)

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedbalance.config import job_value
+from fedbalance.jobspec import JobSpec, as_spec
 from fedbalance.fl import (
     TAG_EPOCH,
     JobData,
@@ -46,20 +46,20 @@ from fedbalance.partition import Partition
 from fedbalance.sgd import batch_schedule, make_optimizer, sgd_steps
 
 
-def num_epochs(spec: Mapping[str, Any]) -> int:
+def num_epochs(spec: Mapping[str, Any] | JobSpec) -> int:
     """``centralised_epochs``, or ``rounds * local_epochs`` when it is null."""
-    e = job_value(spec, "centralised_epochs")
-    return int(e) if e is not None else int(spec["rounds"]) * int(spec["local_epochs"])
+    spec = as_spec(spec)
+    return spec.centralised_epochs if spec.centralised_epochs is not None else spec.rounds * spec.required("local_epochs")
 
 
 class PooledStep(RoundStep):
     """One epoch of SGD on the pooled data, one optimiser for the whole run (its state is checkpointed)."""
 
-    def __init__(self, spec: Mapping[str, Any], model: nn.Module, loss_fn: nn.Module, data: JobData, partitions: Mapping[str, Partition]):
+    def __init__(self, spec: JobSpec, model: nn.Module, loss_fn: nn.Module, data: JobData, partitions: Mapping[str, Partition]):
         check_switch(spec, partitions)
         device = next(iter(model.state_dict().values())).device
         self.spec, self.model, self.loss_fn, self.data = spec, model, loss_fn, data
-        self.seed, self.rounds, self.cfg = int(spec["seed"]), num_epochs(spec), sgd_config(spec, epochs=1)
+        self.seed, self.rounds, self.cfg = spec.seed, num_epochs(spec), sgd_config(spec, epochs=1)
         labels = data.y_train.cpu().numpy()
         self.pools = {
             name: (torch.from_numpy(np.array(p.pooled(), dtype=np.int64)).to(device), p.class_counts(labels).sum(0))
@@ -94,7 +94,7 @@ class PooledStep(RoundStep):
 
 
 def run_centralised(
-    spec: Mapping[str, Any],
+    spec: Mapping[str, Any] | JobSpec,
     model: nn.Module,
     loss_fn: nn.Module,
     data: JobData,
@@ -108,5 +108,6 @@ def run_centralised(
     Same contract as ``fedbalance.fl.run_fedavg``: returns the final ``RoundState``, calls
     ``on_round(state, row)`` after every epoch, resumes from ``state`` (optimiser included).
     """
+    spec = as_spec(spec)
     step = PooledStep(spec, model, loss_fn, data, partitions)
     return run_rounds(spec, model, loss_fn, data, step, state=state, on_round=on_round)

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fedbalance.config import ConfigError, base_losses, data_args, dataset_spec, job_value, jobs, load_config, resolve_job, settings
+from fedbalance.config import ConfigError, base_losses, data_args, dataset_spec, jobs, load_config, resolve_job, settings
+from fedbalance.jobspec import JobSpec
 from fedbalance.records import Job
 from fedbalance.partition import PartitionError
 
@@ -154,7 +155,7 @@ def _choose(what: str, value: str, options: Sequence[str], where: str) -> None:
         raise ConfigError(f"{where}: unknown {what} {value!r}; choose from {sorted(options)}")
 
 
-def job_spec(cfg: dict[str, Any], experiment: str, dataset: str, setting: str, loss: str | None, seed: int) -> dict[str, Any]:
+def job_spec(cfg: dict[str, Any], experiment: str, dataset: str, setting: str, loss: str | None, seed: int) -> JobSpec:
     """Validate the job's names against the config and return its resolved spec."""
     _choose("experiment", experiment, list(cfg["experiments"]), "experiments")
     exp = cfg["experiments"][experiment]
@@ -211,7 +212,7 @@ def cmd_partition(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)
     spec = job_spec(cfg, args.experiment, args.dataset, args.setting, None, args.seed)
-    dataset = load_dataset(spec["source"], _data_dir(cfg, args), download=bool(cfg["download"]), **dict(job_value(spec, "options")))
+    dataset = load_dataset(spec.source, _data_dir(cfg, args), download=bool(cfg["download"]), **dict(spec.options))
     parts = build_partitions(spec, dataset)
     save_partitions(parts, args.out)
     print(f"{args.out}: {', '.join(f'{k} ({p.num_clients} clients)' for k, p in parts.items())}")

@@ -16,7 +16,6 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -24,6 +23,15 @@ import jsonschema
 import yaml
 
 from fedbalance.partition import PARTITION_KEYS, partition_args  # noqa: F401  (partition_args: re-exported)
+from fedbalance.jobspec import (  # noqa: F401  (re-exported: the config's readers import them from here)
+    JOB_DEFAULTS,
+    ConfigError,
+    JobSpec,
+    base_loss,
+    has_key,
+    job_value,
+)
+from fedbalance.jobspec import required_keys as _spec_required_keys
 from fedbalance.records import Job, setting_name  # noqa: F401  (Job: re-exported)
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
@@ -32,35 +40,6 @@ _NAME = re.compile(r"[A-Za-z0-9_-]+")
 # The job keys that fix a job's data: set for a dataset (datasets.<d> or defaults), never below it.
 DATA_KEYS = ("source", "options")
 
-# Every key a job reads is required once the levels are merged (``REQUIRED_*``, checked by
-# ``validate`` naming the key), except these optional ones. Each has one default, here: leaving it
-# out means "off" or "none", or the paper's reading for a knob that also has the released code's.
-# The partition schemes' keys (PARTITION_KEYS) are all required for their scheme, so the
-# partition functions' own keyword defaults never apply to a configured job.
-JOB_DEFAULTS: dict[str, Any] = {
-    "options": {},  # dataset loader options: the loader's defaults (fedbalance.data)
-    "minority_classes": [],  # no minority class
-    "centralised_epochs": None,  # rounds x local_epochs
-    "switch_round": None,  # no early acknowledgment
-    "save_trajectory": False,
-    "path": "auto",  # vectorised on CUDA, sequential on the CPU (same numbers)
-    "empirical": False,
-    "loss_params": {},  # each loss's constructor defaults (fedbalance.losses)
-    "monitor": {"record": False, "aux_source": "test", "aux_selection": "random", "ratio_clip": 5000.0},
-}
-REQUIRED_KEYS = (
-    "source", "model", "mode", "rounds", "batch_size", "lr", "momentum", "weight_decay", "aggregation", "eval_every",
-    "partition.scheme", "monitor.estimators",
-)
-REQUIRED_FL_KEYS = ("local_epochs", "selection", "clients_per_round")
-REQUIRED_MONITOR_KEYS = (
-    "monitor.aux_per_class", "monitor.t_ra", "monitor.variant", "monitor.alpha", "monitor.beta",
-    "monitor.acknowledge.threshold", "monitor.acknowledge.rounds",
-)
-
-
-class ConfigError(ValueError):
-    """A configuration value is wrong; the message names the key."""
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -155,17 +134,17 @@ def base_losses() -> tuple[str, ...]:
     return tuple(schema()["properties"]["loss_variants"]["additionalProperties"]["properties"]["loss"]["enum"])
 
 
-def base_loss(spec: Mapping[str, Any]) -> str:
-    """The registered loss a job trains with: its ``loss``, or the base of a ``loss_variants`` entry."""
-    return str(spec.get("base_loss", spec["loss"]))
-
-
-def resolve_job(cfg: Mapping[str, Any], job: Job) -> dict[str, Any]:
-    """The full parameter set of one job (a plain dict; see the schema's ``job``).
+def resolve_job(cfg: Mapping[str, Any], job: Job) -> JobSpec:
+    """The full parameter set of one job, typed (``JobSpec``; its ``as_dict()``: the configured dict).
 
     A loss named under ``loss_variants`` trains its base loss (``base_loss``) with the variant's
     ``params`` merged last, after the setting.
     """
+    return JobSpec.from_config(configured_job(cfg, job))
+
+
+def configured_job(cfg: Mapping[str, Any], job: Job) -> dict[str, Any]:
+    """The merged configured dict of one job (the schema's ``job``), before typing: what ``validate`` checks."""
     exp = cfg["experiments"][job.experiment]
     spec = deep_merge(cfg.get("defaults", {}), cfg["datasets"][job.dataset])
     spec = deep_merge(spec, exp.get("params", {}))
@@ -177,24 +156,6 @@ def resolve_job(cfg: Mapping[str, Any], job: Job) -> dict[str, Any]:
     spec.update(dataset=job.dataset, experiment=job.experiment, setting=job.setting, loss=job.loss, seed=job.seed)
     spec["base_loss"] = variant["loss"] if variant is not None else job.loss
     return spec
-
-
-def job_value(spec: Mapping[str, Any], key: str) -> Any:
-    """The job's value of a dotted ``key``, or its default in ``JOB_DEFAULTS`` when the key is optional and unset.
-
-    A required key that is unset raises ConfigError (``validate`` refuses such a config before any job runs).
-    """
-    if _has(spec, key):
-        value: Any = spec
-        for part in key.split("."):
-            value = value[part]
-        return value
-    default: Any = JOB_DEFAULTS
-    for part in key.split("."):
-        if not isinstance(default, Mapping) or part not in default:
-            raise ConfigError(f"'{key}' is not set and has no default")
-        default = default[part]
-    return copy.deepcopy(default)
 
 
 def jobs(cfg: Mapping[str, Any], experiments: list[str] | None = None) -> list[Job]:
@@ -212,13 +173,14 @@ def jobs(cfg: Mapping[str, Any], experiments: list[str] | None = None) -> list[J
 IDENTITY_KEYS = ("experiment", "setting")
 
 
-def run_key(spec: Mapping[str, Any]) -> str:
-    """What a job's results depend on: its spec less the names that only place it (``IDENTITY_KEYS``).
+def run_key(spec: Mapping[str, Any] | JobSpec) -> str:
+    """What a job's results depend on: its configured dict less the names that only place it (``IDENTITY_KEYS``).
 
     Nothing in a run is seeded from the experiment's or setting's name (partitions and every
     generator derive from ``seed``), so two jobs with equal keys give equal results.
     """
-    rest = {k: v for k, v in spec.items() if k not in IDENTITY_KEYS}
+    configured = spec.as_dict() if isinstance(spec, JobSpec) else spec
+    rest = {k: v for k, v in configured.items() if k not in IDENTITY_KEYS}
     return json.dumps(rest, sort_keys=True, default=str)
 
 
@@ -232,7 +194,7 @@ def twins(cfg: Mapping[str, Any], experiments: list[str] | None = None) -> dict[
     first: dict[str, Job] = {}
     out: dict[Job, Job] = {}
     for job in sorted(jobs(cfg, experiments), key=lambda j: (order[j.experiment], j)):
-        key = run_key(resolve_job(cfg, job))
+        key = run_key(configured_job(cfg, job))
         if key in first:
             out[job] = first[key]
         else:
@@ -244,31 +206,14 @@ def _key(path: Any) -> str:
     return ".".join(str(p) for p in path) or "<top level>"
 
 
-def _has(spec: Mapping[str, Any], key: str) -> bool:
-    value: Any = spec
-    for part in key.split("."):
-        if not isinstance(value, Mapping) or part not in value:
-            return False
-        value = value[part]
-    return True
-
-
 def required_keys(spec: Mapping[str, Any]) -> list[str]:
     """The dotted keys a job with this (merged) spec reads and that have no default."""
-    keys = list(REQUIRED_KEYS)
-    if spec.get("mode") == "fl" or spec.get("centralised_epochs") is None:
-        keys.append("local_epochs")
-    if spec.get("mode") == "fl":
-        keys += [k for k in REQUIRED_FL_KEYS if k not in keys]
     scheme = (spec.get("partition") or {}).get("scheme")
-    keys += [f"partition.{k}" for k in PARTITION_KEYS.get(scheme, ())]
-    if base_loss(spec) == "ratio" or job_value(spec, "monitor.record"):
-        keys += list(REQUIRED_MONITOR_KEYS)
-    return keys
+    return _spec_required_keys(spec) + [f"partition.{k}" for k in PARTITION_KEYS.get(scheme, ())]
 
 
 def _check_required(spec: Mapping[str, Any], where: str) -> None:
-    missing = [k for k in required_keys(spec) if not _has(spec, k)]
+    missing = [k for k in required_keys(spec) if not has_key(spec, k)]
     if missing:
         d, e = spec["dataset"], spec["experiment"]
         raise ConfigError(
@@ -361,10 +306,11 @@ def _check_dataset_options(cfg: Mapping[str, Any]) -> None:
             raise ConfigError(f"datasets.{name}.options: {exc}") from None
 
 
-def partition_key(spec: Mapping[str, Any]) -> str:
+def partition_key(spec: Mapping[str, Any] | JobSpec) -> str:
     """What a job's partition file depends on besides its seed: data, scheme and keys, the balanced switch."""
+    typed = JobSpec.from_config(spec)
     return json.dumps(
-        [data_args(spec), partition_args(spec), spec.get("switch_round") is not None], sort_keys=True, default=str
+        [[typed.source, dict(typed.options)], partition_args(typed), typed.switch_round is not None], sort_keys=True, default=str
     )
 
 
@@ -399,7 +345,7 @@ def _check_one_partition(cfg: Mapping[str, Any], job: Job, spec: Mapping[str, An
         return
     keys = [f"partition.{k}" for k in sorted(set(spec["partition"]) | set(first["partition"]))]
     keys += ["switch_round", "minority_classes"]
-    diff = [k for k in keys if _has(spec, k) != _has(first, k) or (_has(spec, k) and job_value(spec, k) != job_value(first, k))]
+    diff = [k for k in keys if has_key(spec, k) != has_key(first, k) or (has_key(spec, k) and job_value(spec, k) != job_value(first, k))]
     variant, other = (job.loss, first["loss"]) if job.loss in (cfg.get("loss_variants") or {}) else (first["loss"], job.loss)
     raise ConfigError(
         f"experiments.{job.experiment}[{job.dataset}, {job.setting}, {job.loss}]: loss_variants.{variant}.params "
@@ -475,10 +421,10 @@ def validate(cfg: Mapping[str, Any]) -> dict[str, Any]:
             if err is not None:
                 raise ConfigError(f"experiments.{name}.{setting}.{_key(err.absolute_path)}: {err.message}")
             for d in exp["datasets"]:
-                first = resolve_job(out, Job(name, d, setting, exp["losses"][0], 0))
+                first = configured_job(out, Job(name, d, setting, exp["losses"][0], 0))
                 for loss in exp["losses"]:
                     job = Job(name, d, setting, loss, 0)
-                    spec = resolve_job(out, job)
+                    spec = configured_job(out, job)
                     where = f"experiments.{name}[{d}, {setting}, {loss}]"
                     _check_data_keys(out, job, spec, where)
                     if loss != exp["losses"][0] and loss not in variants:

@@ -40,8 +40,9 @@ from typing import Any
 
 import numpy as np
 
-from fedbalance.config import job_value, jobs, partition_key, resolve_job, twins
+from fedbalance.config import jobs, partition_key, resolve_job, twins
 from fedbalance.partition import partition_args
+from fedbalance.jobspec import JobSpec, as_spec
 from fedbalance.records import Job
 
 CALIBRATION_VERSION = 1
@@ -106,12 +107,13 @@ def _synthetic_labels(num_classes: int, per_class: int) -> np.ndarray:
     return np.repeat(np.arange(num_classes, dtype=np.int64), per_class)
 
 
-def client_sizes(spec: Mapping[str, Any], num_classes: int, samples_per_writer: int = SAMPLES_PER_WRITER) -> dict[str, list[int]]:
+def client_sizes(spec: Mapping[str, Any] | JobSpec, num_classes: int, samples_per_writer: int = SAMPLES_PER_WRITER) -> dict[str, list[int]]:
     """Sample count of every client of the job's partitions ("main", and "balanced" with ``switch_round``)."""
     from fedbalance.partition import spec_partitions
 
+    spec = as_spec(spec)
     scheme, kwargs = partition_args(spec)
-    balanced = job_value(spec, "switch_round") is not None
+    balanced = spec.switch_round is not None
     if scheme == "writers":
         q, minority = num_classes, len(kwargs.get("minority_classes", ()))
         full = int(kwargs["writers_per_client"]) * samples_per_writer
@@ -143,7 +145,7 @@ def _chosen(selection: str, num_clients: int, k: int, seed: int, round_index: in
 
 
 def job_work(
-    spec: Mapping[str, Any],
+    spec: Mapping[str, Any] | JobSpec,
     *,
     device_type: str = "cpu",
     samples_per_writer: int = SAMPLES_PER_WRITER,
@@ -154,23 +156,23 @@ def job_work(
     from fedbalance.data import dataset_info
     from fedbalance.fl import needs_monitor
 
-    job = Job(*(spec[k] for k in ("experiment", "dataset", "setting", "loss")), int(spec["seed"]))
-    source = str(spec["source"])
+    spec = as_spec(spec)
+    job, source = spec.job, spec.source
     if source not in TEST_SAMPLES:
         raise CostError(f"no test-set size known for source {source!r}; known: {sorted(TEST_SAMPLES)}")
-    info = dataset_info(source, **dict(job_value(spec, "options")))
+    info = dataset_info(source, **dict(spec.options))
     q = int(info["num_classes"])
-    b = int(spec["batch_size"])
+    b = spec.batch_size
     h, w = info["image_size"]
-    shape = Shape(str(spec["model"]), int(info["in_channels"]), int(h), int(w), q, b, resolve_path(str(job_value(spec, "path")), device_type))
+    shape = Shape(spec.model, int(info["in_channels"]), int(h), int(w), q, b, resolve_path(spec.path, device_type))
     sizes = sizes if sizes is not None else client_sizes(spec, q, samples_per_writer)
-    switch = job_value(spec, "switch_round")
+    switch = spec.switch_round
     monitor = needs_monitor(spec)
-    aux_steps = math.ceil(int(spec["monitor"]["aux_per_class"]) / b)
-    empirical = bool(job_value(spec, "empirical"))
-    eval_every = int(job_value(spec, "eval_every"))
+    aux_steps = math.ceil(spec.monitor.required("aux_per_class") / b) if monitor else 0
+    empirical = spec.empirical
+    eval_every = spec.eval_every
     client = mon = fwd = 0
-    if spec["mode"] == "centralised":
+    if spec.mode == "centralised":
         epochs = num_epochs(spec)
         for t in range(epochs):
             n = sum(sizes["balanced" if switch is not None and t >= switch else "main"])
@@ -179,10 +181,10 @@ def job_work(
             fwd += n if empirical else 0
         fwd += _evaluations(epochs, eval_every) * TEST_SAMPLES[source]
     else:
-        rounds, k, e = int(spec["rounds"]), int(spec["clients_per_round"]), int(spec["local_epochs"])
+        rounds, k, e = spec.rounds, spec.required("clients_per_round"), spec.required("local_epochs")
         for t in range(rounds):
             part = sizes["balanced" if switch is not None and t >= switch else "main"]
-            chosen = _chosen(str(spec["selection"]), len(sizes["main"]), k, int(spec["seed"]), 0 if spec["selection"] == "fixed" else t)
+            chosen = _chosen(spec.required("selection"), len(sizes["main"]), k, spec.seed, 0 if spec.selection == "fixed" else t)
             client += sum(e * math.ceil(part[j] / b) for j in chosen)
             mon += q * e * aux_steps if monitor else 0
             fwd += sum(part[j] for j in chosen) if empirical else 0
@@ -211,8 +213,8 @@ def study_work(
         if job in twin_of:
             continue
         spec = resolve_job(cfg, job)
-        q = int(dataset_info(str(spec["source"]), **dict(job_value(spec, "options")))["num_classes"])
-        key = partition_key(spec) + f"/seed{int(spec['seed'])}"
+        q = int(dataset_info(spec.source, **dict(spec.options))["num_classes"])
+        key = partition_key(spec) + f"/seed{spec.seed}"
         if key not in cache:
             cache[key] = client_sizes(spec, q, samples_per_writer)
         out.append(job_work(spec, device_type=device_type, samples_per_writer=samples_per_writer, sizes=cache[key]))

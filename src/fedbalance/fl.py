@@ -50,7 +50,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from fedbalance.config import base_loss, job_value
+from fedbalance.jobspec import JobSpec, as_spec
 from fedbalance.losses import feed, receives
 from fedbalance.metrics import empirical_y_stats, evaluate
 from fedbalance.estimators import Observer
@@ -76,14 +76,15 @@ def torch_generator(*keys: int) -> torch.Generator:
     return torch.Generator().manual_seed(derive_seed(*keys))
 
 
-def sgd_config(spec: Mapping[str, Any], epochs: int | None = None) -> SGDConfig:
+def sgd_config(spec: Mapping[str, Any] | JobSpec, epochs: int | None = None) -> SGDConfig:
     """The job's client optimiser: lr, momentum, weight decay, batch size, local epochs."""
+    spec = as_spec(spec)
     return SGDConfig(
-        lr=float(spec["lr"]),
-        momentum=float(spec["momentum"]),
-        weight_decay=float(spec["weight_decay"]),
-        batch_size=int(spec["batch_size"]),
-        epochs=int(spec["local_epochs"] if epochs is None else epochs),
+        lr=spec.lr,
+        momentum=spec.momentum,
+        weight_decay=spec.weight_decay,
+        batch_size=spec.batch_size,
+        epochs=int(spec.required("local_epochs") if epochs is None else epochs),
     )
 
 
@@ -100,34 +101,36 @@ def select_clients(selection: str, num_clients: int, k: int, seed: int, round_in
     return np.sort(rng.choice(num_clients, size=k, replace=False))
 
 
-def needs_monitor(spec: Mapping[str, Any]) -> bool:
+def needs_monitor(spec: Mapping[str, Any] | JobSpec) -> bool:
     """The monitor runs for a loss that receives its output (the Ratio Loss's weights, the prior of ``la`` and
     ``bsm``: ``losses.FEEDS``) and when ``monitor.record`` is set."""
-    return bool(receives(base_loss(spec)) & {"weights", "prior"}) or bool(job_value(spec, "monitor.record"))
+    spec = as_spec(spec)
+    return bool(receives(spec.base_loss) & {"weights", "prior"}) or spec.monitor.record
 
 
-def build_monitor(spec: Mapping[str, Any], aux_x: Tensor, aux_y: Tensor, num_classes: int, cfg: SGDConfig) -> Monitor:
+def build_monitor(spec: Mapping[str, Any] | JobSpec, aux_x: Tensor, aux_y: Tensor, num_classes: int, cfg: SGDConfig) -> Monitor:
     """The job's monitor (same optimiser, batch size and epochs as a client)."""
-    m = spec["monitor"]
+    spec = as_spec(spec)
+    m = spec.monitor
     return Monitor(
         aux_x,
         aux_y,
         num_classes,
         cfg,
-        t_ra=float(m["t_ra"]),
-        variant=m["variant"],
-        alpha=float(m["alpha"]),
-        beta=float(m["beta"]),
-        clip=float(job_value(spec, "monitor.ratio_clip")),
-        aggregation=spec["aggregation"],
-        path=spec["path"],
+        t_ra=m.required("t_ra"),
+        variant=m.required("variant"),
+        alpha=m.required("alpha"),
+        beta=m.required("beta"),
+        clip=m.ratio_clip,
+        aggregation=spec.aggregation,
+        path=spec.path,
     )
 
 
-def build_acknowledger(spec: Mapping[str, Any]) -> Acknowledger:
+def build_acknowledger(spec: Mapping[str, Any] | JobSpec) -> Acknowledger:
     """Acknowledger with the job's ``monitor.acknowledge`` threshold and rounds."""
-    a = spec["monitor"]["acknowledge"]
-    return Acknowledger(float(a["threshold"]), int(a["rounds"]))
+    spec = as_spec(spec)
+    return Acknowledger(spec.monitor.required("ack_threshold"), spec.monitor.required("ack_rounds"))
 
 
 @dataclass
@@ -329,26 +332,26 @@ class RoundStep:
         """Snapshot the step's own part of the state after a round; nothing by default."""
 
 
-def check_switch(spec: Mapping[str, Any], partitions: Mapping[str, Partition]) -> None:
+def check_switch(spec: JobSpec, partitions: Mapping[str, Partition]) -> None:
     """FLError when ``switch_round`` is set but there is no balanced partition to switch to."""
-    if job_value(spec, "switch_round") is not None and "balanced" not in partitions:
+    if spec.switch_round is not None and "balanced" not in partitions:
         raise FLError("switch_round is set but no 'balanced' partition was given")
 
 
-def partition_of_round(spec: Mapping[str, Any], t: int) -> str:
+def partition_of_round(spec: JobSpec, t: int) -> str:
     """"balanced" from ``switch_round`` on (early acknowledgment), else "main"."""
-    switch = job_value(spec, "switch_round")
+    switch = spec.switch_round
     return "balanced" if switch is not None and t >= switch else "main"
 
 
-def client_keys(spec: Mapping[str, Any], t: int, clients: Sequence[int]) -> list[tuple[str, int]]:
+def client_keys(spec: JobSpec, t: int, clients: Sequence[int]) -> list[tuple[str, int]]:
     """The round's selected clients as the monitor's track keys them: (the round's partition, id), so a switch
     of partition (``switch_round``) starts new clients rather than mixing two compositions."""
     return [(partition_of_round(spec, t), int(c)) for c in clients]
 
 
 def run_rounds(
-    spec: Mapping[str, Any],
+    spec: JobSpec,
     model: nn.Module,
     loss_fn: nn.Module,
     data: JobData,
@@ -359,11 +362,11 @@ def run_rounds(
 ) -> RoundState:
     """The round loop of both engines: restore, hand over pi and prior, ``step``, monitor, evaluate
     every ``eval_every`` rounds and at the last, record the row, ``on_round(state, row)``."""
-    seed, q = int(spec["seed"]), data.num_classes
+    seed, q = spec.seed, data.num_classes
     monitor = build_monitor(spec, data.aux_x, data.aux_y, q, step.cfg) if needs_monitor(spec) else None
-    observer = Observer(monitor, spec["monitor"]["estimators"]) if monitor is not None else None
+    observer = Observer(monitor, spec.monitor.estimators) if monitor is not None else None
     ack = build_acknowledger(spec) if monitor is not None else None
-    lead = tuple(spec["monitor"]["estimators"])[0] if monitor is not None else None
+    lead = spec.monitor.estimators[0] if monitor is not None else None
     state = RoundState.fresh(model, loss_fn, q) if state is None else state
     model.load_state_dict(state.model)
     loss_fn.load_state_dict(state.loss_state)
@@ -373,13 +376,13 @@ def run_rounds(
     if observer is not None and state.rows:
         done = [step.round_data(tau) for tau in range(state.next_round)]
         observer.restore(state.rows, [client_keys(spec, tau, b.clients) for tau, b in enumerate(done)], [b.totals for b in done])
-    eval_every = int(job_value(spec, "eval_every"))
+    eval_every = spec.eval_every
     for t in range(state.next_round, step.rounds):
         start = time.perf_counter()
         row = empty_row(t)
         batch = step.round_data(t)
         row["true_composition"] = [float(c) for c in batch.true_counts]
-        if job_value(spec, "empirical"):
+        if spec.empirical:
             pooled = torch.cat(batch.indices)
             row.update(empirical_y_stats(model, data.x_train[pooled], data.y_train[pooled], step.cfg.batch_size))
         hand_over(state, loss_fn, q)
@@ -407,11 +410,11 @@ def run_rounds(
 class FedAvgStep(RoundStep):
     """A FedAvg round: the selected clients train copies of G_t, the server averages them."""
 
-    def __init__(self, spec: Mapping[str, Any], model: nn.Module, loss_fn: nn.Module, data: JobData, partitions: Mapping[str, Partition]):
+    def __init__(self, spec: JobSpec, model: nn.Module, loss_fn: nn.Module, data: JobData, partitions: Mapping[str, Partition]):
         check_switch(spec, partitions)
         device = _device(model)
         self.spec, self.model, self.loss_fn, self.data = spec, model, loss_fn, data
-        self.seed, self.rounds, self.cfg = int(spec["seed"]), int(spec["rounds"]), sgd_config(spec)
+        self.seed, self.rounds, self.cfg = spec.seed, spec.rounds, sgd_config(spec)
         self.num_clients = partitions["main"].num_clients
         labels = data.y_train.cpu().numpy()
         self.parts = {name: (_client_indices(p, device), p.class_counts(labels)) for name, p in partitions.items()}
@@ -419,26 +422,26 @@ class FedAvgStep(RoundStep):
     def round_data(self, t: int) -> RoundData:
         """The round's selected clients (``select_clients``) of the round's partition."""
         indices, counts = self.parts[partition_of_round(self.spec, t)]
-        chosen = select_clients(self.spec["selection"], self.num_clients, int(self.spec["clients_per_round"]), self.seed, t)
+        chosen = select_clients(self.spec.required("selection"), self.num_clients, self.spec.required("clients_per_round"), self.seed, t)
         return RoundData(chosen, [indices[j] for j in chosen], counts[chosen].sum(0))
 
     def train(self, t: int, batch: RoundData, state: RoundState) -> Trained:
         """Local training of every selected client (``train_copies``), then ``mean``/``weighted`` averaging."""
         model, data, totals = self.model, self.data, batch.totals
-        if job_value(self.spec, "save_trajectory"):
+        if self.spec.save_trajectory:
             snapshot = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
             state.trajectory.append({"round": t, "model": snapshot, "totals": totals})
         datasets = [(data.x_train[i], data.y_train[i]) for i in batch.indices]
         gens = [torch_generator(self.seed, TAG_CLIENT, t, int(j)) for j in batch.clients]
-        stacked, losses = train_copies(model, datasets, self.loss_fn, self.cfg, gens, path=self.spec["path"])
-        w = torch.tensor(totals, dtype=torch.float64) if self.spec["aggregation"] == "weighted" else None
+        stacked, losses = train_copies(model, datasets, self.loss_fn, self.cfg, gens, path=self.spec.path)
+        w = torch.tensor(totals, dtype=torch.float64) if self.spec.aggregation == "weighted" else None
         new_state = average_stacked(stacked, None if w is None else w.to(_device(model)))
         train_loss = float((losses.double() * (w / w.sum() if w is not None else 1 / len(totals))).sum())
         return Trained(train_loss, model, new_state)
 
 
 def run_fedavg(
-    spec: Mapping[str, Any],
+    spec: Mapping[str, Any] | JobSpec,
     model: nn.Module,
     loss_fn: nn.Module,
     data: JobData,
@@ -452,7 +455,9 @@ def run_fedavg(
     ``model`` and ``loss_fn`` are updated in place (``model`` ends as the final global model).
     ``state`` is a previous return value or the ``state`` handed to ``on_round`` (a checkpoint);
     ``on_round(state, row)`` is called after every finished round. ``partitions["balanced"]`` is
-    needed when ``spec["switch_round"]`` is set (early acknowledgment: train on it from that round on).
+    needed when ``switch_round`` is set (early acknowledgment: train on it from that round on). ``spec``:
+    a ``JobSpec`` or a configured dict (``jobspec.as_spec``).
     """
+    spec = as_spec(spec)
     step = FedAvgStep(spec, model, loss_fn, data, partitions)
     return run_rounds(spec, model, loss_fn, data, step, state=state, on_round=on_round)

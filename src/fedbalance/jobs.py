@@ -43,7 +43,7 @@ import torch
 
 import fedbalance
 from fedbalance.centralised import num_epochs, run_centralised
-from fedbalance.config import base_loss, job_value
+from fedbalance.jobspec import JobSpec, as_spec
 from fedbalance.data import Dataset, load_dataset
 from fedbalance.records import JOB_KEYS, cs_column
 from fedbalance.fl import (
@@ -83,20 +83,20 @@ class JobError(ValueError):
     """The job cannot run with this data/partition/spec; the message names the problem."""
 
 
-def build_partitions(spec: Mapping[str, Any], dataset: Dataset) -> dict[str, Partition]:
+def build_partitions(spec: Mapping[str, Any] | JobSpec, dataset: Dataset) -> dict[str, Partition]:
     """The job's partitions ("main", and "balanced" when ``switch_round`` is set) on ``dataset``."""
     writers = None if dataset.writers_train is None else dataset.writers_train.numpy()
     return spec_partitions(spec, dataset.y_train.numpy(), writers, num_classes=dataset.num_classes)
 
 
-def _check_partitions(spec: Mapping[str, Any], partitions: Mapping[str, Partition], dataset: Dataset) -> None:
+def _check_partitions(spec: JobSpec, partitions: Mapping[str, Partition], dataset: Dataset) -> None:
     if "main" not in partitions:
         raise JobError("the partitions have no 'main' entry")
-    if job_value(spec, "switch_round") is not None and "balanced" not in partitions:
+    if spec.switch_round is not None and "balanced" not in partitions:
         raise JobError("switch_round is set but the partitions have no 'balanced' entry")
     n = len(dataset.y_train)
     scheme, kwargs = partition_args(spec)
-    expected = {**kwargs, "seed": int(spec["seed"]), "num_classes": dataset.num_classes}
+    expected = {**kwargs, "seed": spec.seed, "num_classes": dataset.num_classes}
     for name, p in partitions.items():
         want = {**expected, "gamma": 1} if name == "balanced" and "gamma" in expected else expected
         for key, value in want.items() if p.scheme == scheme else ():
@@ -107,14 +107,14 @@ def _check_partitions(spec: Mapping[str, Any], partitions: Mapping[str, Partitio
                     f"{label} = {clean(value)!r}: a partition of another setting or seed?"
                 )
         if p.num_classes != dataset.num_classes:
-            raise JobError(f"partition {name!r} has {p.num_classes} classes, {spec['source']} has {dataset.num_classes}")
-        if p.scheme != spec["partition"]["scheme"]:
-            raise JobError(f"partition {name!r} has scheme {p.scheme!r}, the job wants {spec['partition']['scheme']!r}")
+            raise JobError(f"partition {name!r} has {p.num_classes} classes, {spec.source} has {dataset.num_classes}")
+        if p.scheme != spec.scheme:
+            raise JobError(f"partition {name!r} has scheme {p.scheme!r}, the job wants {spec.scheme!r}")
         pooled = p.pooled()
         if pooled.size and pooled.max() >= n:
-            raise JobError(f"partition {name!r} indexes sample {pooled.max()} but {spec['source']} has {n} training samples")
-        if spec["mode"] == "fl" and p.num_clients < spec["clients_per_round"]:
-            raise JobError(f"partition {name!r} has {p.num_clients} clients < clients_per_round = {spec['clients_per_round']}")
+            raise JobError(f"partition {name!r} indexes sample {pooled.max()} but {spec.source} has {n} training samples")
+        if spec.is_fl and p.num_clients < spec.required("clients_per_round"):
+            raise JobError(f"partition {name!r} has {p.num_clients} clients < clients_per_round = {spec.clients_per_round}")
 
 
 def _draw_per_class(
@@ -129,7 +129,7 @@ def _draw_per_class(
     return np.concatenate(picked)
 
 
-def auxiliary_data(spec: Mapping[str, Any], dataset: Dataset, partitions: Mapping[str, Partition]) -> tuple[torch.Tensor, torch.Tensor]:
+def auxiliary_data(spec: Mapping[str, Any] | JobSpec, dataset: Dataset, partitions: Mapping[str, Partition]) -> tuple[torch.Tensor, torch.Tensor]:
     """The monitor's auxiliary data: ``monitor.aux_per_class`` samples of every class.
 
     ``monitor.aux_source``: ``test`` (default, ``fedbalance.config.JOB_DEFAULTS``; the paper, Supplementary "Auxiliary Data") takes them
@@ -139,10 +139,10 @@ def auxiliary_data(spec: Mapping[str, Any], dataset: Dataset, partitions: Mappin
     class, which clients may also hold). ``monitor.aux_selection``: ``random`` (default; the
     paper) is a seeded draw, ``first`` the lowest indices of each class (the released code).
     """
-    m = spec["monitor"]
-    k = int(m["aux_per_class"])
-    source, first = job_value(spec, "monitor.aux_source"), job_value(spec, "monitor.aux_selection") == "first"
-    rng = np.random.default_rng(derive_seed(int(spec["seed"]), TAG_AUX))
+    spec = as_spec(spec)
+    k = spec.monitor.required("aux_per_class")
+    source, first = spec.monitor.aux_source, spec.monitor.aux_selection == "first"
+    rng = np.random.default_rng(derive_seed(spec.seed, TAG_AUX))
     q = dataset.num_classes
     if source == "train":
         labels = dataset.y_train.numpy()
@@ -240,16 +240,17 @@ def _locked(run: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]
     """Run ``run(spec, out_dir, ...)`` holding ``job_lock(out_dir)``."""
 
     @functools.wraps(run)
-    def locked(spec: Mapping[str, Any], out_dir: str | Path, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    def locked(spec: Mapping[str, Any] | JobSpec, out_dir: str | Path, *args: Any, **kwargs: Any) -> dict[str, Any]:
         with job_lock(Path(out_dir)):
             return run(spec, out_dir, *args, **kwargs)
 
     return locked
 
 
-def fingerprint(spec: Mapping[str, Any], partitions: Mapping[str, Partition]) -> str:
-    """Hash of the job spec and its partitions; a checkpoint resumes only the job that wrote it."""
-    payload = json.dumps({"spec": clean(spec), "partitions": {k: p.to_json() for k, p in partitions.items()}}, sort_keys=True)
+def fingerprint(spec: JobSpec, partitions: Mapping[str, Partition]) -> str:
+    """Hash of the job spec (configured, with the resolved path) and its partitions; a checkpoint resumes
+    only the job that wrote it."""
+    payload = json.dumps({"spec": clean(spec.resolved_dict()), "partitions": {k: p.to_json() for k, p in partitions.items()}}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -295,7 +296,7 @@ def resolve_path(path: str, device: torch.device) -> str:
 
 
 def _job_data(
-    spec: Mapping[str, Any], dataset: Dataset, parts: Mapping[str, Partition], dev: torch.device
+    spec: JobSpec, dataset: Dataset, parts: Mapping[str, Partition], dev: torch.device
 ) -> JobData:
     """The job's tensors on ``dev``: train/test splits, the monitor's auxiliary data (empty without monitor)."""
     aux_x, aux_y = auxiliary_data(spec, dataset, parts) if needs_monitor(spec) else (dataset.x_test[:0], dataset.y_test[:0])
@@ -307,16 +308,16 @@ def _job_data(
         aux_x.to(dev),
         aux_y.to(dev),
         dataset.num_classes,
-        tuple(int(c) for c in job_value(spec, "minority_classes")),
+        spec.minority_classes,
     )
 
 
-def _model_and_loss(spec: Mapping[str, Any], dataset: Dataset, dev: torch.device) -> tuple[torch.nn.Module, torch.nn.Module]:
+def _model_and_loss(spec: JobSpec, dataset: Dataset, dev: torch.device) -> tuple[torch.nn.Module, torch.nn.Module]:
     """The initial global model (seeded from the job seed) and the job's loss, on ``dev``."""
     q = dataset.num_classes
-    torch.manual_seed(derive_seed(int(spec["seed"]), TAG_INIT))
-    model = device_layout(build_model(spec["model"], dataset.in_channels, q, dataset.image_size).to(dev), dev)
-    loss_fn = get_loss(base_loss(spec), q, **dict(job_value(spec, "loss_params").get(base_loss(spec), {}))).to(dev)
+    torch.manual_seed(derive_seed(spec.seed, TAG_INIT))
+    model = device_layout(build_model(spec.model, dataset.in_channels, q, dataset.image_size).to(dev), dev)
+    loss_fn = get_loss(spec.base_loss, q, **spec.loss_kwargs()).to(dev)
     return model, loss_fn
 
 
@@ -332,7 +333,7 @@ class _Checkpointer:
     call the caller's ``on_round``."""
 
     def __init__(
-        self, spec: Mapping[str, Any], path: Path, fp: str, rt: Mapping[str, Any], state: RoundState | None,
+        self, spec: JobSpec, path: Path, fp: str, rt: Mapping[str, Any], state: RoundState | None,
         progress: bool | None, on_round: RoundCallback | None, start: float, plan: CopyPlan,
     ):
         from tqdm.auto import tqdm
@@ -340,10 +341,10 @@ class _Checkpointer:
         self.start = start
         self.spec, self.path, self.fp, self.rt, self.on_round, self.plan = spec, path, fp, rt, on_round, plan
         self.elapsed0 = state.wall_time_s if state is not None else 0.0
-        self.total = num_epochs(spec) if spec["mode"] == "centralised" else int(spec["rounds"])
+        self.total = num_epochs(spec) if spec.mode == "centralised" else spec.rounds
         self.done0 = len(state.rows) if state is not None else 0
         disable = None if progress is None else not progress
-        self.bar = tqdm(total=self.total, initial=self.done0, desc=_job_name(spec), disable=disable, leave=False)
+        self.bar = tqdm(total=self.total, initial=self.done0, desc=spec.name, disable=disable, leave=False)
         self.log_lines = progress is None and self.bar.disable  # no terminal (a Snakemake log, a SLURM job): plain lines
         self.loop_start = time.perf_counter()
 
@@ -355,30 +356,31 @@ class _Checkpointer:
         state.wall_time_s = self.wall_time()
         ckpt = {"fingerprint": self.fp, "runtime": self.rt, "state": state.to_dict(), "chunks": dict(self.plan.chunks)}
         atomic_write(self.path, lambda fh: torch.save(ckpt, fh), mode="wb")
-        cs = next((row[cs_column(m)] for m in self.spec["monitor"]["estimators"] if row.get(cs_column(m)) is not None), None)
+        cs = next((row[cs_column(m)] for m in self.spec.monitor.estimators if row.get(cs_column(m)) is not None), None)
         shown = {"loss": row["train_loss"], "acc": row["acc"], "cs": cs}
         self.bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if v is not None}, refresh=False)
         self.bar.update(1)
         if self.log_lines:
             done = len(state.rows)
             per_round = (time.perf_counter() - self.loop_start) / max(done - self.done0, 1)
-            print(progress_line(_job_name(self.spec), done, self.total, row, cs, per_round), file=sys.stderr, flush=True)
+            print(progress_line(self.spec.name, done, self.total, row, cs, per_round), file=sys.stderr, flush=True)
         if self.on_round is not None:
             self.on_round(state, row)
 
 
 def _job_metrics(
-    spec: Mapping[str, Any], path: str, state: RoundState, model: torch.nn.Module, data: JobData, dataset: Dataset,
+    spec: JobSpec, state: RoundState, model: torch.nn.Module, data: JobData, dataset: Dataset,
     parts: Mapping[str, Partition], dev: torch.device, rt: Mapping[str, Any], wall_time: Callable[[], float],
     plan: CopyPlan,
 ) -> dict[str, Any]:
     """metrics.json's content (JSON-safe) for the finished run: ``config`` is the job spec as configured
     (``path: auto`` stays ``auto``, so a twin's spec compares equal), ``path`` the training path it resolved to."""
+    path = spec.path
     final = evaluate(model, data.x_test, data.y_test, data.num_classes, data.minority_classes)
     final["train_loss"] = state.rows[-1]["train_loss"] if state.rows else None
     metrics = {
-        "job": {k: spec[k] for k in JOB_KEYS},
-        "config": spec,
+        "job": {k: getattr(spec.job, k) for k in JOB_KEYS},
+        "config": spec.as_dict(),
         "final": final,
         "partition": {k: v for k, v in parts["main"].stats(dataset.y_train.numpy()).items() if k != "local_gamma"},
         "monitor": monitor_summary(state.rows),
@@ -396,11 +398,11 @@ def _job_metrics(
     return clean(metrics)
 
 
-def _write_outputs(out: Path, spec: Mapping[str, Any], state: RoundState, metrics: Mapping[str, Any]) -> None:
+def _write_outputs(out: Path, spec: JobSpec, state: RoundState, metrics: Mapping[str, Any]) -> None:
     """trajectory.pt (``save_trajectory``), rounds.csv, then metrics.json; the checkpoint goes last."""
-    if job_value(spec, "save_trajectory"):
+    if spec.save_trajectory:
         final = {k: v.detach().cpu() for k, v in state.model.items()}
-        trajectory = {"spec": clean(spec), "rounds": state.trajectory, "final": final,
+        trajectory = {"spec": clean(spec.resolved_dict()), "rounds": state.trajectory, "final": final,
                       "true_composition": [r["true_composition"] for r in state.rows]}
         atomic_write(out / TRAJECTORY, lambda fh: torch.save(trajectory, fh), mode="wb")
     write_folder(out, metrics, rounds_text(state.rows))
@@ -409,7 +411,7 @@ def _write_outputs(out: Path, spec: Mapping[str, Any], state: RoundState, metric
 
 @_locked
 def run_job(
-    spec: Mapping[str, Any],
+    spec: Mapping[str, Any] | JobSpec,
     out_dir: str | Path,
     *,
     data_dir: str | Path = "data",
@@ -438,10 +440,10 @@ def run_job(
     dev = resolve_device(device)
     if precision not in PRECISIONS:
         raise JobError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    configured = spec
-    spec = {**spec, "path": resolve_path(job_value(spec, "path"), dev)}
+    spec = as_spec(spec)
+    spec = spec.with_path(resolve_path(spec.path, dev))
     with deterministic_kernels(dev, deterministic), precision_policy(precision):
-        dataset = load_dataset(spec["source"], data_dir, download=download, **dict(job_value(spec, "options")))
+        dataset = load_dataset(spec.source, data_dir, download=download, **dict(spec.options))
         parts = dict(partitions) if partitions is not None else build_partitions(spec, dataset)
         _check_partitions(spec, parts, dataset)
         data = _job_data(spec, dataset, parts, dev)
@@ -452,13 +454,13 @@ def run_job(
         plan = job_plan(dev, precision)
         plan.chunks.update(chunks)
         checkpoint = _Checkpointer(spec, out / CHECKPOINT, fp, rt, state, progress, on_round, start, plan)
-        runner = run_centralised if spec["mode"] == "centralised" else run_fedavg
+        runner = run_centralised if spec.mode == "centralised" else run_fedavg
         try:
             with copy_plan(plan):
                 state = runner(spec, model, loss_fn, data, parts, state=state, on_round=checkpoint)
         finally:
             checkpoint.bar.close()
-        metrics = _job_metrics(configured, spec["path"], state, model, data, dataset, parts, dev, rt, checkpoint.wall_time, plan)
+        metrics = _job_metrics(spec, state, model, data, dataset, parts, dev, rt, checkpoint.wall_time, plan)
     _write_outputs(out, spec, state, metrics)
     return metrics
 
@@ -478,8 +480,3 @@ def progress_line(
         parts.append(f"CS {num(cs)}")
     parts += [f"{seconds_per_round:.2f} s/round", f"ETA {eta // 3600}:{eta // 60 % 60:02d}:{eta % 60:02d}"]
     return "  ".join(parts)
-
-
-def _job_name(spec: Mapping[str, Any]) -> str:
-    return "/".join(str(spec[k]) for k in JOB_KEYS[:4]) + f"/seed{spec['seed']}"
-

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from fedbalance.atomic import atomic_write
+from fedbalance.jobspec import JobSpec, as_spec
 
 __all__ = [
     "PartitionError",
@@ -551,25 +552,26 @@ PARTITION_KEYS: dict[str, tuple[str, ...]] = {
 """The job spec's ``partition.<key>`` each scheme reads (all required for their scheme: ``config.validate``)."""
 
 
-def partition_args(spec: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+def partition_args(spec: Mapping[str, Any] | JobSpec) -> tuple[str, dict[str, Any]]:
     """(scheme, keyword arguments) of a job's partition, for ``make_partition``."""
-    p = spec["partition"]
-    scheme = p["scheme"]
-    kwargs = {k: p[k] for k in PARTITION_KEYS[scheme] if k in p}
-    if scheme != "monitor":
-        kwargs["minority_classes"] = tuple(spec.get("minority_classes", ()))
-    return scheme, kwargs
+    spec = as_spec(spec)
+    p = spec.partition
+    kwargs = {k: p[k] for k in PARTITION_KEYS[spec.scheme] if k in p}
+    if spec.scheme != "monitor":
+        kwargs["minority_classes"] = spec.minority_classes
+    return spec.scheme, kwargs
 
 
-def spec_partitions(spec: Mapping[str, Any], labels: Any, writers: Any = None, *, num_classes: int) -> dict[str, Partition]:
+def spec_partitions(spec: Mapping[str, Any] | JobSpec, labels: Any, writers: Any = None, *, num_classes: int) -> dict[str, Partition]:
     """A job's partitions from its spec: "main", and "balanced" when ``switch_round`` is set (``job_partitions``).
 
     The one place that reads a job spec's partition keys, seed and ``switch_round``: the engine, the
     workflow's partition rule and the cost estimate all build a job's partitions here.
     """
+    spec = as_spec(spec)
     scheme, kwargs = partition_args(spec)
-    return job_partitions(scheme, kwargs, labels, writers, num_classes=num_classes, seed=int(spec["seed"]),
-                          balanced=spec.get("switch_round") is not None)
+    return job_partitions(scheme, kwargs, labels, writers, num_classes=num_classes, seed=spec.seed,
+                          balanced=spec.switch_round is not None)
 
 
 def job_partitions(

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from fedbalance.config import job_value
+from fedbalance.jobspec import JobSpec, as_spec
 from fedbalance.data import Dataset, load_dataset
 from fedbalance.estimators import REGISTRY, Observer, Track
 from fedbalance.fl import TAG_MONITOR, build_monitor, client_keys, select_clients, sgd_config, torch_generator
@@ -33,13 +33,13 @@ def load_trajectory(path: str | Path) -> dict[str, Any]:
 
 def replay_setup(
     trajectory: dict[str, Any], *, dataset: Dataset | None = None, data_dir: str | Path = "data"
-) -> tuple[dict[str, Any], Dataset, dict[str, Any], torch.nn.Module, Monitor]:
+) -> tuple[JobSpec, Dataset, dict[str, Any], torch.nn.Module, Monitor]:
     """(spec, dataset, partitions, a model to load each G_t into, the job's monitor) of a saved trajectory."""
-    spec = dict(trajectory["spec"])
-    ds = dataset if dataset is not None else load_dataset(spec["source"], data_dir, **dict(job_value(spec, "options")))
+    spec = as_spec(trajectory["spec"])
+    ds = dataset if dataset is not None else load_dataset(spec.source, data_dir, **dict(spec.options))
     parts = build_partitions(spec, ds)
     aux_x, aux_y = auxiliary_data(spec, ds, parts)
-    model = device_layout(build_model(spec["model"], ds.in_channels, ds.num_classes, ds.image_size), "cpu")
+    model = device_layout(build_model(spec.model, ds.in_channels, ds.num_classes, ds.image_size), "cpu")
     return spec, ds, parts, model, build_monitor(spec, aux_x, aux_y, ds.num_classes, sgd_config(spec))
 
 
@@ -60,7 +60,7 @@ def replay(
     q = ds.num_classes
     rounds = trajectory["rounds"]
     nxt = [r["model"] for r in rounds[1:]] + [trajectory["final"]]
-    num_clients, k, seed = parts["main"].num_clients, int(spec["clients_per_round"]), int(spec["seed"])
+    num_clients, k, seed = parts["main"].num_clients, spec.required("clients_per_round"), spec.seed
     observers = {m: Observer(monitor, (m,)) for m in estimators}
     rows = []
     for r, state_t1, true in zip(rounds, nxt, trajectory["true_composition"], strict=True):
@@ -71,7 +71,7 @@ def replay(
         gen = torch_generator(seed, TAG_MONITOR, t)
         dW = monitor.updates(model, gen)
         after_dW = gen.get_state()  # each estimator draws from where the run's would (after dW)
-        clients = client_keys(spec, t, select_clients(spec["selection"], num_clients, k, seed, t))
+        clients = client_keys(spec, t, select_clients(spec.required("selection"), num_clients, k, seed, t))
         for m, obs in observers.items():
             start = time.perf_counter()
             gen.set_state(after_dW)
@@ -92,11 +92,11 @@ def recorded(folder: str | Path, history: Sequence[str] | None = None) -> list[d
     would. No model is replayed, so this takes seconds where ``replay`` takes minutes.
     """
     metrics = read_metrics(folder)
-    spec = metrics["config"]
+    spec = as_spec(metrics["config"])
     sizes = [sum(c) for c in metrics["partition"]["class_counts"]]
     names = [e.name for e in REGISTRY.values() if e.history] if history is None else list(history)
-    k, seed = int(spec["clients_per_round"]), int(spec["seed"])
-    balanced = job_value(spec, "switch_round") is not None  # the balanced partition's clients are not in metrics.json
+    k, seed = spec.required("clients_per_round"), spec.seed
+    balanced = spec.switch_round is not None  # the balanced partition's clients are not in metrics.json
     track = Track()
     rows: list[dict[str, Any]] = []
     est_prefix = est_column("")
@@ -109,7 +109,7 @@ def recorded(folder: str | Path, history: Sequence[str] | None = None) -> list[d
                 m = col[len(est_prefix):]
                 row[est_column(m)] = value
                 row[cs_column(m)] = rec[cs_column(m)]
-        ids = select_clients(spec["selection"], len(sizes), k, seed, t).tolist()
+        ids = select_clients(spec.required("selection"), len(sizes), k, seed, t).tolist()
         per_round = {m[len(est_prefix):]: v for m, v in row.items() if m.startswith(est_prefix)}
         track.add(client_keys(spec, t, ids), [sizes[c] for c in ids], per_round)
         if not balanced:

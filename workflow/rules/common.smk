@@ -69,8 +69,14 @@ def job_of(wildcards):
 
 
 def job_spec(wildcards):
-    """The full parameter set of one training job (fedbalance.config.resolve_job)."""
-    return resolve_job(config, job_of(wildcards))
+    """The configured dict of one training job (fedbalance.config.resolve_job(...).as_dict()): params are
+    pickled plain, the script types it again (fedbalance.jobspec.as_spec) once src/ is on its path."""
+    return resolve_job(config, job_of(wildcards)).as_dict()
+
+
+def twin_spec(path):
+    """job_spec of the job whose result folder is ``path`` (a twin, a job of the reference set)."""
+    return resolve_job(config, Job.from_path(path)).as_dict()
 
 
 def partition_spec(wildcards):
@@ -78,7 +84,7 @@ def partition_spec(wildcards):
     loss = config["experiments"][wildcards.experiment]["losses"][0]
     return resolve_job(
         config, Job(wildcards.experiment, wildcards.dataset, wildcards.setting, loss, int(wildcards.seed))
-    )
+    ).as_dict()
 
 
 def dataset_data(dataset):

@@ -55,7 +55,7 @@ rule reuse:
     conda:
         "../../envs/report.yaml"
     params:
-        spec=lambda wc: resolve_job(config, Job.from_path(wc.twin)),
+        spec=lambda wc: twin_spec(wc.twin),
     script:
         "../scripts/reuse.py"
 
@@ -75,6 +75,6 @@ rule from_reference:
     conda:
         "../../envs/report.yaml"
     params:
-        spec=lambda wc: resolve_job(config, Job.from_path(wc.ref)),
+        spec=lambda wc: twin_spec(wc.ref),
     script:
         "../scripts/reuse.py"

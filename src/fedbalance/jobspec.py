@@ -1,0 +1,265 @@
+"""One job's parameters as a frozen, typed value (torch-free): ``JobSpec``.
+
+``config.resolve_job`` merges a study's levels into the *configured* dict of a job and wraps it
+here; the engine (``jobs``, ``fl``, ``centralised``), the partition rule, the twin check, replay and
+the cost estimate read the typed fields, never the dict. Optional keys get their one default from
+``JOB_DEFAULTS``; a required key that is unset is a ConfigError naming it.
+
+The configured dict itself (``JobSpec.as_dict``) is what crosses process boundaries (Snakemake
+params), what metrics.json records as ``config`` and what ``config.run_key`` compares: it is the
+job as asked for, before ``path: auto`` is resolved on a device (``JobSpec.path``).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fedbalance.records import Job
+
+
+class ConfigError(ValueError):
+    """An invalid study configuration or job spec; the message names the key."""
+
+
+# Every key a job reads is required once the levels are merged (``REQUIRED_*``, checked by
+# ``config.validate`` naming the key), except these optional ones. Each has one default, here: leaving
+# it out means "off" or "none", or the paper's reading for a knob that also has the released code's.
+# The partition schemes' keys (``partition.PARTITION_KEYS``) are all required for their scheme, so the
+# partition functions' own keyword defaults never apply to a configured job.
+JOB_DEFAULTS: dict[str, Any] = {
+    "options": {},  # dataset loader options: the loader's defaults (fedbalance.data)
+    "minority_classes": [],  # no minority class
+    "centralised_epochs": None,  # rounds x local_epochs
+    "switch_round": None,  # no early acknowledgment
+    "save_trajectory": False,
+    "path": "auto",  # vectorised on CUDA, sequential on the CPU (same numbers)
+    "empirical": False,
+    "loss_params": {},  # each loss's constructor defaults (fedbalance.losses)
+    "monitor": {"record": False, "aux_source": "test", "aux_selection": "random", "ratio_clip": 5000.0},
+}
+REQUIRED_KEYS = (
+    "source", "model", "mode", "rounds", "batch_size", "lr", "momentum", "weight_decay", "aggregation", "eval_every",
+    "partition.scheme", "monitor.estimators",
+)
+REQUIRED_FL_KEYS = ("local_epochs", "selection", "clients_per_round")
+REQUIRED_MONITOR_KEYS = (
+    "monitor.aux_per_class", "monitor.t_ra", "monitor.variant", "monitor.alpha", "monitor.beta",
+    "monitor.acknowledge.threshold", "monitor.acknowledge.rounds",
+)
+
+
+def has_key(spec: Mapping[str, Any], key: str) -> bool:
+    """Whether the dotted ``key`` is set in ``spec``."""
+    value: Any = spec
+    for part in key.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return False
+        value = value[part]
+    return True
+
+
+def job_value(spec: Mapping[str, Any], key: str) -> Any:
+    """The configured dict's value of a dotted ``key``, or its default in ``JOB_DEFAULTS`` when optional and unset.
+
+    A required key that is unset raises ConfigError (``config.validate`` refuses such a config before any job runs).
+    """
+    if has_key(spec, key):
+        value: Any = spec
+        for part in key.split("."):
+            value = value[part]
+        return value
+    default: Any = JOB_DEFAULTS
+    for part in key.split("."):
+        if not isinstance(default, Mapping) or part not in default:
+            raise ConfigError(f"'{key}' is not set and has no default")
+        default = default[part]
+    return copy.deepcopy(default)
+
+
+def base_loss(spec: Mapping[str, Any] | JobSpec) -> str:
+    """The registered loss a job trains with: its ``loss``, or the base of a ``loss_variants`` entry."""
+    if isinstance(spec, JobSpec):
+        return spec.base_loss
+    return str(spec.get("base_loss", spec["loss"]))
+
+
+def _optional(spec: Mapping[str, Any], key: str, kind: type) -> Any:
+    """A key that only some jobs need (local epochs of a centralised job, the monitor of a CE job): None when unset."""
+    return kind(job_value(spec, key)) if has_key(spec, key) else None
+
+
+@dataclass(frozen=True)
+class MonitorSpec:
+    """The job's ``monitor`` keys (``t_ra`` … ``ack_rounds`` are None for a job that runs no monitor)."""
+
+    estimators: tuple[str, ...]
+    record: bool
+    aux_source: str
+    aux_selection: str
+    ratio_clip: float
+    aux_per_class: int | None
+    t_ra: float | None
+    variant: str | None
+    alpha: float | None
+    beta: float | None
+    ack_threshold: float | None
+    ack_rounds: int | None
+
+    def required(self, name: str) -> Any:
+        """The value of field ``name``; ConfigError naming ``monitor.<key>`` when it is unset."""
+        value = getattr(self, name)
+        if value is None:
+            key = {"ack_threshold": "acknowledge.threshold", "ack_rounds": "acknowledge.rounds"}.get(name, name)
+            raise ConfigError(f"'monitor.{key}' is not set: the job runs the monitor")
+        return value
+
+
+@dataclass(frozen=True, eq=False)
+class JobSpec:
+    """One job's resolved parameters, typed, optional keys at their ``JOB_DEFAULTS``; build with ``from_config``."""
+
+    job: Job
+    base_loss: str
+    source: str
+    options: Mapping[str, Any]
+    model: str
+    mode: str
+    rounds: int
+    batch_size: int
+    lr: float
+    momentum: float
+    weight_decay: float
+    aggregation: str
+    eval_every: int
+    local_epochs: int | None
+    selection: str | None
+    clients_per_round: int | None
+    centralised_epochs: int | None
+    switch_round: int | None
+    save_trajectory: bool
+    path: str
+    empirical: bool
+    minority_classes: tuple[int, ...]
+    loss_params: Mapping[str, Any]
+    partition: Mapping[str, Any]
+    monitor: MonitorSpec
+    configured: Mapping[str, Any] = dataclasses.field(repr=False)
+
+    @classmethod
+    def from_config(cls, spec: Mapping[str, Any] | JobSpec) -> JobSpec:
+        """The typed spec of a configured dict (``config.resolve_job``'s merge, or metrics.json's ``config``).
+
+        ConfigError naming the first required key that is unset (``required_keys``).
+        """
+        if isinstance(spec, JobSpec):
+            return spec
+        missing = [k for k in ("experiment", "dataset", "setting", "loss", "seed") if k not in spec]
+        missing += [k for k in required_keys(spec) if not has_key(spec, k)] if not missing else []
+        if missing:
+            raise ConfigError(f"job spec: '{missing[0]}' is not set" + (f" (nor {', '.join(map(repr, missing[1:]))})" if missing[1:] else ""))
+        v = lambda key: job_value(spec, key)  # noqa: E731
+        ack = spec["monitor"].get("acknowledge") or {}
+        switch, cen = v("switch_round"), v("centralised_epochs")
+        return cls(
+            job=Job(str(spec["experiment"]), str(spec["dataset"]), str(spec["setting"]), str(spec["loss"]), int(spec["seed"])),
+            base_loss=base_loss(spec),
+            source=str(v("source")),
+            options=copy.deepcopy(dict(v("options"))),
+            model=str(v("model")),
+            mode=str(v("mode")),
+            rounds=int(v("rounds")),
+            batch_size=int(v("batch_size")),
+            lr=float(v("lr")),
+            momentum=float(v("momentum")),
+            weight_decay=float(v("weight_decay")),
+            aggregation=str(v("aggregation")),
+            eval_every=int(v("eval_every")),
+            local_epochs=_optional(spec, "local_epochs", int),
+            selection=_optional(spec, "selection", str),
+            clients_per_round=_optional(spec, "clients_per_round", int),
+            centralised_epochs=None if cen is None else int(cen),
+            switch_round=None if switch is None else int(switch),
+            save_trajectory=bool(v("save_trajectory")),
+            path=str(v("path")),
+            empirical=bool(v("empirical")),
+            minority_classes=tuple(int(c) for c in v("minority_classes")),
+            loss_params=copy.deepcopy(dict(v("loss_params"))),
+            partition=copy.deepcopy(dict(spec["partition"])),
+            monitor=MonitorSpec(
+                estimators=tuple(str(e) for e in v("monitor.estimators")),
+                record=bool(v("monitor.record")),
+                aux_source=str(v("monitor.aux_source")),
+                aux_selection=str(v("monitor.aux_selection")),
+                ratio_clip=float(v("monitor.ratio_clip")),
+                aux_per_class=_optional(spec, "monitor.aux_per_class", int),
+                t_ra=_optional(spec, "monitor.t_ra", float),
+                variant=_optional(spec, "monitor.variant", str),
+                alpha=_optional(spec, "monitor.alpha", float),
+                beta=_optional(spec, "monitor.beta", float),
+                ack_threshold=None if "threshold" not in ack else float(ack["threshold"]),
+                ack_rounds=None if "rounds" not in ack else int(ack["rounds"]),
+            ),
+            configured=copy.deepcopy(dict(spec)),
+        )
+
+    @property
+    def seed(self) -> int:
+        return self.job.seed
+
+    @property
+    def name(self) -> str:
+        """``<experiment>/<dataset>/<setting>/<loss>/seed<k>``: the job's result folder."""
+        return self.job.path
+
+    @property
+    def scheme(self) -> str:
+        return str(self.partition["scheme"])
+
+    @property
+    def is_fl(self) -> bool:
+        return self.mode == "fl"
+
+    def required(self, name: str) -> Any:
+        """Field ``name`` (``local_epochs``, ``selection``, ``clients_per_round``); ConfigError when unset."""
+        value = getattr(self, name)
+        if value is None:
+            raise ConfigError(f"'{name}' is not set: the {self.name} job needs it")
+        return value
+
+    def loss_kwargs(self) -> dict[str, Any]:
+        """The constructor arguments of the job's loss (``loss_params.<base loss>``)."""
+        return dict(self.loss_params.get(self.base_loss, {}))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The configured dict (a copy): the job as asked for, ``path`` unresolved."""
+        return copy.deepcopy(dict(self.configured))
+
+    def resolved_dict(self) -> dict[str, Any]:
+        """The configured dict with the training path this run resolved (``with_path``)."""
+        return {**self.as_dict(), "path": self.path}
+
+    def with_path(self, path: str) -> JobSpec:
+        """The same job on training path ``path`` (``jobs.resolve_path`` of ``auto``); the configured dict is kept."""
+        return dataclasses.replace(self, path=path)
+
+
+def required_keys(spec: Mapping[str, Any]) -> list[str]:
+    """The dotted keys a job with this (merged) configured dict reads and that have no default, less its
+    partition scheme's own keys (``config.required_keys`` adds them: ``partition.PARTITION_KEYS``)."""
+    keys = list(REQUIRED_KEYS)
+    if spec.get("mode") == "fl" or spec.get("centralised_epochs") is None:
+        keys.append("local_epochs")
+    if spec.get("mode") == "fl":
+        keys += [k for k in REQUIRED_FL_KEYS if k not in keys]
+    if base_loss(spec) == "ratio" or job_value(spec, "monitor.record"):
+        keys += list(REQUIRED_MONITOR_KEYS)
+    return keys
+
+
+def as_spec(spec: Mapping[str, Any] | JobSpec) -> JobSpec:
+    """``spec`` itself, or the typed spec of a configured dict (the engine's entry points accept both)."""
+    return JobSpec.from_config(spec)

@@ -34,6 +34,7 @@ from fedbalance.config import base_loss
 from fedbalance.fl import TAG_MONITOR, torch_generator
 from fedbalance.jobfolder import read_metrics, round_records
 from fedbalance.monitor import VARIANTS, _diag, _others_mean, class_ratios, unit_ratios
+from fedbalance.records import plus_minus
 from fedbalance.replay import load_trajectory, replay_setup
 
 READINGS = VARIANTS
@@ -126,8 +127,7 @@ def recorded_job(folder: Path, factor: float) -> dict:
 
 
 def _pm(values: pd.Series, scale: float, digits: int) -> str:
-    mean = scale * values.mean()
-    return f"{mean:.{digits}f}" + (f" ± {scale * values.std(ddof=1):.{digits}f}" if len(values) > 1 else "")
+    return plus_minus(scale * values.mean(), scale * values.std(ddof=1), digits)
 
 
 def table(jobs: list[dict]) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fedbalance.config import load_config, settings
-from fedbalance.records import parse_setting, setting_name, setting_value
+from fedbalance.records import parse_setting, plus_minus, setting_name, setting_value
 
 CONFIGS = [Path(__file__).resolve().parents[1] / "config" / f for f in ("config.yaml", "quick.yaml")]
 
@@ -70,3 +70,12 @@ def test_known_names_of_the_full_protocol() -> None:
     cfg = load_config(CONFIGS[0])
     assert "t1.25" in settings(cfg, "t_ra") and "c5_g10" in settings(cfg, "mismatch")
     assert "k50" in settings(cfg, "clients_cifar10") and "g100" in settings(cfg, "losses")
+
+
+def test_plus_minus_is_the_one_cell_format() -> None:
+    import statistics
+
+    values = [0.8312, 0.8101, 0.8523]
+    mean, std = statistics.fmean(values) * 100, statistics.stdev(values) * 100
+    assert plus_minus(mean, std, 2) == "83.12 ± 2.11"  # 83.1200, 2.1100 by hand
+    assert plus_minus(0.97912, float("nan"), 4) == "0.9791"  # one seed: the mean alone

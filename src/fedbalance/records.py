@@ -5,6 +5,7 @@ Defined once here; ``config``, ``fl``, ``jobs``, ``aggregate`` and ``presentatio
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -85,6 +86,12 @@ ROUND_COLUMNS: tuple[str, ...] = (
 
 SETTING_PART = re.compile(r"([A-Za-z]+)(-?(?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?|-?inf|nan)")
 """One ``<prefix><value>`` part of a grid setting name: letters, then a number as ``format(v, "g")`` or ``str(v)`` writes it."""
+
+
+def plus_minus(mean: float, std: float, digits: int) -> str:
+    """A cell over seeds as every report writes it: "mean ± std" to ``digits`` decimals, the mean alone when std is NaN
+    (one seed)."""
+    return f"{mean:.{digits}f}" + ("" if math.isnan(std) else f" ± {std:.{digits}f}")
 
 
 def format_value(value: Any) -> str:

@@ -19,7 +19,7 @@ import pandas as pd
 
 from fedbalance.aggregate import collect
 from fedbalance.config import jobs, twins
-from fedbalance.records import Job
+from fedbalance.records import Job, plus_minus
 from fedbalance.jobfolder import finished as folder_finished
 # metric (final.csv column) -> how it prints: Ac.M and accuracies in %, AUCs as fractions
 METRICS = {"acc_minority": 100.0, "acc_majority": 100.0, "acc": 100.0, "auc_hard": 1.0, "auc_micro": 1.0}
@@ -80,9 +80,7 @@ def compare(ours: str | Path, reference: str | Path, metrics: list[str] | None =
 
 
 def _pm(mean: float, std: float, n: int, digits: int) -> str:
-    if n == 0:
-        return "–"
-    return f"{mean:.{digits}f}" + ("" if math.isnan(std) else f" ± {std:.{digits}f}") + f" ({n})"
+    return "–" if n == 0 else f"{plus_minus(mean, std, digits)} ({n})"
 
 
 def compare_markdown(frame: pd.DataFrame) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
+from fedbalance.records import plus_minus
 from fedbalance.presentation.names import GAMMAS, Read, gamma_setting
 from fedbalance.presentation.tables import published
 
@@ -80,10 +81,6 @@ def fidelity_frame(
     return pd.DataFrame(out, columns=COLUMNS)
 
 
-def _pm(mean: float, std: float, digits: int) -> str:
-    return f"{mean:.{digits}f}" + ("" if math.isnan(std) else f" ± {std:.{digits}f}")
-
-
 def fidelity_markdown(frame: pd.DataFrame) -> str:
     """The frame as a Markdown table (Ac.M in %, two decimals, mean ± std over seeds; AUC four)."""
     head = ("| dataset | Γ | loss | seeds | Ac.M final | paper Ac.M | paper vs our seeds | Ac.M last 5 | "
@@ -91,9 +88,9 @@ def fidelity_markdown(frame: pd.DataFrame) -> str:
     lines = [head, "|" + "---|" * 14]
     for row in frame.itertuples(index=False):
         lines.append(
-            f"| {row.dataset} | {row.setting} | {row.loss} | {row.seeds} | {_pm(row.acm_final, row.acm_std, 2)} | "
+            f"| {row.dataset} | {row.setting} | {row.loss} | {row.seeds} | {plus_minus(row.acm_final, row.acm_std, 2)} | "
             f"{row.paper_acm:.2f} | {row.acm_verdict} | {row.acm_last:.2f} | {row.acm_best:.2f} ({row.best_round}) | "
-            f"{_pm(row.auc_final, row.auc_std, 4)} | {row.paper_auc:.4f} | {row.auc_last:.4f} | "
+            f"{plus_minus(row.auc_final, row.auc_std, 4)} | {row.paper_auc:.4f} | {row.auc_last:.4f} | "
             f"{row.auc_micro_final:.4f} | {row.wall_time_min:.1f} |"
         )
     return "\n".join(lines) + (

@@ -101,6 +101,10 @@ def replay_job(path: Path, data_dir: str, factor: float) -> dict:
     }
 
 
+LATE = 5
+"""A late spike: one from this round on, after the ramp-up (π rises from ≈ 2 on a fresh model as the monitor first
+sees the imbalance, rounds 2-4); the table counts late spikes beside all spikes."""
+
 DROP = 0.2
 """A drop: an evaluated round whose test accuracy is this much (or more) below the previous evaluated round's."""
 
@@ -135,15 +139,16 @@ def table(jobs: list[dict]) -> str:
     frame = pd.DataFrame([{**j, **{f"final_{k}": v for k, v in j["final"].items()}} for j in jobs])
     frame["gamma"] = frame["setting"].str.extract(r"g(\d+)", expand=False).astype(float)
     lines = ["| Γ | loss | seeds | Ac.M final (%) | Ac.M last 5 (%) | majority acc. (%) | AUC (hard) | max π | "
-             "spike rounds (jobs with one) | drops ≥ 20 points |", "|" + "---|" * 10]
+             f"spike rounds (jobs with one) | late spike rounds, t ≥ {LATE} | drops ≥ 20 points |", "|" + "---|" * 11]
     for (gamma, loss), g in frame.sort_values(["gamma", "loss", "seed"]).groupby(["gamma", "loss"], sort=True):
         spikes_total = sum(len(s) for s in g["spike_rounds"])
         with_spike = sum(1 for s in g["spike_rounds"] if s)
+        late = sum(1 for s in g["spike_rounds"] for t in s if t >= LATE)
         max_pi = "–" if g["max_pi"].isna().all() else f"{g['max_pi'].max():.1f}"
         lines.append(
             f"| {gamma:g} | {loss} | {', '.join(str(s) for s in g['seed'])} | {_pm(g['final_acc_minority'], 100, 2)} | "
             f"{_pm(g['last5_acc_minority'], 100, 2)} | {_pm(g['final_acc_majority'], 100, 2)} | {_pm(g['final_auc_hard'], 1, 4)} | "
-            f"{max_pi} | {spikes_total} ({with_spike}) | {int(g['drops'].sum())} |")
+            f"{max_pi} | {spikes_total} ({with_spike}) | {late} | {int(g['drops'].sum())} |")
     return "\n".join(lines) + "\n"
 
 

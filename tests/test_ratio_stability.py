@@ -59,15 +59,15 @@ def _toy_job(root: Path, loss: str, seed: int, acc: list[float], acm: float, wei
 
 def test_the_table_by_hand(tmp_path: Path) -> None:
     """Two Ratio-Loss seeds and a CE job: seeds, mean ± std, the largest π a round trained with, spikes and drops."""
-    flat = [[1.0, 2.0]] * 6
+    late = [[1.0, 2.0]] * 4 + [[1.0, 40.0], [1.0, 2.0]]  # round 5 trains with 40: a late spike (t >= LATE = 5)
     spiky = [[1.0, 2.0], [1.0, 2.0], [1.0, 2.0], [1.0, 30.0], [1.0, 2.0], [1.0, 2.0]]  # round 4 trains with 30 (a spike)
     jobs = [ratio_stability.recorded_job(_toy_job(tmp_path, "ratio", 0, [0.5, 0.7, 0.9, 0.9, 0.6, 0.9], 0.80, spiky), 5.0),
-            ratio_stability.recorded_job(_toy_job(tmp_path, "ratio", 1, [0.5, 0.7, 0.9, 0.9, 0.9, 0.9], 0.90, flat), 5.0),
+            ratio_stability.recorded_job(_toy_job(tmp_path, "ratio", 1, [0.5, 0.7, 0.9, 0.9, 0.9, 0.9], 0.90, late), 5.0),
             ratio_stability.recorded_job(_toy_job(tmp_path, "ce", 0, [0.5, 0.6, 0.7, 0.8, 0.8, 0.8], 0.50, None), 5.0)]
     assert jobs[0]["spike_rounds"] == [4] and jobs[0]["max_pi"] == 30.0 and jobs[0]["drops"] == 1  # 0.9 -> 0.6
-    assert jobs[1]["spike_rounds"] == [] and jobs[1]["max_pi"] == 2.0 and jobs[1]["drops"] == 0
+    assert jobs[1]["spike_rounds"] == [5] and jobs[1]["max_pi"] == 40.0 and jobs[1]["drops"] == 0
     assert jobs[2]["max_pi"] is None and jobs[2]["last5_acc_minority"] == pytest.approx(0.5)
     lines = ratio_stability.table(jobs).splitlines()
-    assert lines[2] == "| 50 | ce | 0 | 50.00 | 50.00 | 90.00 | 0.9500 | – | 0 (0) | 0 |"
+    assert lines[2] == "| 50 | ce | 0 | 50.00 | 50.00 | 90.00 | 0.9500 | – | 0 (0) | 0 | 0 |"
     # Ac.M 80 and 90: mean 85, std 7.07; majority 90 and 91
-    assert lines[3] == "| 50 | ratio | 0, 1 | 85.00 ± 7.07 | 85.00 ± 7.07 | 90.50 ± 0.71 | 0.9500 ± 0.0000 | 30.0 | 1 (1) | 1 |"
+    assert lines[3] == "| 50 | ratio | 0, 1 | 85.00 ± 7.07 | 85.00 ± 7.07 | 90.50 ± 0.71 | 0.9500 ± 0.0000 | 40.0 | 2 (2) | 1 | 1 |"

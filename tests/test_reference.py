@@ -65,6 +65,23 @@ def test_compare_cli(tmp_path: Path, capsys) -> None:
     assert main(["compare", "--ours", str(tmp_path / "none"), "--reference", str(tmp_path / "b")]) == 2
 
 
+def test_compare_cli_names_a_bad_experiment_and_a_corrupt_job(tmp_path: Path, capsys) -> None:
+    from fedbalance.cli import main
+
+    for root in (tmp_path / "a", tmp_path / "b"):
+        write_job(root, Job("losses", "mnist", "g10", "ce", 0))
+    args = ["compare", "--ours", str(tmp_path / "a"), "--reference", str(tmp_path / "b")]
+    assert main([*args, "--experiment", "losses"]) == 0
+    capsys.readouterr()
+    assert main([*args, "--experiment", "lossez"]) == 2
+    assert "--experiment lossez: neither result set holds a job of it (they hold: losses)" in capsys.readouterr().err
+    bad = tmp_path / "a" / "losses/mnist/g10/ce/seed0/metrics.json"
+    bad.write_text("{bad")
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "not valid JSON" in err and "Traceback" not in err
+
+
 def test_reference_jobs_holds_finished_jobs_and_their_twins(tmp_path: Path) -> None:
     cfg = load_config(MNIST)
     # alpha/a1 is trained for beta/b0.1 and beyond/g50 (twins); a job without its rounds.csv is not held

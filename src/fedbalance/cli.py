@@ -27,9 +27,10 @@ def user_errors() -> tuple[type[Exception], ...]:
     from fedbalance.data import DataError
     from fedbalance.fl import FLError
     from fedbalance.cost import CostError
+    from fedbalance.jobfolder import JobFolderError
     from fedbalance.jobs import JobError
 
-    return (ConfigError, DataError, PartitionError, FLError, JobError, CostError)
+    return (ConfigError, DataError, PartitionError, FLError, JobError, CostError, JobFolderError)
 
 
 def _job_args(p: argparse.ArgumentParser, *, loss: bool) -> None:
@@ -298,6 +299,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
             raise ConfigError(f"{name} {d}: no finished job (metrics.json) below it")
     frame = compare(args.ours, args.reference, args.metric)
     if args.experiment:
+        unknown = sorted(set(args.experiment) - set(frame.experiment))
+        if unknown:
+            raise ConfigError(f"--experiment {', '.join(unknown)}: neither result set holds a job of it "
+                              f"(they hold: {', '.join(sorted(set(frame.experiment)))})")
         frame = frame[frame.experiment.isin(args.experiment)]
     if args.csv is not None:
         atomic_write(args.csv, lambda fh: frame.to_csv(fh, index=False))

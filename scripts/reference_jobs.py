@@ -13,6 +13,7 @@ provenance.json; nothing else).
         --jobs losses:g10,g50:ce,ratio,ratio_rel:0,1,2 --workers 2
     python scripts/reference_jobs.py collect --out /work/refruns --reference reference/mnist
     python scripts/reference_jobs.py status --reference reference/mnist     # what the set holds (Markdown)
+    python scripts/reference_jobs.py docs --rendered results_reference      # the render into docs/ (--check: compare)
 """
 
 from __future__ import annotations
@@ -131,23 +132,32 @@ def cmd_collect(args: argparse.Namespace) -> int:
     return 0
 
 
-MARK_BEGIN, MARK_END = "<!-- status: scripts/reference_jobs.py status --readme -->", "<!-- /status -->"
+def spliced(text: str, name: str, body: str, *, source: str) -> str:
+    """``text`` with ``body`` between its marks ``<!-- name: source -->`` and ``<!-- /name -->``."""
+    begin, end = f"<!-- {name}: {source} -->", f"<!-- /{name} -->"
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        raise SystemExit(f"error: expected one '{begin}' followed by one '{end}'")
+    head, rest = text.split(begin, 1)
+    return f"{head}{begin}\n{body.rstrip()}\n{end}{rest.split(end, 1)[1]}"
+
+
+def status_text(reference: Path) -> str:
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        cmd_status(argparse.Namespace(reference=reference, readme=None))
+    return buf.getvalue()
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Markdown: per (experiment, setting, loss) the seeds the reference set holds, and the commits and devices;
     ``--readme`` writes it between the status marks of reference/README.md instead."""
     if args.readme is not None:
-        import contextlib
-        import io
-
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
-            cmd_status(argparse.Namespace(reference=args.reference, readme=None))
-        text = args.readme.read_text()
-        head, rest = text.split(MARK_BEGIN, 1)
-        tail = rest.split(MARK_END, 1)[1]
-        args.readme.write_text(f"{head}{MARK_BEGIN}\n{buf.getvalue()}{MARK_END}{tail}")
+        text = spliced(args.readme.read_text(), "status", status_text(args.reference),
+                       source="scripts/reference_jobs.py status --readme")
+        args.readme.write_text(text)
         return 0
     held: dict[tuple[str, str, str, str], list[int]] = {}
     commits: dict[str, int] = {}
@@ -169,6 +179,54 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"\n{n} jobs; commits {commits}; devices {devices}; "
           + (f"minutes per job {min(minutes):.1f}–{max(minutes):.1f} (median {sorted(minutes)[len(minutes) // 2]:.1f})" if minutes else ""))
     return 0
+
+
+DOCS_SOURCE = "scripts/reference_jobs.py docs"
+
+
+def held_summary(reference: Path, experiment: str | None = None) -> str:
+    """One line: how many jobs (of ``experiment``, or all) the set holds, from which commits and devices."""
+    commits: dict[str, int] = {}
+    devices: dict[str, int] = {}
+    for prov_path in sorted(reference.glob("**/provenance.json")):
+        if experiment is not None and prov_path.parent.relative_to(reference).parts[0] != experiment:
+            continue
+        prov = json.loads(prov_path.read_text())
+        commits[prov["commit"][:7]] = commits.get(prov["commit"][:7], 0) + 1
+        device = (prov.get("runtime") or {}).get("device") or read_metrics(prov_path.parent)["device"]
+        devices[device] = devices.get(device, 0) + 1
+    what = f"`{experiment}` jobs" if experiment else "jobs"
+    return (f"{sum(commits.values())} {what} of {reference.as_posix()} "
+            f"(commits {', '.join(f'{c}: {n}' for c, n in sorted(commits.items()))}; "
+            f"devices {', '.join(f'{d}: {n}' for d, n in sorted(devices.items()))})")
+
+
+def docs_texts(rendered: Path, reference: Path, docs: Path) -> dict[Path, str]:
+    """docs/fidelity.md and docs/claims-mnist.md with the render of ``reference`` (in ``rendered``) spliced in."""
+    fidelity = (rendered / "tables" / "Fidelity.md").read_text()
+    claims = (rendered / "claims.md").read_text().split("\n", 1)[1].lstrip("\n")
+    blocks = {
+        docs / "fidelity.md": ("fidelity", f"`tables/Fidelity.md` of the render of the {held_summary(reference, 'losses')}:"
+                               f"\n\n{fidelity}"),
+        docs / "claims-mnist.md": ("claims", f"`claims.md` of the render of the {held_summary(reference)}:\n\n{claims}"),
+    }
+    return {path: spliced(path.read_text(), name, body, source=DOCS_SOURCE) for path, (name, body) in blocks.items()}
+
+
+def cmd_docs(args: argparse.Namespace) -> int:
+    """Splice the render of the reference set (Fidelity.md, claims.md) into the docs; ``--check``: only compare."""
+    for name in ("tables/Fidelity.md", "claims.md"):
+        if not (args.rendered / name).is_file():
+            raise SystemExit(f"error: {args.rendered / name} is missing: render the reference set first (reference/README.md)")
+    stale = []
+    for path, text in docs_texts(args.rendered, args.reference, args.docs).items():
+        if path.read_text() != text:
+            stale.append(path)
+            if not args.check:
+                path.write_text(text)
+    verb = "differ from" if args.check else "updated from"
+    print(f"{len(stale)} doc(s) {verb} the render: {', '.join(map(str, stale)) or '-'}")
+    return 1 if args.check and stale else 0
 
 
 def _gamma(setting: str) -> float:
@@ -198,6 +256,12 @@ def main() -> int:
     st.add_argument("--reference", type=Path, required=True)
     st.add_argument("--readme", type=Path, default=None, help="write the table into this README's status block")
     st.set_defaults(func=cmd_status)
+    dc = sub.add_parser("docs", help="splice the rendered Fidelity.md and claims.md into docs/ (between their marks)")
+    dc.add_argument("--rendered", type=Path, default=Path("results_reference"), help="results_dir of the render")
+    dc.add_argument("--reference", type=Path, default=Path("reference/mnist"))
+    dc.add_argument("--docs", type=Path, default=Path("docs"))
+    dc.add_argument("--check", action="store_true", help="change nothing; exit 1 when a doc differs from the render")
+    dc.set_defaults(func=cmd_docs)
     args = p.parse_args()
     return args.func(args)
 

@@ -51,3 +51,15 @@ def test_paper_verdict_by_hand(mean, std, seeds, paper, want) -> None:
     from fedbalance.presentation.fidelity import paper_verdict
 
     assert paper_verdict(mean, std, seeds, paper) == want
+
+
+def test_rows_run_in_the_papers_order() -> None:
+    """Datasets and Γ in the paper's order (balanced first, 100:1 last, not "g10" < "g100" < "g50"); others after."""
+    final, rounds = _frames()
+    cells = [("femnist", "g10"), ("mnist", "g50"), ("mnist", "g100"), ("mnist", "zz"), ("mnist", "g1"), ("mnist", "g10")]
+    f = pd.concat([final.assign(dataset=d, setting=s) for d, s in cells], ignore_index=True)
+    r = pd.concat([rounds.assign(dataset=d, setting=s) for d, s in cells], ignore_index=True)
+    got = fidelity_frame(f, r)
+    assert list(zip(got.dataset, got.setting, got.loss)) == [
+        ("mnist", s, loss) for s in ("g1", "g10", "g50", "g100", "zz") for loss in ("ce", "ratio_rel")
+    ] + [("femnist", "g10", "ce"), ("femnist", "g10", "ratio_rel")]

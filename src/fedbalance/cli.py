@@ -178,7 +178,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     """``fedbalance train``."""
     import torch
 
-    from fedbalance.jobs import load_partitions, resolve_device, run_job
+    from fedbalance.jobs import load_partitions, run_job
 
     if args.out.exists() and not args.out.is_dir():
         raise ConfigError(f"--out {args.out} is a file; it must be a folder (new or a job's earlier output)")

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import pandas as pd
 
 from fedbalance.records import plus_minus
-from fedbalance.presentation.names import GAMMAS, Read, gamma_setting
+from fedbalance.presentation.names import DATASETS, GAMMAS, Read, gamma_setting
 from fedbalance.presentation.tables import published
 
 TABLE_OF = {"mnist": "Res_3_datasets", "cifar10": "Res_3_datasets", "fer2013": "Res_3_datasets", "femnist": "FL_FEMNIST"}
@@ -50,7 +50,8 @@ def fidelity_frame(
 
     ``final``/``rounds`` are ``fedbalance.aggregate`` frames; values are means over seeds. ``base``
     maps a loss variant (e.g. ``ratio_rel``) to the loss whose published number it is compared
-    with. ``best_round`` is the round (0-based) of the best mean Ac.M.
+    with. ``best_round`` is the round (0-based) of the best mean Ac.M. Rows run in the paper's order:
+    dataset, then Γ (balanced first), then loss.
     """
     base = dict(base or {})
     pub = published() if pub is None else pub
@@ -78,7 +79,14 @@ def fidelity_frame(
             "paper_auc": float(paper["auc"].iloc[0]) if len(paper["auc"]) else float("nan"),
             "auc_micro_final": grp.auc_micro.mean(), "wall_time_min": grp.wall_time_s.mean() / 60,
         })
+    order = {"dataset": list(DATASETS), "setting": [gamma_setting(g) for _, g in GAMMAS]}
+    out.sort(key=lambda row: (*(_rank(order[k], row[k]) for k in ("dataset", "setting")), row["loss"]))
     return pd.DataFrame(out, columns=COLUMNS)
+
+
+def _rank(known: list[str], value: str) -> tuple[int, str]:
+    """Sort key: the paper's order for known names (datasets; Γ, balanced first), the rest after them by name."""
+    return (known.index(value), "") if value in known else (len(known), value)
 
 
 def fidelity_markdown(frame: pd.DataFrame) -> str:

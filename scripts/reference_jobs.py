@@ -226,6 +226,11 @@ def cmd_docs(args: argparse.Namespace) -> int:
                 path.write_text(text)
     verb = "differ from" if args.check else "updated from"
     print(f"{len(stale)} doc(s) {verb} the render: {', '.join(map(str, stale)) or '-'}")
+    if args.check and stale:
+        print("the reference set changed since they were written; render it and splice the render in "
+              "(reference/README.md, 'Render and compare'): snakemake --cores all --configfile config/mnist.yaml "
+              "--config reference_dir=reference/mnist results_dir=results_reference && "
+              "python scripts/reference_jobs.py docs --rendered results_reference")
     return 1 if args.check and stale else 0
 
 

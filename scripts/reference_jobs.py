@@ -160,16 +160,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         args.readme.write_text(text)
         return 0
     held: dict[tuple[str, str, str, str], list[int]] = {}
-    commits: dict[str, int] = {}
-    devices: dict[str, int] = {}
+    commits, devices = provenance_counts(args.reference)
     minutes: list[float] = []
     for prov_path in sorted(args.reference.glob("**/provenance.json")):
         exp, ds, setting, loss, seed = prov_path.parent.relative_to(args.reference).parts
         held.setdefault((exp, ds, setting, loss), []).append(int(seed[4:]))
         prov = json.loads(prov_path.read_text())
-        commits[prov["commit"][:7]] = commits.get(prov["commit"][:7], 0) + 1
-        device = (prov.get("runtime") or {}).get("device") or read_metrics(prov_path.parent)["device"]
-        devices[device] = devices.get(device, 0) + 1
         if prov.get("wall_s_job"):
             minutes.append(prov["wall_s_job"] / 60)
     print("| experiment | dataset | setting | loss | seeds |\n|---|---|---|---|---|")
@@ -184,8 +180,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 DOCS_SOURCE = "scripts/reference_jobs.py docs"
 
 
-def held_summary(reference: Path, experiment: str | None = None) -> str:
-    """One line: how many jobs (of ``experiment``, or all) the set holds, from which commits and devices."""
+def provenance_counts(reference: Path, experiment: str | None = None) -> tuple[dict[str, int], dict[str, int]]:
+    """Jobs per commit (7 hex digits) and per device among the set's jobs (of ``experiment``, or all)."""
     commits: dict[str, int] = {}
     devices: dict[str, int] = {}
     for prov_path in sorted(reference.glob("**/provenance.json")):
@@ -195,6 +191,12 @@ def held_summary(reference: Path, experiment: str | None = None) -> str:
         commits[prov["commit"][:7]] = commits.get(prov["commit"][:7], 0) + 1
         device = (prov.get("runtime") or {}).get("device") or read_metrics(prov_path.parent)["device"]
         devices[device] = devices.get(device, 0) + 1
+    return commits, devices
+
+
+def held_summary(reference: Path, experiment: str | None = None) -> str:
+    """One line: how many jobs (of ``experiment``, or all) the set holds, from which commits and devices."""
+    commits, devices = provenance_counts(reference, experiment)
     what = f"`{experiment}` jobs" if experiment else "jobs"
     return (f"{sum(commits.values())} {what} of {reference.as_posix()} "
             f"(commits {', '.join(f'{c}: {n}' for c, n in sorted(commits.items()))}; "

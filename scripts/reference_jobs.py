@@ -59,11 +59,10 @@ def runtime_of(metrics: dict) -> dict:
     return out
 
 
-def run_one(args: argparse.Namespace, job: tuple[str, str, str, str, int]) -> str:
-    out = job_dir(args.out, job)
-    if (out / METRICS).exists():
-        return f"skip {out}"
-    out.mkdir(parents=True, exist_ok=True)
+def checkout_commit(args: argparse.Namespace) -> tuple[str, bool]:
+    """The commit of ``--checkout`` and whether its tracked files differ from it (``--commit``: a copy without git)."""
+    if args.commit:
+        return args.commit, False
     checkout = args.checkout.resolve()
     commit = subprocess.run(
         ["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
@@ -74,24 +73,63 @@ def run_one(args: argparse.Namespace, job: tuple[str, str, str, str, int]) -> st
         text=True,
         check=True,
     ).stdout.strip()
+    return commit, bool(dirty)
+
+
+class Window:
+    """``--deadline-s``: no job starts unless the median finished job would end before the deadline; at the
+    deadline running jobs are stopped (their checkpoints stay, a later run resumes them)."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.end = None if seconds is None else time.time() + seconds
+        self.walls: list[float] = []
+
+    def admits(self) -> bool:
+        if self.end is None:
+            return True
+        expected = sorted(self.walls)[len(self.walls) // 2] if self.walls else 0.0
+        return time.time() + expected < self.end
+
+    def left(self) -> float | None:
+        return None if self.end is None else max(0.0, self.end - time.time())
+
+
+def run_one(args: argparse.Namespace, job: tuple[str, str, str, str, int], window: Window | None = None) -> str:
+    window = window or Window(None)
+    out = job_dir(args.out, job)
+    if (out / METRICS).exists():
+        return f"skip {out}"
+    if not window.admits():
+        return f"not started (deadline) {out}"
+    out.mkdir(parents=True, exist_ok=True)
+    checkout = args.checkout.resolve()
+    commit, dirty = checkout_commit(args)
     exp, ds, setting, loss, seed = job
     cmd = [
         sys.executable, "-m", "fedbalance", "train", "--config", args.config, "--experiment", exp,
         "--dataset", ds, "--setting", setting, "--loss", loss, "--seed", str(seed),
         "--out", str(out.resolve()), "--device", args.device, "--threads", "1",
     ]
-    env = {**os.environ, "PYTHONPATH": str(checkout / "src")}
+    paths = [str(checkout / "src"), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     start = time.time()
     with open(out / "train.log", "a") as log:
-        rc = subprocess.run(cmd, cwd=checkout, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+        proc = subprocess.Popen(cmd, cwd=checkout, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            rc = proc.wait(timeout=window.left())
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            proc.wait()
+            return f"stopped at the deadline after {(time.time() - start) / 60:.1f} min (checkpoint kept) {out}"
     wall = time.time() - start
     if rc != 0:
         return f"FAILED rc={rc} {out}"
+    window.walls.append(wall)
     metrics = read_metrics(out)
     prov = {
         "job": out.relative_to(args.out).as_posix(),
         "commit": commit,
-        "checkout_dirty": bool(dirty),
+        "checkout_dirty": dirty,
         "command": "python -m fedbalance train " + " ".join(cmd[4:]).replace(str(out.resolve()), "OUT"),
         "config": args.config,
         "runtime": runtime_of(metrics),
@@ -100,15 +138,18 @@ def run_one(args: argparse.Namespace, job: tuple[str, str, str, str, int]) -> st
         "host": {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()},
         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    if args.device != "cpu":
+        prov["concurrent_jobs"] = args.workers
     (out / "provenance.json").write_text(json.dumps(prov, indent=2) + "\n")
     return f"done {out} {wall / 60:.1f} min"
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     jobs = parse_jobs(args.jobs, args.dataset)
+    window = Window(args.deadline_s)
     print(f"{len(jobs)} jobs, {args.workers} workers", flush=True)
     with ThreadPoolExecutor(args.workers) as pool:
-        for msg in pool.map(lambda j: run_one(args, j), jobs):
+        for msg in pool.map(lambda j: run_one(args, j, window), jobs):
             print(time.strftime("%H:%M:%S"), msg, flush=True)
     return 0
 
@@ -254,6 +295,9 @@ def main() -> int:
     run.add_argument("--jobs", action="append", required=True, help="experiment:settings:losses:seeds")
     run.add_argument("--workers", type=int, default=2)
     run.add_argument("--device", default="cpu")
+    run.add_argument("--deadline-s", type=float, default=None, help="start no job that would not end within this many "
+                     "seconds (the median finished job's time); stop running ones then, keeping their checkpoints")
+    run.add_argument("--commit", default=None, help="the commit of --checkout when it is a copy without git")
     run.set_defaults(func=cmd_run)
     col = sub.add_parser("collect")
     col.add_argument("--out", type=Path, required=True)

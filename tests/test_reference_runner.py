@@ -1,0 +1,90 @@
+"""scripts/reference_jobs.py run: provenance, the deadline window and a checkout without git (a fake trainer)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+FAKE_MAIN = '''
+import json, os, sys, time
+args = sys.argv[1:]
+out = args[args.index("--out") + 1]
+seed = int(args[args.index("--seed") + 1])
+time.sleep(float(os.environ["FAKE_SECONDS"]))
+os.makedirs(out, exist_ok=True)
+json.dump({"config": {"path": "auto"}, "device": "cpu", "threads": 1, "deterministic": False,
+           "versions": {"torch": "x"}, "path": "sequential", "wall_time_s": 1.0, "final": {"seed": seed}},
+          open(os.path.join(out, "metrics.json"), "w"))
+'''
+
+
+def _runner():
+    spec = importlib.util.spec_from_file_location("reference_jobs", REPO / "scripts" / "reference_jobs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture()
+def checkout(tmp_path: Path) -> Path:
+    """A folder without git whose ``src/fedbalance`` is a trainer that sleeps FAKE_SECONDS, then writes metrics.json."""
+    pkg = tmp_path / "checkout" / "src" / "fedbalance"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "__main__.py").write_text(FAKE_MAIN)
+    return tmp_path / "checkout"
+
+
+def _args(checkout: Path, out: Path, workers: int = 1) -> argparse.Namespace:
+    return argparse.Namespace(checkout=checkout, out=out, config="config/mnist.yaml", dataset="mnist",
+                              workers=workers, device="cuda", commit="abc1234", deadline_s=None)
+
+
+def test_jobs_run_with_the_given_commit_and_record_it(checkout: Path, tmp_path: Path, monkeypatch) -> None:
+    rj = _runner()
+    monkeypatch.setenv("FAKE_SECONDS", "0")
+    args = _args(checkout, tmp_path / "runs")
+    jobs = rj.parse_jobs(["losses:g10:ce,ratio:3,4"], "mnist")
+    assert jobs[:2] == [("losses", "mnist", "g10", "ce", 3), ("losses", "mnist", "g10", "ratio", 3)]  # seeds outermost
+    msgs = [rj.run_one(args, job) for job in jobs]
+    assert all(m.startswith("done") for m in msgs), msgs
+    prov = json.loads((tmp_path / "runs/losses/mnist/g10/ratio/seed4/provenance.json").read_text())
+    assert prov["commit"] == "abc1234" and prov["checkout_dirty"] is False
+    assert prov["job"] == "losses/mnist/g10/ratio/seed4" and prov["concurrent_jobs"] == 1
+    assert "--device cuda" in prov["command"] and "--seed 4" in prov["command"]
+    assert json.loads((tmp_path / "runs/losses/mnist/g10/ratio/seed4/metrics.json").read_text())["final"] == {"seed": 4}
+    assert rj.run_one(args, jobs[0]).startswith("skip")  # a finished job is not run again
+
+
+def test_window_admits_by_the_median_finished_job() -> None:
+    rj = _runner()
+    assert rj.Window(None).admits() and rj.Window(None).left() is None
+    w = rj.Window(100.0)
+    assert w.admits()  # nothing finished yet: no estimate, start
+    w.walls = [10.0, 500.0, 20.0]  # median 20 s < 100 s left
+    assert w.admits()
+    w.walls = [150.0, 120.0, 5.0]  # median 120 s > 100 s left
+    assert not w.admits()
+    assert 99.0 < w.left() <= 100.0
+
+
+def test_a_job_past_the_deadline_is_stopped_and_no_later_one_starts(checkout: Path, tmp_path: Path, monkeypatch) -> None:
+    rj = _runner()
+    monkeypatch.setenv("FAKE_SECONDS", "30")
+    args = _args(checkout, tmp_path / "runs")
+    window = rj.Window(1.5)
+    t0 = time.time()
+    msg = rj.run_one(args, ("losses", "mnist", "g10", "ce", 0), window)
+    assert msg.startswith("stopped at the deadline") and time.time() - t0 < 20
+    assert not (tmp_path / "runs/losses/mnist/g10/ce/seed0/metrics.json").exists()
+    assert not (tmp_path / "runs/losses/mnist/g10/ce/seed0/provenance.json").exists()
+    window.walls = [60.0]
+    assert rj.run_one(args, ("losses", "mnist", "g10", "ce", 1), window).startswith("not started (deadline)")
+    assert not (tmp_path / "runs/losses/mnist/g10/ce/seed1").exists()

@@ -183,38 +183,40 @@ def spliced(text: str, name: str, body: str, *, source: str) -> str:
 
 
 def status_text(reference: Path) -> str:
-    import contextlib
-    import io
-
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        cmd_status(argparse.Namespace(reference=reference, readme=None))
-    return buf.getvalue()
+    """Markdown: per (experiment, setting, loss) the seeds the set holds; then its commits, devices and minutes a job
+    per device (one pass over the provenance files)."""
+    held: dict[tuple[str, str, str, str], list[int]] = {}
+    commits: dict[str, int] = {}
+    minutes: dict[str, list[float]] = {}
+    for prov_path in sorted(reference.glob("**/provenance.json")):
+        exp, ds, setting, loss, seed = prov_path.parent.relative_to(reference).parts
+        held.setdefault((exp, ds, setting, loss), []).append(int(seed[4:]))
+        prov = json.loads(prov_path.read_text())
+        commits[prov["commit"][:7]] = commits.get(prov["commit"][:7], 0) + 1
+        device = (prov.get("runtime") or {}).get("device") or read_metrics(prov_path.parent)["device"]
+        minutes.setdefault(device, [])
+        if prov.get("wall_s_job"):
+            minutes[device].append(prov["wall_s_job"] / 60)
+    lines = ["| experiment | dataset | setting | loss | seeds |", "|---|---|---|---|---|"]
+    for (exp, ds, setting, loss), seeds in sorted(held.items(), key=lambda kv: (kv[0][0], kv[0][1], _gamma(kv[0][2]), kv[0][3])):
+        lines.append(f"| {exp} | {ds} | {setting} | {loss} | {', '.join(map(str, sorted(seeds)))} |")
+    devices = {d: len(m) for d, m in minutes.items()}
+    per_device = "; ".join(
+        f"{d} {min(m):.1f}–{max(m):.1f} (median {sorted(m)[len(m) // 2]:.1f})" for d, m in sorted(minutes.items()) if m
+    )
+    n = sum(len(v) for v in held.values())
+    lines += ["", f"{n} jobs; commits {commits}; devices {devices}" + (f"; minutes per job: {per_device}" if per_device else "")]
+    return "\n".join(lines) + "\n"
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """Markdown: per (experiment, setting, loss) the seeds the reference set holds, and the commits and devices;
-    ``--readme`` writes it between the status marks of reference/README.md instead."""
+    """Print the set's status (``status_text``); ``--readme`` writes it between the status marks of that README."""
     if args.readme is not None:
         text = spliced(args.readme.read_text(), "status", status_text(args.reference),
                        source="scripts/reference_jobs.py status --readme")
         args.readme.write_text(text)
         return 0
-    held: dict[tuple[str, str, str, str], list[int]] = {}
-    commits, devices = provenance_counts(args.reference)
-    minutes: list[float] = []
-    for prov_path in sorted(args.reference.glob("**/provenance.json")):
-        exp, ds, setting, loss, seed = prov_path.parent.relative_to(args.reference).parts
-        held.setdefault((exp, ds, setting, loss), []).append(int(seed[4:]))
-        prov = json.loads(prov_path.read_text())
-        if prov.get("wall_s_job"):
-            minutes.append(prov["wall_s_job"] / 60)
-    print("| experiment | dataset | setting | loss | seeds |\n|---|---|---|---|---|")
-    for (exp, ds, setting, loss), seeds in sorted(held.items(), key=lambda kv: (kv[0][0], kv[0][1], _gamma(kv[0][2]), kv[0][3])):
-        print(f"| {exp} | {ds} | {setting} | {loss} | {', '.join(map(str, sorted(seeds)))} |")
-    n = sum(len(v) for v in held.values())
-    print(f"\n{n} jobs; commits {commits}; devices {devices}; "
-          + (f"minutes per job {min(minutes):.1f}–{max(minutes):.1f} (median {sorted(minutes)[len(minutes) // 2]:.1f})" if minutes else ""))
+    print(status_text(args.reference), end="")
     return 0
 
 

@@ -88,3 +88,16 @@ def test_a_job_past_the_deadline_is_stopped_and_no_later_one_starts(checkout: Pa
     window.walls = [60.0]
     assert rj.run_one(args, ("losses", "mnist", "g10", "ce", 1), window).startswith("not started (deadline)")
     assert not (tmp_path / "runs/losses/mnist/g10/ce/seed1").exists()
+
+
+def test_status_counts_seeds_commits_and_minutes_per_device(tmp_path: Path) -> None:
+    rj = _runner()
+    jobs = [("losses/mnist/g50/ce/seed0", "a" * 40, "cpu", 600.0), ("losses/mnist/g50/ce/seed3", "b" * 40, "cuda (H200)", 180.0),
+            ("losses/mnist/g10/ce/seed1", "a" * 40, "cpu", 1200.0), ("losses/mnist/g10/ce/seed0", "a" * 40, "cpu", 900.0)]
+    for job, commit, device, wall in jobs:
+        (tmp_path / job).mkdir(parents=True)
+        (tmp_path / job / "provenance.json").write_text(json.dumps({"commit": commit, "runtime": {"device": device}, "wall_s_job": wall}))
+    lines = rj.status_text(tmp_path).splitlines()
+    assert lines[2:4] == ["| losses | mnist | g10 | ce | 0, 1 |", "| losses | mnist | g50 | ce | 0, 3 |"]  # Γ order, seeds sorted
+    assert lines[-1] == ("4 jobs; commits {'aaaaaaa': 3, 'bbbbbbb': 1}; devices {'cpu': 3, 'cuda (H200)': 1}; "
+                         "minutes per job: cpu 10.0–20.0 (median 15.0); cuda (H200) 3.0–3.0 (median 3.0)")

@@ -101,3 +101,25 @@ def test_status_counts_seeds_commits_and_minutes_per_device(tmp_path: Path) -> N
     assert lines[2:4] == ["| losses | mnist | g10 | ce | 0, 1 |", "| losses | mnist | g50 | ce | 0, 3 |"]  # Γ order, seeds sorted
     assert lines[-1] == ("4 jobs; commits {'aaaaaaa': 3, 'bbbbbbb': 1}; devices {'cpu': 3, 'cuda (H200)': 1}; "
                          "minutes per job: cpu 10.0–20.0 (median 15.0); cuda (H200) 3.0–3.0 (median 3.0)")
+
+
+def test_gpu_session_script_runs_jobs_until_its_window_closes_and_archives_them(tmp_path: Path) -> None:
+    """scripts/gpu_session.sh on the CPU (DEVICE=cpu, config/quick.yaml, no suite): the finished job comes back in the
+    archive with its provenance; a job that the window cannot hold is not started."""
+    import os
+    import subprocess
+    import tarfile
+
+    env = {**os.environ, "DEVICE": "cpu", "CONFIG": "config/quick.yaml", "RUNS": str(tmp_path / "runs")}
+    out = tmp_path / "out"
+    proc = subprocess.run(["bash", "scripts/gpu_session.sh", str(out), "abc1234", "600", "1", "0", "monitor:default:ce:0,1"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    with tarfile.open(out / "refruns.tgz") as tar:
+        names = set(tar.getnames())
+        prov = json.load(tar.extractfile("./monitor/mnist/default/ce/seed0/provenance.json"))
+    assert {"./monitor/mnist/default/ce/seed0/metrics.json", "./monitor/mnist/default/ce/seed0/rounds.csv"} <= names
+    assert prov["commit"] == "abc1234" and prov["runtime"]["device"] == "cpu" and "--device cpu" in prov["command"]
+    assert "./monitor/mnist/default/ce/seed1/metrics.json" in names  # 600 s hold both quick jobs
+    assert not any(n.endswith("trajectory.pt") or n.endswith(".lock") for n in names)
+    assert "2 jobs, 1 workers" in (out / "runner.log").read_text()

@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
 # One GPU session in one call: the GPU suite, then reference jobs on CUDA until a deadline.
 #
-#   benchmarks/gpu_session.sh OUT COMMIT WINDOW_S WORKERS SUITE_S JOBSPEC...
+#   scripts/gpu_session.sh OUT COMMIT WINDOW_S WORKERS SUITE_S JOBSPEC...
 #
-# OUT: a folder for what comes back (gpu_suite.json, logs, refruns.tgz: every job folder without
-# checkpoints' trajectories; unfinished jobs keep checkpoint.pt so a later GPU session resumes them).
+# OUT: a folder for what comes back (gpu_suite.json, logs, refruns.tgz: every job folder without its
+# trajectory; an unfinished job keeps checkpoint.pt, so a later run on a GPU resumes it).
 # COMMIT: the commit of this checkout (a copy without git). WINDOW_S: seconds from the start to the end
 # of everything, the archive included. WORKERS: reference jobs at once. SUITE_S: the suite's budget
 # (0 skips it). JOBSPEC: experiment:settings:losses:seeds, as `scripts/reference_jobs.py run --jobs`.
-# DEVICE (default cuda) and CONFIG (default config/mnist.yaml) override the jobs' device and config.
+# DEVICE (default cuda) and CONFIG (default config/mnist.yaml) override the jobs' device and config, RUNS
+# (default /tmp/refruns) the folder the jobs run in.
 # MNIST comes from data/MNIST/raw or, gzipped, from data/mnist-gz (a machine without network).
 set -u
 out=$1 commit=$2 window=$3 workers=$4 suite=$5
 shift 5
 start=$(date +%s)
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
-mkdir -p "$out" data/MNIST/raw
+runs=${RUNS:-/tmp/refruns}
+mkdir -p "$out"
 for f in data/mnist-gz/*.gz; do
-  [ -e "$f" ] && [ ! -e "data/MNIST/raw/$(basename "$f" .gz)" ] && gunzip -c "$f" >"data/MNIST/raw/$(basename "$f" .gz)"
+  [ -e "$f" ] || continue
+  mkdir -p data/MNIST/raw
+  [ -e "data/MNIST/raw/$(basename "$f" .gz)" ] || gunzip -c "$f" >"data/MNIST/raw/$(basename "$f" .gz)"
 done
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1
 python3 -c "import torch, sys; print(sys.version, torch.__version__, torch.version.cuda, torch.cuda.get_device_name())" >"$out/versions.txt" 2>&1
@@ -31,8 +35,9 @@ for s in "$@"; do specs+=(--jobs "$s"); done
 left=$((window - ($(date +%s) - start) - 30))
 echo "jobs: $left s, $workers at once"
 (while sleep 20; do nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader; done) >"$out/gpu_util.txt" 2>&1 &
-python3 scripts/reference_jobs.py run --checkout . --commit "$commit" --out /tmp/refruns --device "${DEVICE:-cuda}" --config "${CONFIG:-config/mnist.yaml}" \
+watch=$!
+python3 scripts/reference_jobs.py run --checkout . --commit "$commit" --out "$runs" --device "${DEVICE:-cuda}" --config "${CONFIG:-config/mnist.yaml}" \
   --workers "$workers" --deadline-s "$left" "${specs[@]}" >"$out/runner.log" 2>&1
-kill %1 2>/dev/null
-tar czf "$out/refruns.tgz" -C /tmp/refruns --exclude='*.pt.tmp' --exclude='trajectory*' --exclude='.lock' .
+kill $watch 2>/dev/null
+tar czf "$out/refruns.tgz" -C "$runs" --exclude='*.pt.tmp' --exclude='trajectory*' --exclude='.lock' .
 echo "done after $(($(date +%s) - start)) s"; tail -n 40 "$out/runner.log"

@@ -63,3 +63,16 @@ def test_rows_run_in_the_papers_order() -> None:
     assert list(zip(got.dataset, got.setting, got.loss)) == [
         ("mnist", s, loss) for s in ("g1", "g10", "g50", "g100", "zz") for loss in ("ce", "ratio_rel")
     ] + [("femnist", "g10", "ce"), ("femnist", "g10", "ratio_rel")]
+
+
+def test_minutes_a_job_per_device_when_the_seeds_ran_on_several() -> None:
+    from fedbalance.presentation.fidelity import minutes_by_device
+
+    final, rounds = _frames()  # ce: seeds 0 and 1 at 10 and 20 minutes
+    one = final.assign(device="cpu")
+    assert fidelity_frame(one, rounds).set_index("loss").loc["ce", "minutes"] == "15.0"
+    mixed = final.assign(device=["cpu", "cuda (NVIDIA H200)"] * 2)
+    f = fidelity_frame(mixed, rounds).set_index("loss")
+    assert f.loc["ce", "minutes"] == "cpu 10.0, cuda 20.0" and f.loc["ce", "wall_time_min"] == pytest.approx(15.0)
+    assert "| cpu 10.0, cuda 20.0 |" in fidelity_markdown(f.reset_index()[list(f.reset_index().columns)])
+    assert minutes_by_device(pd.DataFrame({"wall_time_s": [60.0, 180.0, 120.0], "device": ["cpu", "", "cpu"]})) == "cpu 1.5, unknown 3.0"

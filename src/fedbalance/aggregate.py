@@ -30,7 +30,7 @@ FINAL_COLUMNS = (
     + FINAL_METRICS
     + ["mean_cs", "gamma_realised"]
     + [f"mon_cs_{e}" for e in ESTIMATORS]
-    + ["acknowledged_round", "wall_time_s"]
+    + ["acknowledged_round", "wall_time_s", "device"]
 )
 ROUND_COLUMNS = list(RECORD_COLUMNS)
 PARTITION_KEYS = ["experiment", "dataset", "setting", "seed"]
@@ -39,7 +39,7 @@ FINAL_CSV = "final.csv"
 ROUNDS_CSV = "rounds.csv"
 CLIENTS_CSV = "clients.csv"
 TIDY_CSVS = (FINAL_CSV, ROUNDS_CSV, CLIENTS_CSV)
-_TEXT = {"setting": str, "experiment": str, "dataset": str, "loss": str}
+_TEXT = {"setting": str, "experiment": str, "dataset": str, "loss": str, "device": str}
 
 
 class Tidy(NamedTuple):
@@ -73,6 +73,7 @@ def final_row(data: dict[str, Any], path: Path) -> dict[str, Any]:
     row.update({f"mon_cs_{e}": _number(mon.get(e)) for e in ESTIMATORS})
     row["acknowledged_round"] = _number(data.get("acknowledged_round"))
     row["wall_time_s"] = _number(data.get("wall_time_s"))
+    row["device"] = str(data.get("device") or "")
     return row
 
 

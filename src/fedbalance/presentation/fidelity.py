@@ -20,7 +20,7 @@ from fedbalance.presentation.tables import published
 TABLE_OF = {"mnist": "Res_3_datasets", "cifar10": "Res_3_datasets", "fer2013": "Res_3_datasets", "femnist": "FL_FEMNIST"}
 COLUMNS = [
     "dataset", "setting", "loss", "seeds", "acm_final", "acm_std", "acm_last", "acm_best", "best_round", "paper_acm",
-    "acm_verdict", "auc_final", "auc_std", "auc_last", "paper_auc", "auc_micro_final", "wall_time_min",
+    "acm_verdict", "auc_final", "auc_std", "auc_last", "paper_auc", "auc_micro_final", "wall_time_min", "minutes",
 ]
 READS: tuple[Read, ...] = (Read("losses", by="Fidelity"),)
 """The jobs the fidelity table reads (``fedbalance.presentation.contract``)."""
@@ -78,10 +78,19 @@ def fidelity_frame(
             "auc_last": tail.auc_hard.mean(),
             "paper_auc": float(paper["auc"].iloc[0]) if len(paper["auc"]) else float("nan"),
             "auc_micro_final": grp.auc_micro.mean(), "wall_time_min": grp.wall_time_s.mean() / 60,
+            "minutes": minutes_by_device(grp),
         })
     order = {"dataset": list(DATASETS), "setting": [gamma_setting(g) for _, g in GAMMAS]}
     out.sort(key=lambda row: (*(_rank(order[k], row[k]) for k in ("dataset", "setting")), row["loss"]))
     return pd.DataFrame(out, columns=COLUMNS)
+
+
+def minutes_by_device(jobs: pd.DataFrame) -> str:
+    """Mean minutes a job, per device when the jobs ran on several ("cpu 17.0, cuda 3.9"; "cuda (NVIDIA H200)" is "cuda")."""
+    if "device" not in jobs or jobs.device.fillna("").nunique() < 2:
+        return f"{jobs.wall_time_s.mean() / 60:.1f}"
+    kind = jobs.device.fillna("").astype(str).str.split(" (", n=1, regex=False).str[0].replace("", "unknown")
+    return ", ".join(f"{d} {w.mean() / 60:.1f}" for d, w in jobs.wall_time_s.groupby(kind, sort=True))
 
 
 def _rank(known: list[str], value: str) -> tuple[int, str]:
@@ -99,11 +108,12 @@ def fidelity_markdown(frame: pd.DataFrame) -> str:
             f"| {row.dataset} | {row.setting} | {row.loss} | {row.seeds} | {plus_minus(row.acm_final, row.acm_std, 2)} | "
             f"{row.paper_acm:.2f} | {row.acm_verdict} | {row.acm_last:.2f} | {row.acm_best:.2f} ({row.best_round}) | "
             f"{plus_minus(row.auc_final, row.auc_std, 4)} | {row.paper_auc:.4f} | {row.auc_last:.4f} | "
-            f"{row.auc_micro_final:.4f} | {row.wall_time_min:.1f} |"
+            f"{row.auc_micro_final:.4f} | {row.minutes} |"
         )
     return "\n".join(lines) + (
         f"\n\nAc.M and AUC: mean ± std over seeds of the final round. 'paper vs our seeds': inside when the published "
         f"value is within {SPREAD:g} std of our mean, else above/below; 'one seed' has no spread to judge by. "
         "AUC (hard) is the micro AUC of one-hot predictions, score AUC that of the softmax scores: which of the two the "
-        "paper prints is not established (docs/fidelity.md).\n"
+        "paper prints is not established (docs/fidelity.md). min/job: mean minutes a job, per device where the seeds ran on "
+        "several.\n"
     )

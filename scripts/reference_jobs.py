@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -182,18 +183,24 @@ def spliced(text: str, name: str, body: str, *, source: str) -> str:
     return f"{head}{begin}\n{body.rstrip()}\n{end}{rest.split(end, 1)[1]}"
 
 
+def provenances(reference: Path) -> Iterator[tuple[tuple[str, ...], dict, str]]:
+    """Each job of the set: its folder's parts below ``reference``, its provenance.json and its device (from the
+    provenance, else from an older job's metrics.json)."""
+    for prov_path in sorted(reference.glob("**/provenance.json")):
+        prov = json.loads(prov_path.read_text())
+        device = (prov.get("runtime") or {}).get("device") or read_metrics(prov_path.parent)["device"]
+        yield prov_path.parent.relative_to(reference).parts, prov, device
+
+
 def status_text(reference: Path) -> str:
     """Markdown: per (experiment, setting, loss) the seeds the set holds; then its commits, devices and minutes a job
     per device (one pass over the provenance files)."""
     held: dict[tuple[str, str, str, str], list[int]] = {}
     commits: dict[str, int] = {}
     minutes: dict[str, list[float]] = {}
-    for prov_path in sorted(reference.glob("**/provenance.json")):
-        exp, ds, setting, loss, seed = prov_path.parent.relative_to(reference).parts
+    for (exp, ds, setting, loss, seed), prov, device in provenances(reference):
         held.setdefault((exp, ds, setting, loss), []).append(int(seed[4:]))
-        prov = json.loads(prov_path.read_text())
         commits[prov["commit"][:7]] = commits.get(prov["commit"][:7], 0) + 1
-        device = (prov.get("runtime") or {}).get("device") or read_metrics(prov_path.parent)["device"]
         minutes.setdefault(device, [])
         if prov.get("wall_s_job"):
             minutes[device].append(prov["wall_s_job"] / 60)
@@ -227,12 +234,10 @@ def provenance_counts(reference: Path, experiment: str | None = None) -> tuple[d
     """Jobs per commit (7 hex digits) and per device among the set's jobs (of ``experiment``, or all)."""
     commits: dict[str, int] = {}
     devices: dict[str, int] = {}
-    for prov_path in sorted(reference.glob("**/provenance.json")):
-        if experiment is not None and prov_path.parent.relative_to(reference).parts[0] != experiment:
+    for parts, prov, device in provenances(reference):
+        if experiment is not None and parts[0] != experiment:
             continue
-        prov = json.loads(prov_path.read_text())
         commits[prov["commit"][:7]] = commits.get(prov["commit"][:7], 0) + 1
-        device = (prov.get("runtime") or {}).get("device") or read_metrics(prov_path.parent)["device"]
         devices[device] = devices.get(device, 0) + 1
     return commits, devices
 

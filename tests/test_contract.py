@@ -118,4 +118,14 @@ def test_a_reference_set_of_some_families_gets_no_warning():
     study = [*held, *twin]
     assert {j.experiment for j in study} < set(cfg["experiments"])  # some families only
     assert contract_warnings(cfg, study) == []
-    assert unmatched(cfg, study) != []  # a smaller study: many cells absent
+    # Without its Γ = 20 jobs the set is a smaller study still: no warning, and exactly the reads of Γ = 20 unmatched.
+    smaller = [j for j in study if not (j.experiment == "losses" and j.setting == "g20")]
+    assert len(smaller) < len(study)
+    assert contract_warnings(cfg, smaller) == []
+    before, after = set(unmatched(cfg, study)), set(unmatched(cfg, smaller))
+    dropped = {(j.experiment, j.dataset, j.setting, j.loss) for j in study} - {
+        (j.experiment, j.dataset, j.setting, j.loss) for j in smaller}
+    only_dropped = {r for r in report_reads() if any(r.matches(*k) for k in dropped)
+                    and not any(r.matches(j.experiment, j.dataset, j.setting, j.loss) for j in smaller)}
+    assert before <= after and after - before == only_dropped != set()
+    assert all(r.setting == "g20" for r in only_dropped)

@@ -38,14 +38,34 @@ def parse_jobs(specs: list[str], dataset: str) -> list[tuple[str, str, str, str,
     """``experiment:settings:losses:seeds`` (comma lists) → jobs, seeds outermost, in the order given."""
     out: list[tuple[str, str, str, str, int]] = []
     for spec in specs:
-        exp, settings, losses, seeds = spec.split(":")
-        for seed, setting, loss in itertools.product(
-            [int(s) for s in seeds.split(",")], settings.split(","), losses.split(",")
-        ):
+        parts = spec.split(":")
+        try:
+            exp, settings, losses, seeds = parts
+            seed_list = [int(s) for s in seeds.split(",")]
+        except ValueError:
+            raise SystemExit(f"error: --jobs {spec!r} is not experiment:settings:losses:seeds "
+                             "(comma lists; seeds are integers), e.g. losses:g10,g50:ce,ratio:0,1,2") from None
+        if not all(parts) or "" in settings.split(",") + losses.split(",") or min(seed_list) < 0:
+            raise SystemExit(f"error: --jobs {spec!r} has an empty name or a negative seed")
+        for seed, setting, loss in itertools.product(seed_list, settings.split(","), losses.split(",")):
             job = (exp, dataset, setting, loss, seed)
             if job not in out:
                 out.append(job)
     return out
+
+
+def unknown_jobs(config: Path, jobs: list[tuple[str, str, str, str, int]]) -> list[str]:
+    """The jobs whose (experiment, dataset, setting, loss) the config does not define (any seed is allowed)."""
+    from fedbalance.config import ConfigError, load_config, jobs as config_jobs
+
+    if not config.is_file():
+        raise SystemExit(f"error: --config {config} is not a file")
+    try:
+        cfg = load_config(config)
+    except ConfigError as exc:
+        raise SystemExit(f"error: --config {config}: {exc}") from None
+    defined = {(j.experiment, j.dataset, j.setting, j.loss) for j in config_jobs(cfg)}
+    return ["/".join(map(str, j[:4])) for j in jobs if j[:4] not in defined]
 
 
 def job_dir(root: Path, job: tuple[str, str, str, str, int]) -> Path:
@@ -147,6 +167,10 @@ def run_one(args: argparse.Namespace, job: tuple[str, str, str, str, int], windo
 
 def cmd_run(args: argparse.Namespace) -> int:
     jobs = parse_jobs(args.jobs, args.dataset)
+    unknown = unknown_jobs(args.checkout / args.config, jobs)
+    if unknown:
+        raise SystemExit(f"error: {args.checkout / args.config} defines no such job: {', '.join(unknown)} "
+                         "(experiment/dataset/setting/loss); nothing was started")
     window = Window(args.deadline_s)
     print(f"{len(jobs)} jobs, {args.workers} workers", flush=True)
     with ThreadPoolExecutor(args.workers) as pool:
@@ -299,7 +323,8 @@ def main() -> int:
     run.add_argument("--out", type=Path, required=True)
     run.add_argument("--config", default="config/mnist.yaml")
     run.add_argument("--dataset", default="mnist")
-    run.add_argument("--jobs", action="append", required=True, help="experiment:settings:losses:seeds")
+    run.add_argument("--jobs", action="extend", nargs="+", required=True,
+                     help="experiment:settings:losses:seeds (comma lists), one or more, e.g. losses:g10:ce,ratio:0,1 monitor:default:ce:0")
     run.add_argument("--workers", type=int, default=2)
     run.add_argument("--device", default="cpu")
     run.add_argument("--deadline-s", type=float, default=None, help="start no job that would not end within this many "

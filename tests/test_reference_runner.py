@@ -123,3 +123,29 @@ def test_gpu_session_script_runs_jobs_until_its_window_closes_and_archives_them(
     assert "./monitor/mnist/default/ce/seed1/metrics.json" in names  # 600 s hold both quick jobs
     assert not any(n.endswith("trajectory.pt") or n.endswith(".lock") for n in names)
     assert "2 jobs, 1 workers" in (out / "runner.log").read_text()
+
+
+def test_a_malformed_job_spec_is_named() -> None:
+    rj = _runner()
+    for bad in ("losses:g10:ce", "losses:g10:ce:zero", "losses::ce:0", "losses:g10:ce,:0", "losses:g10:ce:-1"):
+        with pytest.raises(SystemExit, match="--jobs"):
+            rj.parse_jobs([bad], "mnist")
+
+
+def test_jobs_the_config_does_not_define_stop_the_run_before_any_starts(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Several specs after one --jobs; a setting or loss the config lacks is named and no job folder is made
+    (any seed is allowed: the reference set runs seeds beyond the config's list)."""
+    rj = _runner()
+    out = tmp_path / "runs"
+    argv = ["reference_jobs.py", "run", "--checkout", str(REPO), "--out", str(out), "--config", "config/quick.yaml",
+            "--jobs", "monitor:default:ce:7", "losses:g999:ce:0", "monitor:default:nope:1"]
+    monkeypatch.setattr("sys.argv", argv)
+    with pytest.raises(SystemExit) as exc:
+        rj.main()
+    msg = str(exc.value)
+    assert "losses/mnist/g999/ce" in msg and "monitor/mnist/default/nope" in msg and "nothing was started" in msg
+    assert "monitor/mnist/default/ce" not in msg  # defined: seed 7 is fine
+    assert not out.exists()
+    assert rj.unknown_jobs(REPO / "config" / "quick.yaml", [("monitor", "mnist", "default", "ce", 9)]) == []
+    with pytest.raises(SystemExit, match="is not a file"):
+        rj.unknown_jobs(tmp_path / "missing.yaml", [])

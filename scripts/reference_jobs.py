@@ -45,9 +45,10 @@ def parse_jobs(specs: list[str], dataset: str) -> list[tuple[str, str, str, str,
         except ValueError:
             raise SystemExit(f"error: --jobs {spec!r} is not experiment:settings:losses:seeds "
                              "(comma lists; seeds are integers), e.g. losses:g10,g50:ce,ratio:0,1,2") from None
-        if not all(parts) or "" in settings.split(",") + losses.split(",") or min(seed_list) < 0:
+        setting_list, loss_list = settings.split(","), losses.split(",")
+        if not exp or "" in setting_list + loss_list or min(seed_list) < 0:
             raise SystemExit(f"error: --jobs {spec!r} has an empty name or a negative seed")
-        for seed, setting, loss in itertools.product(seed_list, settings.split(","), losses.split(",")):
+        for seed, setting, loss in itertools.product(seed_list, setting_list, loss_list):
             job = (exp, dataset, setting, loss, seed)
             if job not in out:
                 out.append(job)

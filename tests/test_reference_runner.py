@@ -132,7 +132,7 @@ def test_a_malformed_job_spec_is_named() -> None:
             rj.parse_jobs([bad], "mnist")
 
 
-def test_jobs_the_config_does_not_define_stop_the_run_before_any_starts(tmp_path: Path, monkeypatch, capsys) -> None:
+def test_jobs_the_config_does_not_define_stop_the_run_before_any_starts(tmp_path: Path, monkeypatch) -> None:
     """Several specs after one --jobs; a setting or loss the config lacks is named and no job folder is made
     (any seed is allowed: the reference set runs seeds beyond the config's list)."""
     rj = _runner()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -12,7 +13,9 @@ import torch
 
 from fedbalance import jobfolder
 from fedbalance.aggregate import AggregateError, collect_tidy
-from fedbalance.records import ROUND_COLUMNS, cs_column, est_column
+from fedbalance.records import ROUND_COLUMNS, Job, cs_column, est_column
+
+QUICK = Path(__file__).resolve().parents[1] / "config" / "quick.yaml"
 
 ROWS = [
     {"round": 0, "train_loss": 2.5, "true_composition": [4, 1], est_column("paper"): [3.0, 2.0],
@@ -24,7 +27,8 @@ ROWS = [
 
 
 def test_round_trip(tmp_path):
-    metrics = {"job": {"experiment": "e", "dataset": "d", "setting": "s", "loss": "ce", "seed": 0}, "final": {"acc": 0.75}}
+    metrics = {"job": {"experiment": "e", "dataset": "d", "setting": "s", "loss": "ce", "seed": 0}, "config": {},
+               "final": {"acc": 0.75}, "rounds": 2}
     folder = tmp_path / "e" / "d" / "s" / "ce" / "seed0"
     assert not jobfolder.finished(folder)
     jobfolder.write(folder, metrics, jobfolder.rounds_text(ROWS))
@@ -72,7 +76,7 @@ def test_clean():
 def test_errors_name_the_file(tmp_path, damage, words):
     folder = tmp_path / "e" / "d" / "s" / "ce" / "seed0"
     metrics = {"job": {"experiment": "e", "dataset": "d", "setting": "s", "loss": "ce", "seed": 0},
-               "final": {}, "partition": {"class_counts": [[1, 1]]}}
+               "config": {}, "final": {}, "partition": {"class_counts": [[1, 1]]}, "rounds": 2}
     jobfolder.write(folder, metrics, jobfolder.rounds_text(ROWS))
     damage(folder)
     with pytest.raises(AggregateError) as exc:
@@ -85,7 +89,7 @@ def test_errors_name_the_file(tmp_path, damage, words):
 
 def test_the_tidy_frames_read_the_folder(tmp_path):
     """aggregate reads what jobfolder wrote: the final row from metrics.json, the rounds from rounds.csv."""
-    metrics = {"job": {"experiment": "e", "dataset": "d", "setting": "s", "loss": "ce", "seed": 3},
+    metrics = {"job": {"experiment": "e", "dataset": "d", "setting": "s", "loss": "ce", "seed": 3}, "config": {}, "rounds": 2,
                "final": {"acc": 0.75, "acc_minority": 0.5}, "partition": {"class_counts": [[2, 0], [1, 1]], "mean_cs": 0.6,
                                                                         "gamma": 3.0}}
     jobfolder.write(tmp_path / "e/d/s/ce/seed3", metrics, jobfolder.rounds_text(ROWS))
@@ -94,3 +98,107 @@ def test_the_tidy_frames_read_the_folder(tmp_path):
     assert list(tidy.rounds["round"]) == [0, 1] and set(tidy.rounds["experiment"]) == {"e"}
     assert tidy.clients[["client", "class", "count"]].values.tolist() == [[0, 0, 2], [1, 0, 1], [1, 1, 1]]
     assert isinstance(tidy.rounds, pd.DataFrame)
+
+
+def _truncate(folder, keep):
+    """Keep rounds.csv's header and its first ``keep`` rows."""
+    path = folder / jobfolder.ROUNDS
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:1 + keep]))
+
+
+def _readers(root, folder):
+    """Every reader of a job folder: the jobfolder readers, the tidy frames, compare, twins and the recorded monitor."""
+    from fedbalance.config import ConfigError, configured_job, load_config
+    from fedbalance.reference import compare
+    from fedbalance.replay import recorded
+    from fedbalance.reuse import write_twin
+
+    def twin():
+        try:
+            write_twin(folder, root.parent / "twin" / "seed0", configured_job(load_config(QUICK), Job.from_path(
+                "/".join(folder.parts[-5:]))))
+        except ConfigError as exc:
+            raise jobfolder.JobFolderError(str(exc)) from exc
+
+    return {"read_metrics": lambda: jobfolder.read_metrics(folder), "read_rounds": lambda: jobfolder.read_rounds(folder),
+            "round_records": lambda: jobfolder.round_records(folder), "collect_tidy": lambda: collect_tidy(root),
+            "compare": lambda: compare(root, root), "recorded": lambda: recorded(folder), "write_twin": twin}
+
+
+@pytest.mark.parametrize("keep", [1, 0], ids=["half", "header-only"])
+def test_every_reader_refuses_a_truncated_rounds_file(tmp_path, keep):
+    """rounds.csv with fewer rows than metrics.json's ``rounds``: every reader names the file and both counts."""
+    from conftest import write_job
+
+    root = tmp_path / "res"
+    folder = write_job(root, Job("losses", "mnist", "g10", "ce", 0), train_loss=[1.0, 0.8, 0.6, 0.5])
+    _truncate(folder, keep)
+    for name, read in _readers(root, folder).items():
+        with pytest.raises(jobfolder.JobFolderError) as exc:
+            read()
+        msg = str(exc.value)
+        assert "rounds.csv" in msg and f"{keep} rows" in msg and "4 rounds" in msg, (name, msg)
+    assert not (tmp_path / "twin").exists()
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda m: m.pop("rounds"), "'rounds'"),
+    (lambda m: m.pop("config"), "'config'"),
+    (lambda m: m.update(rounds="2"), "'rounds'"),
+    (lambda m: m.update(job={"experiment": "losses"}), "'dataset'"),
+    (lambda m: m["job"].update(seed=3), "losses/mnist/g10/ce/seed3 but it lies in"),
+    (lambda m: m["job"].update(setting="g50"), "losses/mnist/g50/ce/seed0 but it lies in"),
+], ids=["no-rounds", "no-config", "rounds-text", "job-incomplete", "other-seed", "other-setting"])
+def test_every_reader_refuses_metrics_that_do_not_fit_the_folder(tmp_path, edit, words):
+    from conftest import write_job
+
+    root = tmp_path / "res"
+    folder = write_job(root, Job("losses", "mnist", "g10", "ce", 0))
+    metrics = json.loads((folder / jobfolder.METRICS).read_text())
+    edit(metrics)
+    (folder / jobfolder.METRICS).write_text(json.dumps(metrics))
+    for name, read in _readers(root, folder).items():
+        with pytest.raises(jobfolder.JobFolderError, match="metrics.json") as exc:
+            read()
+        assert words in str(exc.value), (name, str(exc.value))
+
+
+def test_rounds_out_of_order_or_not_integers_are_refused(tmp_path):
+    from conftest import write_job
+
+    folder = write_job(tmp_path, Job("losses", "mnist", "g10", "ce", 0), train_loss=[1.0, 0.8, 0.6])
+    path = folder / jobfolder.ROUNDS
+    header, *rows = path.read_text().splitlines(keepends=True)
+    path.write_text(header + rows[0] + rows[1] + rows[1])  # a row repeated: three rows, as metrics.json says
+    with pytest.raises(jobfolder.JobFolderError, match="rounds.csv: the rounds are not increasing"):
+        jobfolder.read_metrics(folder)
+    path.write_text(header + rows[0] + rows[1] + "x," + rows[2].split(",", 1)[1])
+    with pytest.raises(jobfolder.JobFolderError, match="rounds.csv: column 'round': bad cell 'x'"):
+        jobfolder.read_rounds(folder)
+
+
+def test_a_seed_copied_under_another_seed_is_not_counted_twice(tmp_path):
+    """A seed folder copied to another seed's place is refused by the tidy frames and compare; a copy named like a
+    backup (seed1.bak) is no job folder; the same job listed twice is refused, naming both folders."""
+    import shutil
+
+    from conftest import write_job
+    from fedbalance.reference import compare
+
+    root = tmp_path / "res"
+    for seed, acm in enumerate([0.5, 0.6, 0.7]):
+        write_job(root, Job("losses", "mnist", "g10", "ce", seed), acm=acm)
+    cell = root / "losses/mnist/g10/ce"
+    shutil.copytree(cell / "seed1", cell / "seed1.bak")
+    assert [p.name for p in jobfolder.job_folders(root)] == ["seed0", "seed1", "seed2"]
+    row = compare(root, root, ["acc_minority"]).iloc[0]
+    assert (row.n_ours, row.seeds_ours) == (3, "0,1,2") and row.mean_ours == pytest.approx(60.0)
+    shutil.copytree(cell / "seed0", cell / "seed3")
+    for read in (lambda: collect_tidy(root), lambda: compare(root, root)):
+        with pytest.raises(jobfolder.JobFolderError, match="seed3/metrics.json: its job is losses/mnist/g10/ce/seed0"):
+            read()
+    shutil.rmtree(cell / "seed3")
+    job = Job("losses", "mnist", "g10", "ce", 0)
+    with pytest.raises(AggregateError, match="the job losses/mnist/g10/ce/seed0 again"):
+        collect_tidy(root, [job, job])

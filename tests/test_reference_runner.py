@@ -15,11 +15,14 @@ REPO = Path(__file__).resolve().parents[1]
 FAKE_MAIN = '''
 import json, os, sys, time
 args = sys.argv[1:]
-out = args[args.index("--out") + 1]
-seed = int(args[args.index("--seed") + 1])
+arg = lambda name: args[args.index("--" + name) + 1]
+out = arg("out")
+seed = int(arg("seed"))
 time.sleep(float(os.environ["FAKE_SECONDS"]))
 os.makedirs(out, exist_ok=True)
-json.dump({"config": {"path": "auto"}, "device": "cpu", "threads": 1, "deterministic": False,
+open(os.path.join(out, "rounds.csv"), "w").write("round,acc\\n0,0.5\\n")
+job = {"experiment": arg("experiment"), "dataset": arg("dataset"), "setting": arg("setting"), "loss": arg("loss"), "seed": seed}
+json.dump({"job": job, "config": {"path": "auto"}, "device": "cpu", "threads": 1, "deterministic": False, "rounds": 1,
            "versions": {"torch": "x"}, "path": "sequential", "wall_time_s": 1.0, "final": {"seed": seed}},
           open(os.path.join(out, "metrics.json"), "w"))
 '''

@@ -485,7 +485,8 @@ def test_aggregate_runs_this_checkout_even_with_another_fedbalance_first(tmp_pat
     for j in all_jobs:
         touch(results / "partitions" / j.experiment / j.dataset / j.setting / f"seed{j.seed}.json", "{}", 10)
         metrics = {"job": {"experiment": j.experiment, "dataset": j.dataset, "setting": j.setting, "loss": j.loss,
-                           "seed": j.seed}, "final": {"acc": 0.5}, "partition": {"gamma": 10.0, "class_counts": [[3, 0], [1, 2]]}}
+                           "seed": j.seed}, "config": {}, "final": {"acc": 0.5}, "rounds": 1,
+                   "partition": {"gamma": 10.0, "class_counts": [[3, 0], [1, 2]]}}
         touch(results / j.path / "metrics.json", json.dumps(metrics), 20)
         touch(results / j.path / "rounds.csv", "round,acc\n0,0.5\n", 20)
     poison = tmp_path / "other" / "fedbalance"

@@ -95,9 +95,15 @@ def collect_tidy(results_dir: str | Path, jobs: Iterable[Job] | None = None) -> 
     root = Path(results_dir)
     dirs = job_folders(root) if jobs is None else [root / j.path for j in jobs]
     finals, rounds, clients, seen = [], [], [], set()
+    folders: dict[tuple[Any, ...], Path] = {}
     for d in dirs:
         data = read_metrics(d)
         row = final_row(data, d / METRICS)
+        key = tuple(row[k] for k in JOB_COLUMNS)
+        if key in folders:
+            raise AggregateError(f"{d / METRICS}: the job {Job(*key).path} again (also in {folders[key]}); "
+                                 "each job is counted once")
+        folders[key] = d
         finals.append(row)
         partition = tuple(row[k] for k in PARTITION_KEYS)
         if partition not in seen:

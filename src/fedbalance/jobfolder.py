@@ -14,6 +14,11 @@ when the job has finished:
   "deterministic", "precision", "chunking", "wall_time_s", "rounds"}; a twin's adds "reused_from".
   Non-finite floats are written as null. It is written last: a folder with it is a finished job.
 
+Every read checks the folder as a whole (``check``): metrics.json holds ``job``, ``config``, ``final`` and
+``rounds``; ``job`` names the folder it lies in (when the folder is named ``seed<k>``: a job copied under
+another seed or setting is refused, not counted twice); rounds.csv has a ``round`` column of increasing
+integers and exactly ``rounds`` rows (a truncated file is refused, not read as a shorter run).
+
 While a job runs the folder also holds ``checkpoint.pt``, ``.lock`` and, with ``save_trajectory``,
 ``trajectory.pt`` (``fedbalance.jobs``). The engine (``jobs``), twins (``reuse``), the tidy frames
 (``aggregate``), the history estimators (``replay.recorded``), reference sets and the tests' synthetic
@@ -26,6 +31,7 @@ import csv
 import io
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from fedbalance.atomic import atomic_write, write_json
-from fedbalance.records import ESTIMATORS, ROUND_COLUMNS, UNIFORM, cs_column, est_column
+from fedbalance.records import ESTIMATORS, JOB_KEYS, ROUND_COLUMNS, UNIFORM, Job, cs_column, est_column
 
 METRICS = "metrics.json"
 ROUNDS = "rounds.csv"
@@ -43,6 +49,10 @@ FILES = (ROUNDS, METRICS)
 CHECKPOINT = "checkpoint.pt"
 TRAJECTORY = "trajectory.pt"
 LOCK = ".lock"
+REQUIRED = {"job": dict, "config": dict, "final": dict, "rounds": int}
+"""The keys every finished job's metrics.json holds, with their types (``check``)."""
+SEED_FOLDER = re.compile(r"seed\d+")
+"""The name of a job folder (``Job.path``'s last part)."""
 
 
 class JobFolderError(ValueError):
@@ -119,8 +129,11 @@ def finished(folder: str | Path) -> bool:
 
 
 def job_folders(results_dir: str | Path) -> list[Path]:
-    """Every job folder under ``results_dir`` (those holding a metrics.json), sorted."""
-    return sorted(p.parent for p in Path(results_dir).glob(f"*/*/*/*/seed*/{METRICS}"))
+    """Every job folder under ``results_dir`` (``<e>/<d>/<s>/<l>/seed<k>`` holding a metrics.json), sorted.
+
+    Only folders named ``seed<k>`` count (a copy such as ``seed1.bak`` is not a job)."""
+    found = Path(results_dir).glob(f"*/*/*/*/seed*/{METRICS}")
+    return sorted(p.parent for p in found if SEED_FOLDER.fullmatch(p.parent.name))
 
 
 def _file(folder: str | Path, name: str) -> Path:
@@ -129,9 +142,7 @@ def _file(folder: str | Path, name: str) -> Path:
     return path if path.name == name else path / name
 
 
-def read_metrics(folder: str | Path) -> dict[str, Any]:
-    """Parse a folder's metrics.json (or that file); JobFolderError naming it if it is missing or corrupt."""
-    path = _file(folder, METRICS)
+def _load_metrics(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise JobFolderError(f"{path}: missing (the job has not finished?)")
     try:
@@ -143,25 +154,90 @@ def read_metrics(folder: str | Path) -> dict[str, Any]:
     return data
 
 
+def folder_job(folder: str | Path) -> str | None:
+    """The job path a folder's location names (its last parts up to five), or None for a folder not named seed<k>."""
+    parts = Path(folder).absolute().parts[1:]
+    return "/".join(parts[-5:]) if parts and SEED_FOLDER.fullmatch(parts[-1]) else None
+
+
+def check_metrics(data: Mapping[str, Any], path: Path) -> None:
+    """JobFolderError naming ``path`` unless metrics.json holds ``REQUIRED`` and its ``job`` is the folder's."""
+    for key, kind in REQUIRED.items():
+        value = data.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool) or (kind is int and value < 0):
+            raise JobFolderError(f"{path}: missing or bad key {key!r} (a finished job's metrics.json holds "
+                                 f"{', '.join(REQUIRED)}): not written by a finished job, or edited")
+    job = data["job"]
+    try:
+        name = Job(*(job[k] for k in JOB_KEYS[:4]), int(job["seed"])).path
+    except (KeyError, TypeError, ValueError) as exc:
+        raise JobFolderError(f"{path}: missing or bad key {exc} in 'job'") from exc
+    where = folder_job(path.parent)
+    if where is not None and not name.endswith("/" + where) and name != where:
+        raise JobFolderError(f"{path}: its job is {name} but it lies in {where}: a job folder copied or moved "
+                             "(each job lies in <experiment>/<dataset>/<setting>/<loss>/seed<k>, as its 'job' says)")
+
+
+def _round_numbers(path: Path) -> list[int]:
+    """The ``round`` cells of rounds.csv, checked: present, integers, increasing."""
+    try:
+        with open(path, newline="") as fh:
+            reader = csv.DictReader(fh)
+            rounds = [rec.get("round") for rec in reader]
+            columns = reader.fieldnames or []
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise JobFolderError(f"{path}: not a readable CSV: {exc}") from exc
+    if "round" not in columns:
+        raise JobFolderError(f"{path}: no 'round' column (columns: {list(columns)})")
+    try:
+        numbers = [int(r) for r in rounds]  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        bad = next(r for r in rounds if r is None or not r.strip().lstrip("-").isdigit())
+        raise JobFolderError(f"{path}: column 'round': bad cell {bad!r}") from None
+    if any(b <= a for a, b in zip(numbers, numbers[1:])):
+        raise JobFolderError(f"{path}: the rounds are not increasing ({numbers[:8]}...): rows repeated or out of order")
+    return numbers
+
+
+def check(folder: str | Path) -> dict[str, Any]:
+    """A finished job folder's metrics.json, after checking the folder as a whole (module docstring): JobFolderError
+    naming the file otherwise."""
+    metrics_path = _file(folder, METRICS)
+    data = _load_metrics(metrics_path)
+    check_metrics(data, metrics_path)
+    rounds_path = metrics_path.parent / ROUNDS
+    if not rounds_path.is_file():
+        raise JobFolderError(f"{rounds_path}: missing (the job has not finished?)")
+    rows = len(_round_numbers(rounds_path))
+    if rows != data["rounds"]:
+        raise JobFolderError(f"{rounds_path}: {rows} rows, but {metrics_path.name} says the job ran {data['rounds']} "
+                             "rounds: the file is truncated or not this job's")
+    return data
+
+
+def read_metrics(folder: str | Path) -> dict[str, Any]:
+    """Parse a folder's metrics.json (or that file), the folder checked as a whole (``check``); JobFolderError
+    naming the file if it is missing, corrupt or does not agree with its folder and rounds.csv."""
+    return check(folder)
+
+
 def read_rounds(folder: str | Path) -> pd.DataFrame:
-    """Parse a folder's rounds.csv (or that file) as a frame; JobFolderError naming it if it is missing, corrupt
-    or lacks ``round``."""
+    """Parse a folder's rounds.csv (or that file) as a frame, the folder checked first (``check``); JobFolderError
+    naming the file otherwise."""
     path = _file(folder, ROUNDS)
-    if not path.is_file():
-        raise JobFolderError(f"{path}: missing (the job has not finished?)")
+    check(path.parent)
     try:
         df = pd.read_csv(path)
     except (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError) as exc:
         raise JobFolderError(f"{path}: not a readable CSV: {exc}") from exc
-    if "round" not in df.columns:
-        raise JobFolderError(f"{path}: no 'round' column (columns: {list(df.columns)})")
     return df
 
 
 def round_records(folder: str | Path) -> list[dict[str, Any]]:
     """A folder's rounds.csv as it was written: one dict per round, ``round`` an int, JSON list cells as lists,
-    numbers as floats, empty cells as None."""
+    numbers as floats, empty cells as None; the folder checked first (``check``)."""
     path = _file(folder, ROUNDS)
+    check(path.parent)
     try:
         with open(path, newline="") as fh:
             raw = list(csv.DictReader(fh))

@@ -24,10 +24,12 @@ def quick() -> dict:
 def test_twins_of_the_quick_config_by_hand(quick: dict) -> None:
     # read off config/quick.yaml: a sweep's default point with the loss comparison's parameters
     # (alpha 1.0 and beta 0.1 are the defaults; beyond has no params of its own), and the
-    # monitor-family jobs whose grid value is the default (bs 32, 2 local epochs, K = 10, T_Ra 1.25)
+    # monitor-family jobs whose grid value is the default (bs 32, 2 local epochs, K = 10, T_Ra 1.25), all
+    # copied from the monitor family's job, which differs from them only in output keys (empirical: true)
     ratio, ce = Job("losses", "mnist", "g10", "ratio", 0), Job("losses", "mnist", "g10", "ce", 0)
-    t125 = Job("t_ra", "mnist", "t1.25", "ce", 0)
+    t125 = Job("monitor", "mnist", "default", "ce", 0)
     expected = {
+        Job("t_ra", "mnist", "t1.25", "ce", 0): t125,
         Job("alpha", "mnist", "a1", "ratio", 0): ratio,
         Job("beta", "mnist", "b0.1", "ratio", 0): ratio,
         Job("beyond", "mnist", "g10", "ratio", 0): ratio,
@@ -37,8 +39,10 @@ def test_twins_of_the_quick_config_by_hand(quick: dict) -> None:
         Job("clients_cifar10", "mnist", "k10", "ce", 0): t125,
     }
     assert twins(quick) == expected
-    # the source comes first in the config's order of experiments (t_ra before batch_size there)
-    assert list(quick["experiments"]).index("t_ra") < list(quick["experiments"]).index("batch_size")
+    # the source comes first in the config's order of experiments (monitor before t_ra and batch_size there)
+    order = list(quick["experiments"])
+    assert order.index("monitor") < order.index("t_ra") < order.index("batch_size")
+    assert quick["experiments"]["monitor"]["params"]["empirical"] is True
 
 
 def test_twins_follow_the_config_order_and_any_difference_splits_them(quick: dict) -> None:
@@ -65,7 +69,7 @@ def _source(tmp: Path, cfg: dict, job: Job) -> Path:
     spec = configured_job(cfg, job)
     metrics = {"job": {"experiment": job.experiment, "dataset": job.dataset, "setting": job.setting,
                        "loss": job.loss, "seed": job.seed},
-               "config": spec, "final": {"acc": 0.9123}, "wall_time_s": 3.5}
+               "config": spec, "final": {"acc": 0.9123}, "wall_time_s": 3.5, "rounds": 2}
     (folder / "metrics.json").write_text(json.dumps(metrics))
     (folder / "rounds.csv").write_bytes(b"round,acc\n0,0.5\n1,0.9123\n")
     return folder

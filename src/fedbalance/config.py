@@ -25,11 +25,14 @@ import yaml
 from fedbalance.partition import PARTITION_KEYS, partition_args  # noqa: F401  (partition_args: re-exported)
 from fedbalance.jobspec import (  # noqa: F401  (re-exported: the config's readers import them from here)
     JOB_DEFAULTS,
+    IDENTITY_KEYS,
     ConfigError,
     JobSpec,
     base_loss,
+    covers,
     has_key,
     job_value,
+    training_key,
 )
 from fedbalance.jobspec import required_keys as _spec_required_keys
 from fedbalance.records import Job, setting_name  # noqa: F401  (Job: re-exported)
@@ -170,9 +173,6 @@ def jobs(cfg: Mapping[str, Any], experiments: list[str] | None = None) -> list[J
     return sorted(out)
 
 
-IDENTITY_KEYS = ("experiment", "setting")
-
-
 def run_key(spec: Mapping[str, Any] | JobSpec) -> str:
     """What a job's results depend on: its configured dict less the names that only place it (``IDENTITY_KEYS``).
 
@@ -185,20 +185,23 @@ def run_key(spec: Mapping[str, Any] | JobSpec) -> str:
 
 
 def twins(cfg: Mapping[str, Any], experiments: list[str] | None = None) -> dict[Job, Job]:
-    """Each job whose ``run_key`` equals an earlier job's, mapped to that job (the one trained).
+    """Each job whose outputs an earlier job's cover (``jobspec.covers``), mapped to that job (the one trained).
 
     "Earlier" follows the experiments' order in the config, then ``jobs``' order; e.g. a sweep's
-    default point (``alpha`` at its default α) is the loss comparison's job, trained once.
+    default point (``alpha`` at its default α) is the loss comparison's job, trained once, though the
+    loss comparison also records the monitor and saves its trajectory (``OUTPUT_KEYS``).
     """
     order = {name: i for i, name in enumerate(cfg["experiments"])}
-    first: dict[str, Job] = {}
+    trained: dict[str, list[tuple[Job, JobSpec]]] = {}
     out: dict[Job, Job] = {}
     for job in sorted(jobs(cfg, experiments), key=lambda j: (order[j.experiment], j)):
-        key = run_key(configured_job(cfg, job))
-        if key in first:
-            out[job] = first[key]
+        spec = resolve_job(cfg, job)
+        group = trained.setdefault(training_key(spec), [])
+        source = next((j for j, s in group if covers(s, spec)), None)
+        if source is not None:
+            out[job] = source
         else:
-            first[key] = job
+            group.append((job, spec))
     return out
 
 

@@ -6,7 +6,7 @@ the cost estimate read the typed fields, never the dict. Optional keys get their
 ``JOB_DEFAULTS``; a required key that is unset is a ConfigError naming it.
 
 The configured dict itself (``JobSpec.as_dict``) is what crosses process boundaries (Snakemake
-params), what metrics.json records as ``config`` and what ``config.run_key`` compares: it is the
+params), what metrics.json records as ``config`` and what ``training_key`` and ``covers`` compare: it is the
 job as asked for, before ``path: auto`` is resolved on a device (``JobSpec.path``).
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -245,6 +246,69 @@ class JobSpec:
     def with_path(self, path: str) -> JobSpec:
         """The same job on training path ``path`` (``jobs.resolve_path`` of ``auto``); the configured dict is kept."""
         return dataclasses.replace(self, path=path)
+
+
+IDENTITY_KEYS = ("experiment", "setting")
+"""Keys that only place a job (its result folder): nothing in a run is seeded from them."""
+
+OUTPUT_KEYS = ("monitor.record", "save_trajectory", "empirical")
+"""Keys that change what a job writes, never how it trains: the monitor's columns of a loss that does not
+receive its outputs, ``trajectory.pt``, the empirical statistics of Y (each drawn from generators of its own,
+``fl.TAG_MONITOR``, or from none)."""
+
+MONITOR_FED_LOSSES = frozenset({"ratio", "la", "bsm"})
+"""The registered losses that train on the monitor's outputs (its weights π or its composition estimate:
+``losses.receives``); for every other loss the ``monitor`` keys shape only the recorded columns."""
+
+
+def _without(configured: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """A deep copy of ``configured`` less the dotted ``keys`` (an emptied mapping is dropped too)."""
+    out = copy.deepcopy(dict(configured))
+    for key in keys:
+        *head, last = key.split(".")
+        node: Any = out
+        for part in head:
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if isinstance(node, dict):
+            node.pop(last, None)
+    return out
+
+
+def runs_monitor(spec: Mapping[str, Any] | JobSpec) -> bool:
+    """The monitor runs: the loss trains on its outputs (``MONITOR_FED_LOSSES``) or ``monitor.record`` is set."""
+    spec = as_spec(spec)
+    return spec.base_loss in MONITOR_FED_LOSSES or spec.monitor.record
+
+
+def training_key(spec: Mapping[str, Any] | JobSpec) -> str:
+    """What a job's training depends on: its configured dict less ``IDENTITY_KEYS``, ``OUTPUT_KEYS`` and, for a
+    loss that does not train on the monitor's outputs, every ``monitor`` key. Equal keys, equal trained models."""
+    configured = spec.as_dict() if isinstance(spec, JobSpec) else dict(spec)
+    rest = _without(configured, IDENTITY_KEYS + OUTPUT_KEYS)
+    if base_loss(configured) not in MONITOR_FED_LOSSES:
+        rest.pop("monitor", None)
+    return json.dumps(rest, sort_keys=True, default=str)
+
+
+def monitor_key(spec: Mapping[str, Any] | JobSpec) -> str | None:
+    """What a job's recorded monitor columns depend on besides its training: its ``monitor`` keys less
+    ``monitor.record``; None when the monitor does not run."""
+    if not runs_monitor(spec):
+        return None
+    configured = spec.as_dict() if isinstance(spec, JobSpec) else dict(spec)
+    return json.dumps(_without(configured, OUTPUT_KEYS).get("monitor", {}), sort_keys=True, default=str)
+
+
+def covers(source: Mapping[str, Any] | JobSpec, target: Mapping[str, Any] | JobSpec) -> bool:
+    """``target``'s outputs are ``source``'s, less some: the same training (``training_key``), the same monitor
+    columns when ``target`` records them, and every optional output of ``target`` also written by ``source``
+    (empirical statistics, ``trajectory.pt``)."""
+    s, t = as_spec(source), as_spec(target)
+    if training_key(s) != training_key(t):
+        return False
+    if runs_monitor(t) and monitor_key(s) != monitor_key(t):
+        return False
+    return (s.empirical or not t.empirical) and (s.save_trajectory or not t.save_trajectory)
 
 
 def required_keys(spec: Mapping[str, Any]) -> list[str]:

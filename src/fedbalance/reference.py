@@ -18,7 +18,8 @@ from typing import Any
 import pandas as pd
 
 from fedbalance.aggregate import collect
-from fedbalance.config import jobs, twins
+from fedbalance.config import jobs, resolve_job, twins
+from fedbalance.jobspec import covers, training_key
 from fedbalance.records import Job, plus_minus
 from fedbalance.jobfolder import finished as folder_finished
 # metric (final.csv column) -> how it prints: Ac.M and accuracies in %, AUCs as fractions
@@ -31,11 +32,31 @@ def finished(root: str | Path, job: Job) -> bool:
 
 
 def reference_jobs(cfg: Mapping[str, Any], root: str | Path) -> tuple[list[Job], dict[Job, Job]]:
-    """(jobs of the study that ``root`` holds, twins whose trained job it holds -> that job)."""
+    """(jobs of the study that ``root`` holds, twins of them -> the held job each is copied from).
+
+    A twin (``config.twins``) is copied from its trained job when ``root`` holds that; else a twin that
+    ``root`` holds is taken as it is, and the twins it covers (``jobspec.covers``) are copied from it.
+    """
     tw = twins(cfg)
-    held = [j for j in jobs(cfg) if j not in tw and finished(root, j)]
-    have = set(held)
-    return held, {j: s for j, s in tw.items() if s in have}
+    done = [j for j in jobs(cfg) if finished(root, j)]
+    done_set = set(done)
+    held = [j for j in done if j not in tw or tw[j] not in done_set]
+    specs = {j: resolve_job(cfg, j) for j in held}
+    by_key: dict[str, list[Job]] = {}
+    for j in held:
+        by_key.setdefault(training_key(specs[j]), []).append(j)
+    copied: dict[Job, Job] = {}
+    for j, source in tw.items():
+        if j in held:
+            continue
+        if source in specs:
+            copied[j] = source
+            continue
+        spec = resolve_job(cfg, j)
+        other = next((h for h in by_key.get(training_key(spec), []) if covers(specs[h], spec)), None)
+        if other is not None:
+            copied[j] = other
+    return held, copied
 
 
 def _cells(final: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:

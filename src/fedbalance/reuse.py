@@ -1,9 +1,11 @@
 """A twin job's outputs, written from the job trained in its place (``fedbalance.config.twins``); torch-free.
 
-Two jobs of a study that differ only in their experiment's and setting's names (a sweep's default
-point and the loss comparison's job, say) give the same results, so the workflow trains the first
-and writes the other's ``metrics.json`` and ``rounds.csv`` from it: the same numbers, the twin's
-own ``job`` and ``config``, and ``reused_from`` naming the folder it came from.
+Two jobs of a study that train alike (``jobspec.training_key``: they differ only in their experiment's
+and setting's names, and in keys that change what a job writes, ``OUTPUT_KEYS``) give the same model
+in every round, so the workflow trains the first and writes the other's ``metrics.json`` and
+``rounds.csv`` from it: the same numbers, less the columns the twin does not record (the monitor's of
+a loss that does not train on them, the empirical statistics), the twin's own ``job`` and ``config``,
+and ``reused_from`` naming the folder it came from.
 """
 
 from __future__ import annotations
@@ -13,41 +15,88 @@ from pathlib import Path
 from typing import Any
 
 from fedbalance import jobfolder
-from fedbalance.config import IDENTITY_KEYS, ConfigError, run_key
-from fedbalance.jobspec import JobSpec, as_spec
-from fedbalance.records import JOB_KEYS
+from fedbalance.config import IDENTITY_KEYS, ConfigError
+from fedbalance.jobspec import JobSpec, as_spec, covers, runs_monitor
+from fedbalance.records import JOB_KEYS, cs_column, est_column, UNIFORM
 
 # What ``path: auto`` resolves to (fedbalance.jobs.resolve_path).
 RESOLVED_PATHS = ("sequential", "vectorised")
 
 
-def twin_metrics(source: Mapping[str, Any], spec: Mapping[str, Any] | JobSpec, source_path: str) -> dict[str, Any]:
-    """``source``'s metrics.json as the job of ``spec`` (its twin) would have written it."""
-    spec = as_spec(spec)
+EMPIRICAL_COLUMNS = ("emp_cos", "emp_cv")
+"""rounds.csv's columns of the empirical statistics of Y (``empirical: true``)."""
+MONITOR_COLUMNS = ("weights", "acknowledged", cs_column(UNIFORM))
+"""rounds.csv's monitor columns besides each estimator's ``est_``/``cs_`` pair."""
+
+
+def _is_monitor_column(column: str) -> bool:
+    return column in MONITOR_COLUMNS or column.startswith((est_column(""), cs_column("")))
+
+
+def twin_config(source: Mapping[str, Any], spec: JobSpec, source_path: str) -> dict[str, Any]:
+    """``source``'s ``config`` with ``spec``'s configured keys, after checking that ``source`` covers ``spec``."""
     configured = spec.as_dict()
     config = dict(source["config"])
-    config.update({k: configured[k] for k in IDENTITY_KEYS})
     if spec.path == "auto" and config.get("path") in RESOLVED_PATHS:
         # an older metrics.json recorded what ``auto`` resolved to in ``config``; the job ran as configured
         if "path" in configured:
             config["path"] = configured["path"]
         else:
             del config["path"]
-    if run_key(config) != run_key(spec):
+    try:
+        ok = covers({**config, **{k: configured[k] for k in IDENTITY_KEYS}}, spec)
+    except ConfigError as exc:
+        raise ConfigError(f"{source_path}: its config is not a job spec ({exc})") from None
+    if not ok:
         raise ConfigError(
-            f"{source_path} was trained with other parameters than {spec.name} has now (results of an older config?): rerun it"
+            f"{source_path} was trained with other parameters than {spec.name} has now (results of an older config?): "
+            "train that job again, or point at a folder of the current config"
         )
-    return {**source, "job": {k: getattr(spec.job, k) for k in JOB_KEYS}, "config": config, "reused_from": source_path}
+    return configured
+
+
+def twin_rows(rows: list[dict[str, Any]], spec: JobSpec) -> list[dict[str, Any]]:
+    """The source's rounds as ``spec``'s job records them: the monitor's columns emptied when it does not run
+    the monitor, the empirical ones when it does not ask for them."""
+    drop_monitor, drop_emp = not runs_monitor(spec), not spec.empirical
+    return [
+        {k: (None if (drop_monitor and _is_monitor_column(k)) or (drop_emp and k in EMPIRICAL_COLUMNS) else v)
+         for k, v in row.items()}
+        for row in rows
+    ]
+
+
+def twin_metrics(source: Mapping[str, Any], spec: Mapping[str, Any] | JobSpec, source_path: str,
+                 rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """``source``'s metrics.json as the job of ``spec`` (its twin) would have written it; ``rows``: the twin's
+    rounds (``twin_rows``), from which its monitor summary is recomputed when it does not run the monitor."""
+    spec = as_spec(spec)
+    out = {**source, "job": {k: getattr(spec.job, k) for k in JOB_KEYS}, "config": twin_config(source, spec, source_path),
+           "reused_from": source_path}
+    if not runs_monitor(spec):
+        out["monitor"] = jobfolder.monitor_summary(rows or [])
+        out["acknowledged_round"] = None
+    return out
 
 
 def write_twin(source_dir: str | Path, target_dir: str | Path, spec: Mapping[str, Any] | JobSpec) -> dict[str, Any]:
-    """Write ``target_dir``'s rounds.csv and metrics.json (last, as ``run_job`` does) from ``source_dir``'s."""
+    """Write ``target_dir``'s rounds.csv and metrics.json (last, as ``run_job`` does) from ``source_dir``'s.
+
+    The rounds are copied byte for byte when the twin records all the source does, else rewritten without
+    the columns it does not record.
+    """
     source_dir = Path(source_dir)
+    spec = as_spec(spec)
     try:
         source = jobfolder.read_metrics(source_dir)
-        rounds = (source_dir / jobfolder.ROUNDS).read_bytes()
-    except (OSError, ValueError) as exc:
+        rounds: str | bytes = (source_dir / jobfolder.ROUNDS).read_bytes()
+        source_spec = as_spec(source["config"])
+        same_outputs = runs_monitor(source_spec) == runs_monitor(spec) and source_spec.empirical == spec.empirical
+        rows = None if same_outputs else twin_rows(jobfolder.round_records(source_dir), spec)
+    except (OSError, ValueError, KeyError) as exc:
         raise ConfigError(f"cannot reuse {source_dir}: {exc}") from None
-    metrics = twin_metrics(source, spec, str(source_dir))
+    metrics = twin_metrics(source, spec, str(source_dir), rows)
+    if rows is not None:
+        rounds = jobfolder.rounds_text(rows)
     jobfolder.write(target_dir, metrics, rounds)
     return metrics

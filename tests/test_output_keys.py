@@ -1,0 +1,102 @@
+"""Output-only keys: jobs that differ only in what they write share one training run, and the twin's files
+equal those the job writes when it trains itself."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedbalance import jobfolder
+from fedbalance.config import configured_job, load_config
+from fedbalance.jobs import run_job
+from fedbalance.jobspec import MONITOR_FED_LOSSES, OUTPUT_KEYS, covers, monitor_key, runs_monitor, training_key
+from fedbalance.losses import LOSSES, receives
+from fedbalance.records import Job
+from fedbalance.reuse import write_twin
+
+ROOT = Path(__file__).resolve().parents[1]
+# what differs between two runs of one job by construction: its timings, and the twin's pointer to its source
+TIMINGS = {"seconds"}
+RUN_ONLY = {"wall_time_s", "reused_from"}
+
+
+@pytest.fixture(scope="module")
+def quick() -> dict:
+    return load_config(ROOT / "config" / "quick.yaml")
+
+
+def tiny(quick: dict, loss: str, experiment: str = "losses", **over) -> dict:
+    spec = configured_job(quick, Job("losses", "mnist", "g10", loss, 0))
+    spec["partition"].update(num_clients=4, majority_samples=12)
+    spec["monitor"]["aux_per_class"] = 8
+    spec.update(clients_per_round=3, rounds=3, batch_size=16, lr=0.05, selection="random", experiment=experiment)
+    for key, value in over.items():
+        if key.startswith("monitor_"):
+            spec["monitor"][key[len("monitor_"):]] = value
+        else:
+            spec[key] = value
+    return spec
+
+
+def test_the_losses_fed_by_the_monitor_are_the_registry_s() -> None:
+    # the torch-free list beside the loss registry's own declarations (losses.receives)
+    assert MONITOR_FED_LOSSES == {n for n in LOSSES if receives(n) & {"weights", "prior"}}
+
+
+def test_training_key_ignores_output_keys_and_the_monitor_of_a_loss_it_does_not_feed(quick: dict) -> None:
+    ce = tiny(quick, "ce", monitor_record=False, save_trajectory=False, empirical=False)
+    assert OUTPUT_KEYS == ("monitor.record", "save_trajectory", "empirical")
+    for over in ({"monitor_record": True}, {"save_trajectory": True}, {"empirical": True}, {"monitor_t_ra": 2.0},
+                 {"monitor_estimators": ["paper"]}, {"experiment": "alpha"}):
+        assert training_key(tiny(quick, "ce", **{**dict(monitor_record=False, save_trajectory=False, empirical=False),
+                                                 **over})) == training_key(ce), over
+    for over in ({"lr": 0.01}, {"seed": 1}, {"rounds": 4}, {"loss": "focal", "base_loss": "focal"}):
+        assert training_key({**ce, **over}) != training_key(ce), over
+    # the Ratio Loss trains on π: its monitor keys are training keys, record is not
+    ratio = tiny(quick, "ratio", monitor_record=False)
+    assert training_key(tiny(quick, "ratio", monitor_record=True)) == training_key(ratio)
+    assert training_key(tiny(quick, "ratio", monitor_t_ra=2.0)) != training_key(ratio)
+    assert runs_monitor(ratio) and not runs_monitor(ce)
+    assert monitor_key(ce) is None and monitor_key(ratio) == monitor_key(tiny(quick, "ratio", monitor_record=True))
+
+
+def test_covers_asks_the_source_for_every_output_of_the_target(quick: dict) -> None:
+    rich = tiny(quick, "ce", monitor_record=True, save_trajectory=True, empirical=True)
+    bare = tiny(quick, "ce", monitor_record=False, save_trajectory=False, empirical=False)
+    assert covers(rich, bare) and not covers(bare, rich)
+    for key in ("save_trajectory", "empirical", "monitor_record"):
+        assert not covers(tiny(quick, "ce", **{**dict(monitor_record=True, save_trajectory=True, empirical=True),
+                                               key: False}), rich), key
+    # another threshold gives other recorded columns: not a copy (a replay would be)
+    assert not covers(rich, tiny(quick, "ce", monitor_record=True, save_trajectory=True, empirical=True,
+                                 monitor_t_ra=2.0))
+    assert covers(rich, tiny(quick, "ce", monitor_record=False, monitor_t_ra=2.0))
+
+
+@pytest.mark.parametrize("loss", ["ce", "ratio"])
+def test_a_twin_written_from_a_richer_run_equals_the_job_trained_itself(
+    quick: dict, loss: str, tmp_path: Path, torch_one_thread: None
+) -> None:
+    source = tiny(quick, loss, monitor_record=True, save_trajectory=True, empirical=True)
+    target = tiny(quick, loss, experiment="alpha", monitor_record=False, save_trajectory=False, empirical=False)
+    assert covers(source, target)
+    run_job(source, tmp_path / "source", device="cpu", deterministic=True, progress=False)
+    run_job(target, tmp_path / "trained", device="cpu", deterministic=True, progress=False)
+    write_twin(tmp_path / "source", tmp_path / "twin", target)
+
+    trained, twin = (jobfolder.round_records(tmp_path / d) for d in ("trained", "twin"))
+    source_rows = jobfolder.round_records(tmp_path / "source")
+    assert [{k: v for k, v in r.items() if k not in TIMINGS} for r in twin] == \
+        [{k: v for k, v in r.items() if k not in TIMINGS} for r in trained]
+    # the source recorded more than the target: the twin's copy left those columns out, no others
+    assert all(r["emp_cos"] is not None for r in source_rows) and all(r["emp_cos"] is None for r in twin)
+    if loss == "ce":
+        assert all(r["cs_uniform"] is not None for r in source_rows) and all(r["cs_uniform"] is None for r in twin)
+    else:  # the Ratio Loss runs the monitor whatever record says
+        assert [r["weights"] for r in twin] == [r["weights"] for r in source_rows]
+    m_trained, m_twin = (json.loads((tmp_path / d / "metrics.json").read_text()) for d in ("trained", "twin"))
+    assert m_twin["reused_from"] == str(tmp_path / "source")
+    assert {k: v for k, v in m_twin.items() if k not in RUN_ONLY} == {k: v for k, v in m_trained.items() if k not in RUN_ONLY}

@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from fedbalance.jobfolder import FILES, METRICS, read_metrics  # FILES are copied as they are; provenance.json beside them
+from fedbalance.presentation.prose import blocks as prose_blocks
 
 
 def parse_jobs(specs: list[str], dataset: str) -> list[tuple[str, str, str, str, int]]:
@@ -277,15 +278,20 @@ def held_summary(reference: Path, experiment: str | None = None) -> str:
 
 
 def docs_texts(rendered: Path, reference: Path, docs: Path) -> dict[Path, str]:
-    """docs/fidelity.md and docs/claims-mnist.md with the render of ``reference`` (in ``rendered``) spliced in."""
+    """docs/fidelity.md and docs/claims-mnist.md with the render of ``reference`` (in ``rendered``) spliced in, and every
+    generated prose block (``fedbalance.presentation.prose``, computed from ``reference``'s job folders) in its page."""
     fidelity = (rendered / "tables" / "Fidelity.md").read_text()
     claims = (rendered / "claims.md").read_text().split("\n", 1)[1].lstrip("\n")
-    blocks = {
-        docs / "fidelity.md": ("fidelity", f"`tables/Fidelity.md` of the render of the {held_summary(reference, 'losses')}:"
-                               f"\n\n{fidelity}"),
-        docs / "claims-mnist.md": ("claims", f"`claims.md` of the render of the {held_summary(reference)}:\n\n{claims}"),
-    }
-    return {path: spliced(path.read_text(), name, body, source=DOCS_SOURCE) for path, (name, body) in blocks.items()}
+    blocks = [
+        (docs / "fidelity.md", "fidelity", f"`tables/Fidelity.md` of the render of the {held_summary(reference, 'losses')}:"
+                                           f"\n\n{fidelity}"),
+        (docs / "claims-mnist.md", "claims", f"`claims.md` of the render of the {held_summary(reference)}:\n\n{claims}"),
+        *((docs / page, name, body) for name, (page, body) in prose_blocks(reference).items()),
+    ]
+    texts: dict[Path, str] = {}
+    for path, name, body in blocks:
+        texts[path] = spliced(texts.get(path, path.read_text()), name, body, source=DOCS_SOURCE)
+    return texts
 
 
 def cmd_docs(args: argparse.Namespace) -> int:

@@ -1,0 +1,334 @@
+"""The docs' sentences that state numbers of a reference set, computed from its job folders and rendered from templates.
+
+Each block is one template of ``templates/prose/`` filled from the tidy frames of the set
+(``fedbalance.aggregate.collect`` of reference/mnist) or the published numbers; ``scripts/reference_jobs.py docs``
+splices them between the docs' marks and ``docs --check`` fails when one is stale.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import numpy as np
+import pandas as pd
+
+from fedbalance.aggregate import collect
+from fedbalance.records import plus_minus
+from fedbalance.presentation.fidelity import paper_verdict
+from fedbalance.presentation.names import GAMMAS, gamma_setting
+from fedbalance.presentation.tables import TEMPLATES as TABLE_TEMPLATES
+from fedbalance.presentation.tables import published
+
+COLLAPSE = 0.2
+"""A collapsed round: test accuracy below this (a model that predicts one class of ten scores about 0.1)."""
+EVIDENCE = 4.0
+"""The threshold of ``shrunk`` on ||p - u||^2 / noise (``fedbalance.estimators.EVIDENCE``, quoted by docs/monitor.md)."""
+MAJORITY_MARGIN = 1.0
+"""The majority claim: the Ratio Loss's majority accuracy within this many points of CE's, or above."""
+AUC_TOLERANCE = 0.001
+"""A published AUC is fitted by the closed form when within this of it."""
+OWN_Q = {"mnist": 10, "cifar10": 10, "fer2013": 7, "femnist": 26}
+"""Classes of each dataset as config/config.yaml defines it (FEMNIST: letters only)."""
+MINORITY = {"mnist": 3, "cifar10": 3, "fer2013": 3, "femnist": 7}
+"""Minority classes of each dataset (config/config.yaml, ``minority_classes``)."""
+RELEASED_Q = 26
+"""The released code's ``label_binarize(..., range(26))``: Q hard-coded to 26."""
+READINGS = ("ratio", "ratio_rel")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One (setting, loss) of the set: final-round values over seeds, in % (Ac.M, majority and overall accuracy)."""
+
+    seeds: tuple[int, ...]
+    acm: tuple[float, ...]
+    maj: tuple[float, ...]
+    acc: tuple[float, ...]
+    auc: tuple[float, ...]
+    paper: float
+    paper_auc: float
+    gamma_realised: float
+
+    @property
+    def n(self) -> int:
+        return len(self.seeds)
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.acm))
+
+    @property
+    def std(self) -> float:
+        return float(np.std(self.acm, ddof=1)) if self.n > 1 else math.nan
+
+    @property
+    def pm(self) -> str:
+        return plus_minus(self.mean, self.std, 2)
+
+    @property
+    def verdict(self) -> str:
+        return paper_verdict(self.mean, self.std, self.n, self.paper)
+
+    @property
+    def lo(self) -> float:
+        return min(self.acm)
+
+    @property
+    def hi(self) -> float:
+        return max(self.acm)
+
+    @property
+    def maj_mean(self) -> float:
+        return float(np.mean(self.maj))
+
+    @property
+    def acc_mean(self) -> float:
+        return float(np.mean(self.acc))
+
+    @property
+    def auc_pm(self) -> str:
+        return plus_minus(float(np.mean(self.auc)), float(np.std(self.auc, ddof=1)) if self.n > 1 else math.nan, 4)
+
+    def seed_list(self, digits: int = 2) -> str:
+        """The seeds' values in seed order, comma-separated."""
+        return ", ".join(f"{v:.{digits}f}" for v in self.acm)
+
+
+def _lists(column: pd.Series) -> list[list[float]]:
+    return [json.loads(v) if isinstance(v, str) else list(v) for v in column]
+
+
+def reference_frames(reference: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The tidy final and rounds frames of a reference set's job folders (``aggregate.collect``)."""
+    return collect(reference)
+
+
+def cells(final: pd.DataFrame, experiment: str = "losses", dataset: str = "mnist") -> dict[str, dict[str, Cell]]:
+    """{setting: {loss: Cell}} of ``experiment``, beside the published Res_3_datasets cell of the loss (or its base)."""
+    pub = published()
+    column = {gamma_setting(g): label for label, g in GAMMAS}
+    out: dict[str, dict[str, Cell]] = {}
+    f = final[(final.experiment == experiment) & (final.dataset == dataset)].sort_values("seed")
+    for (setting, loss), g in f.groupby(["setting", "loss"]):
+        row = "ratio" if loss in READINGS else loss
+        sel = pub[(pub.table == "Res_3_datasets") & (pub.dataset == dataset) & (pub.column == column.get(setting))
+                  & (pub.row == row)]
+        value = {m: float(sel[sel.metric == m].value.iloc[0]) if (sel.metric == m).any() else math.nan
+                 for m in ("acm", "auc")}
+        out.setdefault(setting, {})[loss] = Cell(
+            tuple(int(s) for s in g.seed), tuple(100 * g.acc_minority), tuple(100 * g.acc_majority),
+            tuple(100 * g.acc), tuple(g.auc_hard), value["acm"], value["auc"], float(g.gamma_realised.mean()))
+    return {s: out[s] for s in sorted(out, key=lambda s: float(s.lstrip("g")))}
+
+
+def job_rounds(rounds: pd.DataFrame, experiment: str, setting: str, loss: str, seed: int) -> pd.DataFrame:
+    """One job's rounds, in order."""
+    r = rounds[(rounds.experiment == experiment) & (rounds.setting == setting) & (rounds.loss == loss)
+               & (rounds.seed == seed)]
+    return r.sort_values("round").reset_index(drop=True)
+
+
+def collapses(rounds: pd.DataFrame, experiment: str = "losses", losses: tuple[str, ...] = READINGS) -> pd.DataFrame:
+    """Every evaluated round t >= 1 of ``losses`` jobs whose test accuracy is below COLLAPSE: the job, the round
+    (0-based), its accuracy, the largest π it trained with (computed after round t - 1), that π's class, whether the
+    class is a majority class of the round (count at or above the median), the final Ac.M and the last round."""
+    out = []
+    r = rounds[(rounds.experiment == experiment) & rounds.loss.isin(losses)]
+    for (setting, loss, seed), g in r.groupby(["setting", "loss", "seed"]):
+        g = g.sort_values("round").reset_index(drop=True)
+        weights = _lists(g.weights)
+        truth = _lists(g.true_composition)
+        for i in range(1, len(g)):
+            if g.acc[i] < COLLAPSE:
+                pi = weights[i - 1]
+                p = int(np.argmax(pi))
+                out.append({"setting": setting, "loss": loss, "seed": int(seed), "round": int(g["round"][i]),
+                            "acc": 100 * g.acc[i], "pi": float(pi[p]), "cls": p,
+                            "majority": truth[i][p] >= float(np.median(truth[i])),
+                            "acm_before": 100 * g.acc_minority[i - 1], "acc_next": 100 * g.acc[i + 1] if i + 1 < len(g) else math.nan,
+                            "acm_final": 100 * g.acc_minority.iloc[-1], "last_round": int(g["round"].iloc[-1])})
+    return pd.DataFrame(out, columns=["setting", "loss", "seed", "round", "acc", "pi", "cls", "majority", "acm_before",
+                                      "acc_next", "acm_final", "last_round"])
+
+
+def shrinkage_ratios(rounds: pd.DataFrame, same_clients: frozenset[str] = frozenset({"losses", "ratio_stability"})
+                     ) -> pd.DataFrame:
+    """||p - u||^2 / noise of ``shrunk`` (``fedbalance.estimators.shrunk_counts``) in every round t >= 1 of every job
+    that recorded ``released`` and ``pooled``, from those records: p the round's pooled estimate, u its uniform guess,
+    the noise the spread of the rounds' ``released`` estimates (over rounds, per class, divided by the number of rounds
+    when the same clients come back (``same_clients`` experiments), else the spread of their deviations from the guess)."""
+    out = []
+    keys = ["experiment", "setting", "loss", "seed"]
+    for key, g in rounds.dropna(subset=["est_released", "est_pooled"]).groupby(keys):
+        g = g.sort_values("round")
+        rel = np.array(_lists(g.est_released), dtype=float)
+        pool = np.array(_lists(g.est_pooled), dtype=float)
+        same = key[0] in same_clients
+        for t in range(1, len(g)):
+            total = pool[t].sum()
+            u = total / pool.shape[1]
+            share = rel[: t + 1] / rel[: t + 1].sum(1, keepdims=True) * total
+            noise = share.var(0, ddof=1).sum() / (t + 1) if same else (share - u).var(0, ddof=1).sum()
+            out.append({**dict(zip(keys, key)), "round": int(g["round"].iloc[t]), "same": same,
+                        "ratio": float(((pool[t] - u) ** 2).sum() / noise)})
+    return pd.DataFrame(out)
+
+
+def auc_fits(q: int | None = None) -> dict[str, tuple[int, int]]:
+    """Per dataset: (cells whose published AUC the one-hot closed form fits within AUC_TOLERANCE, cells compared).
+
+    The cells publish Ac.M (Res_3_datasets, FL_FEMNIST), majority accuracy (Sup_majority*) and AUC; the overall
+    accuracy is their class-weighted mean (a balanced test set) and the closed form is (1 + acc - (1 - acc)/(Q - 1))/2
+    with the dataset's own Q (``q`` None) or ``q``."""
+    pub = published()
+    loss = pub[pub.table.isin(["Res_3_datasets", "FL_FEMNIST"])]
+    maj = pub[pub.table.isin(["Sup_majority", "Sup_majority_femnist"])].set_index(["dataset", "column", "row"]).value
+    wide = loss.pivot_table(index=["dataset", "column", "row"], columns="metric", values="value")
+    wide = wide.join(maj.rename("maj")).dropna()
+    out: dict[str, tuple[int, int]] = {}
+    for (dataset, _, _), x in wide.iterrows():
+        classes = OWN_Q[dataset]
+        acc = (MINORITY[dataset] * x.acm + (classes - MINORITY[dataset]) * x.maj) / classes / 100
+        k = q or classes
+        fit = abs((1 + acc - (1 - acc) / (k - 1)) / 2 - x.auc) <= AUC_TOLERANCE
+        hits, n = out.get(dataset, (0, 0))
+        out[dataset] = (hits + int(fit), n + 1)
+    return out
+
+
+def implied_below(dataset: str = "cifar10", column: str = "B.") -> tuple[int, int]:
+    """(cells whose published AUC, read through the closed form with the dataset's own Q and with Q = 26, implies an
+    overall accuracy below both published accuracies (Ac.M and the majority classes'), cells) in one column."""
+    pub = published()
+    sel = pub[(pub.dataset == dataset) & (pub.column == column)]
+    hits = n = 0
+    for loss in sorted(set(sel[sel.table == "Res_3_datasets"].row)):
+        def value(table: str, metric: str) -> float:
+            return float(sel[(sel.table == table) & (sel.row == loss) & (sel.metric == metric)].value.iloc[0])
+        auc, low = value("Res_3_datasets", "auc"), min(value("Res_3_datasets", "acm"), value("Sup_majority", "acc_majority"))
+        implied = [100 * (2 * auc - 1 + 1 / (q - 1)) * (q - 1) / q for q in (OWN_Q[dataset], RELEASED_Q)]
+        hits += int(all(a < low for a in implied))
+        n += 1
+    return hits, n
+
+
+def _fmt(value: float, digits: int = 2) -> str:
+    return f"{value:.{digits}f}"
+
+
+def _gap_range(cs: dict[str, dict[str, Cell]], loss: str) -> tuple[float, float, str]:
+    """The smallest and largest |mean - published| of ``loss`` over the settings, and the common sign of our mean
+    against the published ('above', 'below' or 'both')."""
+    gaps = [c[loss].mean - c[loss].paper for c in cs.values() if loss in c and not math.isnan(c[loss].paper)]
+    sign = "above" if all(g > 0 for g in gaps) else "below" if all(g < 0 for g in gaps) else "both"
+    return min(abs(g) for g in gaps), max(abs(g) for g in gaps), sign
+
+
+def seeds_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
+    """Everything the fidelity page's "What the seeds say" block states, computed from the set's frames."""
+    cs = cells(final)
+    col = collapses(rounds)
+    ratio_jobs = int(((final.experiment == "losses") & final.loss.isin(READINGS)).sum())
+    paper_jobs = int(((final.experiment == "losses") & (final.loss == "ratio")).sum())
+    # the paper reading at Γ = 10: its lowest seed, the spread of its last five rounds and the π it trained with there
+    g10 = cs["g10"]["ratio"]
+    low_seed = g10.seeds[int(np.argmin(g10.acm))]
+    jr = job_rounds(rounds, "losses", "g10", "ratio", low_seed)
+    tail = jr.tail(5)
+    pis = _lists(jr.weights)
+    tail_pi = [max(pis[i - 1]) for i in tail.index]
+    others = [v for s, v in zip(g10.seeds, g10.acm) if s != low_seed]
+    # Γ = 100: CE interpolated in log Γ between Γ = 50 and the realised Γ of the 100 cells
+    ce50, ce100 = cs["g50"]["ce"], cs["g100"]["ce"]
+    realised = ce100.gamma_realised
+    slope = (ce100.mean - ce50.mean) / (math.log(realised) - math.log(50))
+    interpolated = ce50.mean + slope * (math.log(100) - math.log(50))
+    r100 = cs["g100"]["ratio"]
+    r100_rounds = {s: job_rounds(rounds, "losses", "g100", "ratio", s) for s in r100.seeds}
+    r100_low = sorted(r100.seeds, key=lambda s: r100.acm[r100.seeds.index(s)])[:2]
+    r100_detail = []
+    for s in r100_low:
+        g = r100_rounds[s]
+        w = _lists(g.weights)
+        last8 = g.tail(8)
+        r100_detail.append({"seed": s, "final": 100 * g.acc_minority.iloc[-1], "lo": 100 * last8.acc_minority.min(),
+                            "hi": 100 * last8.acc_minority.max(),
+                            "pi": max(max(w[i - 1]) for i in last8.index)})
+    ghmc_lo, ghmc_hi, ghmc_sign = _gap_range(cs, "ghmc")
+    majority = {s: {"ratio": c["ratio"].maj_mean, "ce": c["ce"].maj_mean, "ratio_rel": c["ratio_rel"].maj_mean}
+                for s, c in cs.items()}
+    kept = [s for s in ("g10", "g50", "g100")]
+    maj_ratio = [majority[s][loss] for s in kept for loss in READINGS]
+    maj_ce = [majority[s]["ce"] for s in kept]
+    misses = [s for s in cs if majority[s]["ratio"] < majority[s]["ce"] - MAJORITY_MARGIN]
+    passes = [s for s in cs if s not in misses]
+    mon = rounds[rounds.experiment == "monitor"]
+    mon_cs = mon.groupby("seed")[["cs_pooled", "cs_uniform"]].mean().mean()
+    return {
+        "c": cs, "collapses": col.to_dict("records"), "ratio_jobs": ratio_jobs, "paper_jobs": paper_jobs,
+        "g10_low": {"seed": low_seed, "final": g10.acm[g10.seeds.index(low_seed)], "lo": 100 * tail.acc_minority.min(),
+                    "hi": 100 * tail.acc_minority.max(), "pi_lo": min(tail_pi), "pi_hi": max(tail_pi),
+                    "others_lo": min(others), "others_hi": max(others)},
+        "interpolated": interpolated, "realised": realised, "r100_low": r100_detail,
+        "ghmc": {"lo": ghmc_lo, "hi": ghmc_hi, "sign": ghmc_sign},
+        "majority": majority, "maj_ratio": (min(maj_ratio), max(maj_ratio)), "maj_ce": (min(maj_ce), max(maj_ce)),
+        "misses": misses, "passes": passes, "margin": MAJORITY_MARGIN,
+        "monitor_cs": {"pooled": float(mon_cs.cs_pooled), "uniform": float(mon_cs.cs_uniform),
+                       "seeds": int(mon.seed.nunique())},
+        "gamma": {s: int(s[1:]) for s in cs}, "fmt": _fmt, "COLLAPSE": 100 * COLLAPSE,
+    }
+
+
+def shrinkage_context(rounds: pd.DataFrame) -> dict[str, Any]:
+    """What docs/monitor.md states of ``shrunk``'s test on the reference jobs."""
+    r = shrinkage_ratios(rounds)
+    rand, same = r[~r.same], r[r.same]
+    imbalanced = same[same.setting != "g1"]
+    below = imbalanced[imbalanced.ratio <= EVIDENCE]
+    balanced = same[same.setting == "g1"]
+    bal_below = balanced[balanced.ratio <= EVIDENCE]
+    return {
+        "rand": {"lo": rand.ratio.min(), "hi": rand.ratio.max(), "jobs": rand.groupby(["experiment", "seed"]).ngroups,
+                 "med_lo": rand.groupby("seed").ratio.median().min(), "med_hi": rand.groupby("seed").ratio.median().max()},
+        "same": {"lo": imbalanced.ratio.min(), "hi": imbalanced.ratio.max(),
+                 "jobs": imbalanced.groupby(["experiment", "setting", "loss", "seed"]).ngroups,
+                 "rounds": len(imbalanced), "below": len(below),
+                 "below_jobs": below.groupby(["experiment", "setting", "loss", "seed"]).ngroups,
+                 "below_last": int(below["round"].max()) if len(below) else None,
+                 "after_lo": imbalanced[imbalanced["round"] > (below["round"].max() if len(below) else 0)].ratio.min()},
+        "balanced": {"jobs": balanced.groupby(["setting", "loss", "seed"]).ngroups, "below": len(bal_below),
+                     "rounds": len(balanced), "last": int(bal_below["round"].max()) if len(bal_below) else None},
+        "evidence": EVIDENCE, "fmt": _fmt,
+    }
+
+
+def auc_context() -> dict[str, Any]:
+    """The published cells the closed form fits, with the dataset's own Q and with the released code's 26."""
+    hits, n = implied_below()
+    return {"own": auc_fits(), "q26": auc_fits(RELEASED_Q), "tol": AUC_TOLERANCE, "q": RELEASED_Q,
+            "implied": {"hits": hits, "n": n}}
+
+
+TEMPLATES = {
+    "seeds": ("fidelity.md", "seeds.md.j2"),
+    "collapses": ("ratio-stability.md", "collapses.md.j2"),
+    "shrunk-evidence": ("monitor.md", "shrunk_evidence.md.j2"),
+    "auc-fits": ("fidelity.md", "auc_fits.md.j2"),
+}
+"""Block name -> (the page of docs/ it is spliced into, its template)."""
+
+
+def blocks(reference: str | Path) -> dict[str, tuple[str, str]]:
+    """Block name -> (page of docs/, generated Markdown) for every generated prose block, from the set's job folders."""
+    final, rounds = reference_frames(reference)
+    seeds = seeds_context(final, rounds)
+    contexts = {"seeds": seeds, "collapses": seeds, "shrunk-evidence": shrinkage_context(rounds), "auc-fits": auc_context()}
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TABLE_TEMPLATES / "prose")),
+                             keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    return {name: (page, env.get_template(template).render(**contexts[name]).strip() + "\n")
+            for name, (page, template) in TEMPLATES.items()}

@@ -1,0 +1,154 @@
+"""The docs' generated blocks hold what the reference set says, and the numbers they state are recomputed here."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from fedbalance.estimators import shrunk_counts
+from fedbalance.monitor import pooled_counts
+from fedbalance.presentation import prose
+from fedbalance.presentation.tables import published
+from fedbalance.replay import recorded
+
+REPO = Path(__file__).resolve().parents[1]
+REFERENCE = REPO / "reference" / "mnist"
+DOCS = REPO / "docs"
+SOURCE = "scripts/reference_jobs.py docs"
+RENDERED = {"fidelity", "claims"}  # spliced from a render (tests/test_reference.py checks them)
+
+
+def block(page: Path, name: str) -> str:
+    """The text between a page's marks of block ``name``."""
+    m = re.search(rf"<!-- {re.escape(name)}: {re.escape(SOURCE)} -->\n(.*?)<!-- /{re.escape(name)} -->", page.read_text(), re.S)
+    assert m, f"{page} has no block {name}"
+    return m.group(1)
+
+
+@pytest.fixture(scope="module")
+def blocks() -> dict[str, tuple[str, str]]:
+    return prose.blocks(REFERENCE)
+
+
+@pytest.fixture(scope="module")
+def jobs() -> pd.DataFrame:
+    """One row per job of the set, read with plain pandas/json: final values (%) and the rounds."""
+    rows = []
+    for m in sorted(REFERENCE.glob("*/*/*/*/seed*/metrics.json")):
+        exp, _, setting, loss, seed = m.parent.relative_to(REFERENCE).parts
+        final = json.loads(m.read_text())["final"]
+        rows.append({"experiment": exp, "setting": setting, "loss": loss, "seed": int(seed[4:]),
+                     "acm": 100 * final["acc_minority"], "maj": 100 * final["acc_majority"],
+                     "rounds": pd.read_csv(m.parent / "rounds.csv")})
+    return pd.DataFrame(rows)
+
+
+def test_every_generated_block_is_current(blocks) -> None:
+    """Each prose block in its page equals what the set generates now (regenerate: scripts/reference_jobs.py docs)."""
+    for name, (page, body) in blocks.items():
+        assert block(DOCS / page, name) == body, f"docs/{page} block {name} is stale: run {SOURCE}"
+
+
+def test_every_marked_block_is_generated(blocks) -> None:
+    """No mark of ``reference_jobs.py docs`` in docs/ is left without a generator."""
+    marked = {m for p in DOCS.glob("*.md") for m in re.findall(rf"<!-- ([\w-]+): {re.escape(SOURCE)} -->", p.read_text())}
+    assert marked == set(blocks) | RENDERED
+
+
+def test_collapses_recomputed(jobs, blocks) -> None:
+    """The collapsed rounds (test accuracy below 20 % after round 0) of the Ratio jobs, counted from rounds.csv."""
+    ratio = jobs[(jobs.experiment == "losses") & jobs.loss.isin(["ratio", "ratio_rel"])]
+    found = {(j.setting, j.loss, j.seed, int(r)) for j in ratio.itertuples()
+             for r in j.rounds[(j.rounds["round"] > 0) & (j.rounds.acc < 0.2)]["round"]}
+    final, rounds = prose.reference_frames(REFERENCE)
+    got = {(k["setting"], k["loss"], k["seed"], k["round"]) for k in prose.collapses(rounds).to_dict("records")}
+    assert got == found and len(found) >= 2
+    text = blocks["seeds"][1]
+    assert f"Of the reference set's {len(ratio)} `losses` Ratio jobs" in text
+    assert f"{(ratio.loss == 'ratio').sum()} of the paper\n  reading), {len(found)} had a round" in text
+    assert "the only collapse" not in (DOCS / "fidelity.md").read_text()
+
+
+def test_majority_claim_recomputed(jobs, blocks) -> None:
+    """Where the Ratio Loss's majority accuracy misses CE's by more than a point, from metrics.json."""
+    losses = jobs[jobs.experiment == "losses"]
+    maj = losses.groupby(["setting", "loss"]).maj.mean()
+    settings = sorted(losses.setting.unique(), key=lambda s: int(s[1:]))
+    misses = [s for s in settings if maj[s, "ratio"] < maj[s, "ce"] - 1]
+    assert misses == ["g20"]
+    text = " ".join(blocks["seeds"][1].split())
+    assert f"misses at Γ = 20 ({maj['g20', 'ratio']:.2f} against CE's {maj['g20', 'ce']:.2f})" in text
+    assert f"Γ = 1 included ({maj['g1', 'ratio']:.2f} against {maj['g1', 'ce']:.2f})" in text
+
+
+def test_ghmc_gaps_recomputed(jobs, blocks) -> None:
+    """GHM-C's distance to its published cells runs over a range; only its sign is the same at every Γ."""
+    pub = published()
+    column = {"g1": "B.", "g10": "10:1", "g20": "20:1", "g50": "50:1", "g100": "100:1"}
+    g = jobs[(jobs.experiment == "losses") & (jobs.loss == "ghmc")].groupby("setting").acm.mean()
+    gaps = [g[s] - float(pub[(pub.table == "Res_3_datasets") & (pub.dataset == "mnist") & (pub.column == c)
+                             & (pub.row == "ghmc") & (pub.metric == "acm")].value.iloc[0]) for s, c in column.items()]
+    assert all(x > 0 for x in gaps) and max(gaps) - min(gaps) > 10
+    text = " ".join(blocks["seeds"][1].split())
+    assert f"ends above its published cell at every Γ, by {min(gaps):.1f} to {max(gaps):.1f} points" in text
+
+
+def test_shrinkage_statistic_matches_the_estimator() -> None:
+    """prose's ||p - u||^2 / noise, from rounds.csv, passes 4 exactly where the library's ``shrunk`` leaves the guess."""
+    _, rounds = prose.reference_frames(REFERENCE)
+    ratios = prose.shrinkage_ratios(rounds)
+    for exp, setting, loss, seed in [("monitor", "default", "ce", 0), ("losses", "g10", "ce", 3), ("losses", "g1", "ce", 0)]:
+        mine = ratios[(ratios.experiment == exp) & (ratios.setting == setting) & (ratios.loss == loss)
+                      & (ratios.seed == seed)].set_index("round").ratio
+        for row in recorded(REFERENCE / exp / "mnist" / setting / loss / f"seed{seed}", ["pooled", "shrunk"])[1:]:
+            est = np.array(row["est_shrunk"])
+            assert (not np.allclose(est, est.mean())) == (mine[row["round"]] > prose.EVIDENCE), (exp, setting, seed, row["round"])
+
+
+def test_shrunk_false_alarm_rate() -> None:
+    """Under a uniform composition with the same clients, ``shrunk`` leaves the guess in about 2 % of round-1 draws
+    and under 1 % at round 2 (docs/monitor.md)."""
+    rng = np.random.default_rng(0)
+    clients, q = 20, 10
+    rates = {}
+    for t, draws in ((2, 3000), (3, 3000)):
+        hits = 0
+        for _ in range(draws):
+            raw = 20000 / q + 200 * rng.standard_normal((t, q))
+            hits += shrunk_counts(torch.tensor(raw), [list(range(clients))] * t, [1000.0] * clients)[1] > 0
+        rates[t] = hits / draws
+    assert 0.01 < rates[2] < 0.03
+    assert rates[3] < 0.01
+
+
+def test_the_uniform_guess_weighs_lambda_over_k() -> None:
+    """One round of K fixed clients: the pooled sum is (K v + U) / (K + 1), the guess worth 1/K of the round (λ = 1)."""
+    k, q = 20, 10
+    v = torch.tensor([3000.0, 1000, 2000, 2000, 2000, 2000, 2000, 2000, 2000, 2000], dtype=torch.float64)
+    got = pooled_counts(v[None], [list(range(k))], [1000.0] * k)
+    u = torch.full((q,), 2000.0, dtype=torch.float64)
+    assert torch.allclose(got.double(), (k * v + u) / (k + 1), atol=1e-6)
+
+
+def test_auc_fits_recomputed(blocks) -> None:
+    """The published cells the one-hot closed form fits, recounted from the published numbers."""
+    pub = published()
+    maj = pub[pub.table.isin(["Sup_majority", "Sup_majority_femnist"])]
+    counts: dict[tuple[str, int], int] = {}
+    for r in maj.itertuples():
+        table = "FL_FEMNIST" if r.dataset == "femnist" else "Res_3_datasets"
+        cell = pub[(pub.table == table) & (pub.dataset == r.dataset) & (pub.column == r.column) & (pub.row == r.row)]
+        acm, auc = (float(cell[cell.metric == m].value.iloc[0]) for m in ("acm", "auc"))
+        classes, minority = {"mnist": (10, 3), "cifar10": (10, 3), "fer2013": (7, 3), "femnist": (26, 7)}[r.dataset]
+        acc = (minority * acm + (classes - minority) * r.value) / classes / 100
+        for q in (classes, 26):
+            counts[r.dataset, q] = counts.get((r.dataset, q), 0) + int(abs((1 + acc - (1 - acc) / (q - 1)) / 2 - auc) <= 0.001)
+    text = " ".join(blocks["auc-fits"][1].split())
+    assert f"{counts['mnist', 10]} of 20 MNIST cells" in text and f"{counts['cifar10', 10]} of 20 CIFAR10 cells" in text
+    assert f"{counts['fer2013', 26]} of 20 Fer2013," in text

@@ -3,9 +3,9 @@
 * Ac.M: mean over the minority classes of the per-class test accuracy; Ac.: the same over the
   other (majority) classes; ``auc_micro``: micro-averaged one-vs-rest ROC AUC of the softmax scores
   over the whole test set (``auc_macro``: the unweighted mean of the per-class one-vs-rest AUCs);
-  ``auc_hard``: the same micro AUC of the one-hot *predictions*, the released code's "AUC Score
-  New" (``models/test.py``), which the paper's tables report (docs/fidelity.md). For Q classes it
-  equals (1 + acc - (1 - acc) / (Q - 1)) / 2.
+  ``auc_hard``: the same micro AUC of the one-hot *predictions* over the whole test set (the released
+  code's "AUC Score New" computes it per batch with Q = 26; which AUC the paper's tables print is not
+  established, docs/fidelity.md). For Q classes it equals (1 + acc - (1 - acc) / (Q - 1)) / 2.
 * Empirical study (Supplementary "Empirical Study"): within every batch, the pairwise cosine
   similarity and the pairwise products ``Y_i . Y_j`` of the hidden-layer outputs Y of samples of the
   same class.

@@ -46,7 +46,7 @@ def fidelity_frame(
     base: Mapping[str, str] | None = None,
     pub: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """One row per (dataset, setting, loss) of ``experiment``: Ac.M (%) and AUC (hard, the paper's) beside the paper's.
+    """One row per (dataset, setting, loss) of ``experiment``: Ac.M (%) and AUC (hard) beside the paper's.
 
     ``final``/``rounds`` are ``fedbalance.aggregate`` frames; values are means over seeds. ``base``
     maps a loss variant (e.g. ``ratio_rel``) to the loss whose published number it is compared

@@ -77,6 +77,14 @@ for _configfile in workflow.config_settings.configfiles or workflow.configfiles:
     except ConfigError as exc:
         raise WorkflowError(f"invalid configuration: {exc}") from None
 
+# `--config reference_dir=` reaches the config as null, which is the training run: refuse it (a render was meant)
+# rather than plan the whole study's training. To train, leave reference_dir out.
+if "reference_dir" in workflow.config_settings.config and workflow.config_settings.config["reference_dir"] is None:
+    raise WorkflowError(
+        "invalid configuration: reference_dir: empty (--config reference_dir=); name a reference set to render "
+        "(e.g. reference_dir=reference/mnist), or leave reference_dir out to train the study"
+    )
+
 # The library's validation (names and folders, the JSON schema, then cross-key checks such as
 # clients_per_round <= num_clients), then Snakemake's own pass over the same schema. Either failure
 # stops here, before any DAG is built, with a message naming the key.

@@ -38,10 +38,12 @@ from fedbalance.jobspec import required_keys as _spec_required_keys
 from fedbalance.records import Job, setting_name  # noqa: F401  (Job: re-exported)
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
-_SETTING_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+_SETTING_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")  # one folder: not ".", "..", hidden
 _NAME = re.compile(r"[A-Za-z0-9_-]+")
 # The job keys that fix a job's data: set for a dataset (datasets.<d> or defaults), never below it.
 DATA_KEYS = ("source", "options")
+MAX_CPUS_ENV = "FEDBALANCE_MAX_CPUS"
+"""The environment variable that raises the ceiling on CPUs (``max_cpus``)."""
 
 
 
@@ -358,6 +360,55 @@ def _check_one_partition(cfg: Mapping[str, Any], job: Job, spec: Mapping[str, An
     )
 
 
+def max_cpus() -> int:
+    """The most CPUs (torch threads, concurrent jobs) a config or command may ask for: ``FEDBALANCE_MAX_CPUS`` when set,
+    else the CPUs this process may use."""
+    value = os.environ.get(MAX_CPUS_ENV, "").strip()
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise ConfigError(f"{MAX_CPUS_ENV}={value!r}: not a whole number >= 1")
+        return int(value)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _check_threads(threads: Any, where: str) -> None:
+    """``threads`` torch threads fit the machine (``max_cpus``): more only slows every job down."""
+    ceiling = max_cpus()
+    if isinstance(threads, int) and threads > ceiling:
+        raise ConfigError(
+            f"{where}: {threads} torch threads, but this machine has {ceiling} CPUs; ask for at most {ceiling} "
+            f"(or set {MAX_CPUS_ENV} to allow more, e.g. for a cluster's larger nodes)"
+        )
+
+
+def _folder(path: str) -> Path:
+    """Where a configured folder lies (relative to the working folder; links followed)."""
+    return Path(os.path.expanduser(path)).resolve()
+
+
+def _check_reference_dir(reference: Any, results: str) -> None:
+    """A reference set is read, never written: not empty, and apart from results_dir (neither inside the other)."""
+    if reference is None:
+        return
+    if not isinstance(reference, str) or not reference.strip():
+        raise ConfigError(
+            f"reference_dir: {reference!r} names no folder; leave it out (or null) to train the study, or name a "
+            "reference set to render (e.g. reference/mnist)"
+        )
+    ref, res = _folder(reference), _folder(results)
+    how = ("the same folder" if ref == res else "results_dir lies inside reference_dir" if ref in res.parents
+           else "reference_dir lies inside results_dir" if res in ref.parents else None)
+    if how is not None:
+        raise ConfigError(
+            f"reference_dir {reference!r} ({ref}) and results_dir {results!r} ({res}): {how}; a render copies the "
+            "reference set into results_dir and must never write into the set: choose a results_dir apart from it "
+            "(e.g. results_reference)"
+        )
+
+
 def _check_names_and_dirs(cfg: Mapping[str, Any]) -> None:
     """Names that become path components, and the output folder (before the schema's terser messages)."""
     for level in ("datasets", "experiments", "loss_variants"):
@@ -368,15 +419,17 @@ def _check_names_and_dirs(cfg: Mapping[str, Any]) -> None:
                     f"match {_NAME.pattern} (letters, digits, '_' and '-'; no '/' or '.')"
                 )
     results, data = cfg.get("results_dir", "results"), cfg.get("data_dir", "data")
+    if isinstance(data, str) and not data.strip():
+        raise ConfigError("data_dir: empty; name the folder the datasets live in (default: data)")
     if isinstance(results, str):
         if not results.strip():
             raise ConfigError("results_dir: empty; name the folder every output goes below (default: results)")
-        if not results.strip("/"):
+        if _folder(results) == Path(_folder(results).anchor):
             raise ConfigError(f"results_dir: {results!r} is the filesystem root; name a folder of its own")
-        if isinstance(data, str) and os.path.normpath(results) == os.path.normpath(data):
-            raise ConfigError(f"results_dir: {results!r} is data_dir too; outputs and data need folders of their own")
-    if isinstance(data, str) and not data.strip():
-        raise ConfigError("data_dir: empty; name the folder the datasets live in (default: data)")
+        if isinstance(data, str) and _folder(results) == _folder(data):
+            raise ConfigError(f"results_dir: {results!r} is data_dir too ({data!r}, both {_folder(data)}); outputs and "
+                              "data need folders of their own")
+        _check_reference_dir(cfg.get("reference_dir"), results)
 
 
 def validate(cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -399,6 +452,7 @@ def validate(cfg: Mapping[str, Any]) -> dict[str, Any]:
         if "default" in prop:
             out.setdefault(k, prop["default"])
     _check_dataset_options(out)
+    _check_threads(out["threads"], "threads")
     job_schema = {"$defs": s["$defs"], **s["$defs"]["job"]}
     registered = base_losses()
     variants = out.get("loss_variants") or {}
@@ -417,8 +471,11 @@ def validate(cfg: Mapping[str, Any]) -> dict[str, Any]:
             if d not in out["datasets"]:
                 raise ConfigError(f"experiments.{name}.datasets: unknown dataset {d!r} (not under datasets)")
         for setting in settings(out, name):
-            if not _SETTING_NAME.match(setting):
-                raise ConfigError(f"experiments.{name}: setting name {setting!r} must match {_SETTING_NAME.pattern}")
+            if not _SETTING_NAME.fullmatch(setting):
+                raise ConfigError(
+                    f"experiments.{name}: setting name {setting!r} must match {_SETTING_NAME.pattern} (one folder of "
+                    "every result path: letters, digits, '_', '-' and '.', not first)"
+                )
         for setting, over in settings(out, name).items():
             err = next(iter(jsonschema.Draft202012Validator(job_schema).iter_errors(over)), None)
             if err is not None:

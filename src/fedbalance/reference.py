@@ -18,10 +18,12 @@ from typing import Any
 import pandas as pd
 
 from fedbalance.aggregate import collect
-from fedbalance.config import jobs, resolve_job, twins
+from fedbalance.config import ConfigError, jobs, resolve_job, twins
 from fedbalance.jobspec import covers, training_key
 from fedbalance.records import Job, plus_minus
+from fedbalance.jobfolder import check
 from fedbalance.jobfolder import finished as folder_finished
+from fedbalance.reuse import twin_config
 # metric (final.csv column) -> how it prints: Ac.M and accuracies in %, AUCs as fractions
 METRICS = {"acc_minority": 100.0, "acc_majority": 100.0, "acc": 100.0, "auc_hard": 1.0, "auc_micro": 1.0}
 
@@ -56,6 +58,49 @@ def reference_jobs(cfg: Mapping[str, Any], root: str | Path) -> tuple[list[Job],
         other = next((h for h in by_key.get(training_key(spec), []) if covers(specs[h], spec)), None)
         if other is not None:
             copied[j] = other
+    return held, copied
+
+
+class ReferenceSetError(ValueError):
+    """A reference set that cannot be rendered; the message names the folder and what to do."""
+
+
+def _sets_below(cfg: Mapping[str, Any], root: Path) -> list[str]:
+    """The folders right below ``root`` that hold jobs of ``cfg`` (a reference set's parent named by mistake)."""
+    below = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    return [f"{p} ({len(reference_jobs(cfg, p)[0])} jobs)" for p in below if reference_jobs(cfg, p)[0]]
+
+
+def render_jobs(cfg: Mapping[str, Any], root: str | Path) -> tuple[list[Job], dict[Job, Job]]:
+    """``reference_jobs`` of a set about to be rendered, checked before any job starts.
+
+    ReferenceSetError unless ``root`` is a folder holding at least one finished job of ``cfg`` and each held
+    job was trained with the spec ``cfg`` gives it now (a render copies jobs, it cannot retrain one);
+    JobFolderError naming the file when a held job's folder is not whole (``jobfolder.check``).
+    """
+    path = Path(root)
+    if not path.is_dir():
+        what = "is a file" if path.exists() else "does not exist"
+        raise ReferenceSetError(f"reference_dir {root}: {what}; name the folder of a reference set (e.g. reference/mnist)")
+    held, copied = reference_jobs(cfg, path)
+    if not held:
+        below = _sets_below(cfg, path)
+        raise ReferenceSetError(
+            f"reference_dir {root} holds no finished job of this config (nothing to render)"
+            + (f"; the folders below it that do: {', '.join(below)}" if below else
+               "; name a reference set of this config's experiments (e.g. reference/mnist with config/mnist.yaml)")
+        )
+    for job in held:
+        folder = path / job.path
+        metrics = check(folder)
+        try:
+            twin_config(metrics, resolve_job(cfg, job), str(folder))
+        except ConfigError:
+            raise ReferenceSetError(
+                f"{folder} was trained with other parameters than this config gives {job.path}; a render copies the "
+                "set's jobs and cannot train one: render with the config it was trained with (its provenance.json "
+                "names it), or take the job out of the set"
+            ) from None
     return held, copied
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from fedbalance.config import data_args, dataset_spec, jobs, resolve_job, settings, twins
 from fedbalance.records import Job
-from fedbalance.jobfolder import METRICS, ROUNDS
-from fedbalance.reference import reference_jobs
+from fedbalance.jobfolder import METRICS, ROUNDS, JobFolderError
+from fedbalance.reference import ReferenceSetError, render_jobs
 from fedbalance.presentation import figures as presentation_figures
 from fedbalance.presentation.contract import contract_warnings
 from fedbalance.presentation import tables as presentation_tables
@@ -17,10 +17,15 @@ from fedbalance.presentation.tables import TABLES
 from fedbalance.records import DEFAULT_ESTIMATOR as RECORDS_DEFAULT_ESTIMATOR
 
 # With `reference_dir` (a reference result set, fedbalance.reference) the study is the jobs that set
-# holds, copied by rule from_reference (and their twins); nothing is trained.
+# holds, copied by rule from_reference (and their twins); nothing is trained, nothing is written into the set
+# (fedbalance.config.validate keeps results_dir apart from it). A set holding no job of the config, a job
+# folder that is not whole or a job of other parameters stops here, before the DAG.
 REFERENCE_DIR = config.get("reference_dir")
-if REFERENCE_DIR:
-    _held, _twins = reference_jobs(config, REFERENCE_DIR)
+if REFERENCE_DIR is not None:
+    try:
+        _held, _twins = render_jobs(config, REFERENCE_DIR)
+    except (ReferenceSetError, JobFolderError) as exc:
+        raise WorkflowError(f"invalid reference_dir: {exc}") from None
     JOBS = sorted([*_held, *_twins])
     REFERENCE_JOBS = [j.path for j in _held]
 else:

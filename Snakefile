@@ -105,6 +105,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/partition.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/derive.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/report.smk"
 

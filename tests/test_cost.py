@@ -15,6 +15,7 @@ from fedbalance.cli import main
 from fedbalance.sgd import register_step_post_hook
 from fedbalance.config import jobs, load_config, configured_job, twins
 from fedbalance.records import Job
+from fedbalance.reuse import derived
 from fedbalance.cost import (
     TEST_SAMPLES,
     Calibration,
@@ -190,7 +191,7 @@ def test_stored_calibration_gives_deterministic_output(tmp_path, capsys):
     assert main(["cost", "--config", "config/quick.yaml", "--calibration", str(path)]) == 0
     table = capsys.readouterr().out
     quick = load_config("config/quick.yaml")
-    n_jobs = len(jobs(quick)) - len(twins(quick))  # twins are written from their source, not trained
+    n_jobs = len(jobs(quick)) - len(twins(quick)) - len(derived(quick))  # twins and derived jobs are not trained
     assert re.search(rf"^total +{n_jobs} ", table, re.M) and f"{got['total']['hours']:.3f}" in table
 
 

@@ -67,9 +67,11 @@ def test_covers_asks_the_source_for_every_output_of_the_target(quick: dict) -> N
     rich = tiny(quick, "ce", monitor_record=True, save_trajectory=True, empirical=True)
     bare = tiny(quick, "ce", monitor_record=False, save_trajectory=False, empirical=False)
     assert covers(rich, bare) and not covers(bare, rich)
-    for key in ("save_trajectory", "empirical", "monitor_record"):
+    for key in ("empirical", "monitor_record"):
         assert not covers(tiny(quick, "ce", **{**dict(monitor_record=True, save_trajectory=True, empirical=True),
                                                key: False}), rich), key
+    # trajectory.pt is no declared output: a copy never carries one, so it does not decide
+    assert covers(tiny(quick, "ce", monitor_record=True, save_trajectory=False, empirical=True), rich)
     # another threshold gives other recorded columns: not a copy (a replay would be)
     assert not covers(rich, tiny(quick, "ce", monitor_record=True, save_trajectory=True, empirical=True,
                                  monitor_t_ra=2.0))
@@ -100,3 +102,39 @@ def test_a_twin_written_from_a_richer_run_equals_the_job_trained_itself(
     m_trained, m_twin = (json.loads((tmp_path / d / "metrics.json").read_text()) for d in ("trained", "twin"))
     assert m_twin["reused_from"] == str(tmp_path / "source")
     assert {k: v for k, v in m_twin.items() if k not in RUN_ONLY} == {k: v for k, v in m_trained.items() if k not in RUN_ONLY}
+
+
+def test_a_job_derived_from_a_trajectory_equals_the_job_trained_itself(
+    quick: dict, tmp_path: Path, torch_one_thread: None
+) -> None:
+    from fedbalance.derive import derive_job
+    from fedbalance.jobspec import ConfigError, derivable
+
+    source = tiny(quick, "ce", monitor_record=True, save_trajectory=True, monitor_t_ra=1.25,
+                  monitor_estimators=["paper", "released", "pooled"])
+    # another threshold (other weights π) and another lead estimator, read by the acknowledgment
+    target = tiny(quick, "ce", experiment="t_ra", monitor_record=True, monitor_t_ra=1.02,
+                  monitor_estimators=["pooled", "paper"])
+    assert derivable(source, target) and not covers(source, target)
+    run_job(source, tmp_path / "source", device="cpu", deterministic=True, progress=False)
+    run_job(target, tmp_path / "trained", device="cpu", deterministic=True, progress=False)
+    derive_job(tmp_path / "source", target, tmp_path / "derived")
+
+    trained, derived, src = (jobfolder.round_records(tmp_path / d) for d in ("trained", "derived", "source"))
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in TIMINGS} for r in rows]  # noqa: E731
+    assert strip(derived) == strip(trained)
+    # the threshold changed what the monitor recorded: a copy of the source's columns would not do
+    assert [r["weights"] for r in src] != [r["weights"] for r in trained]
+    m_trained, m_derived = (json.loads((tmp_path / d / "metrics.json").read_text()) for d in ("trained", "derived"))
+    assert m_derived["derived_from"] == str(tmp_path / "source")
+    run_only = RUN_ONLY | {"derived_from"}
+    assert {k: v for k, v in m_derived.items() if k not in run_only} == \
+        {k: v for k, v in m_trained.items() if k not in run_only}
+
+    # a target that trains otherwise (another lr), or a source without its trajectory, is refused, writing nothing
+    with pytest.raises(ConfigError, match="cannot be derived"):
+        derive_job(tmp_path / "source", {**target, "lr": 0.01}, tmp_path / "other")
+    (tmp_path / "source" / "trajectory.pt").unlink()
+    with pytest.raises(ConfigError, match="trajectory"):
+        derive_job(tmp_path / "source", target, tmp_path / "other")
+    assert not (tmp_path / "other").exists()

@@ -83,6 +83,7 @@ def test_full_protocol_command_plans(tmp_path: Path) -> None:
 def test_mnist_command_plans(tmp_path: Path) -> None:
     """The MNIST-only command, as a dry run: every job is an MNIST job, the loss comparison has ratio_rel."""
     from fedbalance.config import jobs, load_config, twins
+    from fedbalance.reuse import derived
 
     args = shlex.split(_command("snakemake --cores all --configfile config/mnist.yaml"))
     r = subprocess.run(args + ["-n", "--quiet", "rules", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path)],
@@ -93,7 +94,10 @@ def test_mnist_command_plans(tmp_path: Path) -> None:
     planned = jobs(cfg)
     trained = int(re.search(r"^train\s+(\d+)$", out, re.M).group(1))
     copied = int(re.search(r"^reuse\s+(\d+)$", out, re.M).group(1))
-    assert (trained, copied) == (len(planned) - len(twins(cfg)), len(twins(cfg)))
+    made = int(re.search(r"^derive\s+(\d+)$", out, re.M).group(1))
+    tw, der = twins(cfg), derived(cfg)
+    assert (trained, copied, made) == (len(planned) - len(tw) - len(der), len(tw), len(der))
+    assert {j.experiment for j in der} == {"t_ra"} and len(der) == 50  # 10 of the 11 thresholds x 5 seeds
     assert {j.dataset for j in planned} == {"mnist"} and any(j.loss == "ratio_rel" for j in planned)
 
 

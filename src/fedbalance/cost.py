@@ -201,12 +201,14 @@ def study_work(
 ) -> list[JobWork]:
     """``job_work`` of every job the study trains (or of ``experiments``); partitions are counted once each.
 
-    A twin job (``fedbalance.config.twins``) is written from its source, not trained: it costs nothing.
+    A twin job (``fedbalance.config.twins``) is written from its source, not trained: it costs nothing. A derived
+    job (``fedbalance.reuse.derived``) runs only its monitor on its source's trajectory: not counted either.
     """
     from fedbalance.data import dataset_info
+    from fedbalance.reuse import derived
 
     chosen = list(experiments) if experiments is not None else None
-    twin_of = twins(cfg, chosen)
+    twin_of = {**twins(cfg, chosen), **derived(cfg, chosen)}
     cache: dict[str, dict[str, list[int]]] = {}
     out = []
     for job in jobs(cfg, chosen):

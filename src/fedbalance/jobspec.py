@@ -301,14 +301,25 @@ def monitor_key(spec: Mapping[str, Any] | JobSpec) -> str | None:
 
 def covers(source: Mapping[str, Any] | JobSpec, target: Mapping[str, Any] | JobSpec) -> bool:
     """``target``'s outputs are ``source``'s, less some: the same training (``training_key``), the same monitor
-    columns when ``target`` records them, and every optional output of ``target`` also written by ``source``
-    (empirical statistics, ``trajectory.pt``)."""
+    columns when ``target`` records them, and the empirical statistics when ``target`` asks for them.
+    ``trajectory.pt`` is not among a job's outputs (metrics.json, rounds.csv): a copy never carries one."""
     s, t = as_spec(source), as_spec(target)
     if training_key(s) != training_key(t):
         return False
     if runs_monitor(t) and monitor_key(s) != monitor_key(t):
         return False
-    return (s.empirical or not t.empirical) and (s.save_trajectory or not t.save_trajectory)
+    return s.empirical or not t.empirical
+
+
+def derivable(source: Mapping[str, Any] | JobSpec, target: Mapping[str, Any] | JobSpec) -> bool:
+    """``target``'s outputs follow from ``source``'s trajectory (``fedbalance.derive``): the same training, a
+    FedAvg run without a switch of partition whose loss does not train on the monitor, ``target`` records the
+    monitor and ``source`` saved its trajectory. Its monitor is run again, with its own keys, on every round's G_t."""
+    s, t = as_spec(source), as_spec(target)
+    return (
+        training_key(s) == training_key(t) and s.save_trajectory and t.monitor.record and t.is_fl
+        and t.switch_round is None and t.base_loss not in MONITOR_FED_LOSSES
+    )
 
 
 def required_keys(spec: Mapping[str, Any]) -> list[str]:

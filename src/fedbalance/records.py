@@ -84,6 +84,17 @@ ROUND_COLUMNS: tuple[str, ...] = (
 """Columns of a job's rounds.csv, in order (``fedbalance.fl.run_fedavg`` documents each)."""
 
 
+EMPIRICAL_COLUMNS: tuple[str, ...] = ("emp_cos", "emp_cv")
+"""rounds.csv's columns of the empirical statistics of Y (``empirical: true``)."""
+MONITOR_COLUMNS: tuple[str, ...] = ("weights", "acknowledged", f"cs_{UNIFORM}")
+"""rounds.csv's monitor columns besides each estimator's ``est_``/``cs_`` pair."""
+
+
+def is_monitor_column(column: str) -> bool:
+    """A rounds.csv column the monitor fills: ``MONITOR_COLUMNS`` and every estimator's ``est_``/``cs_`` pair."""
+    return column in MONITOR_COLUMNS or column.startswith((est_column(""), cs_column("")))
+
+
 SETTING_PART = re.compile(r"([A-Za-z]+)(-?(?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?|-?inf|nan)")
 """One ``<prefix><value>`` part of a grid setting name: letters, then a number as ``format(v, "g")`` or ``str(v)`` writes it."""
 

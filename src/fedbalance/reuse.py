@@ -15,22 +15,33 @@ from pathlib import Path
 from typing import Any
 
 from fedbalance import jobfolder
-from fedbalance.config import IDENTITY_KEYS, ConfigError
-from fedbalance.jobspec import JobSpec, as_spec, covers, runs_monitor
-from fedbalance.records import JOB_KEYS, cs_column, est_column, UNIFORM
+from fedbalance.config import IDENTITY_KEYS, ConfigError, jobs, resolve_job, twins
+from fedbalance.jobspec import JobSpec, as_spec, covers, derivable, runs_monitor, training_key
+from fedbalance.records import EMPIRICAL_COLUMNS, JOB_KEYS, Job, is_monitor_column
 
 # What ``path: auto`` resolves to (fedbalance.jobs.resolve_path).
 RESOLVED_PATHS = ("sequential", "vectorised")
 
 
-EMPIRICAL_COLUMNS = ("emp_cos", "emp_cv")
-"""rounds.csv's columns of the empirical statistics of Y (``empirical: true``)."""
-MONITOR_COLUMNS = ("weights", "acknowledged", cs_column(UNIFORM))
-"""rounds.csv's monitor columns besides each estimator's ``est_``/``cs_`` pair."""
-
-
-def _is_monitor_column(column: str) -> bool:
-    return column in MONITOR_COLUMNS or column.startswith((est_column(""), cs_column("")))
+def derived(cfg: Mapping[str, Any], experiments: list[str] | None = None) -> dict[Job, Job]:
+    """Each job, not a twin, whose outputs follow from an earlier trained job's trajectory (``jobspec.derivable``:
+    it differs only in the monitor of a loss that does not train on it), mapped to that job; ``fedbalance.derive``
+    writes it. "Earlier" as in ``config.twins``; a config makes the first job of such a group save its trajectory."""
+    tw = twins(cfg, experiments)
+    order = {name: i for i, name in enumerate(cfg["experiments"])}
+    sources: dict[str, list[tuple[Job, JobSpec]]] = {}
+    out: dict[Job, Job] = {}
+    for job in sorted(jobs(cfg, experiments), key=lambda j: (order[j.experiment], j)):
+        if job in tw:
+            continue
+        spec = resolve_job(cfg, job)
+        group = sources.setdefault(training_key(spec), [])
+        source = next((j for j, s in group if derivable(s, spec)), None)
+        if source is not None:
+            out[job] = source
+        else:
+            group.append((job, spec))
+    return out
 
 
 def twin_config(source: Mapping[str, Any], spec: JobSpec, source_path: str) -> dict[str, Any]:
@@ -60,7 +71,7 @@ def twin_rows(rows: list[dict[str, Any]], spec: JobSpec) -> list[dict[str, Any]]
     the monitor, the empirical ones when it does not ask for them."""
     drop_monitor, drop_emp = not runs_monitor(spec), not spec.empirical
     return [
-        {k: (None if (drop_monitor and _is_monitor_column(k)) or (drop_emp and k in EMPIRICAL_COLUMNS) else v)
+        {k: (None if (drop_monitor and is_monitor_column(k)) or (drop_emp and k in EMPIRICAL_COLUMNS) else v)
          for k, v in row.items()}
         for row in rows
     ]

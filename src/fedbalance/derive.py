@@ -1,0 +1,112 @@
+"""A job derived from another's trajectory: the same training, its own monitor run again on every round.
+
+Jobs that differ from a trained job only in their ``monitor`` keys (a ``T_Ra`` sweep of CE jobs, another
+estimator list) train alike when their loss does not train on the monitor's outputs
+(``jobspec.derivable``). Their rounds.csv differs only in the monitor's columns, and those are a function
+of each round's G_t and G_{t+1}, the selected clients' totals, the auxiliary data and the monitor's seeds:
+exactly what the source's ``trajectory.pt`` holds or the spec rebuilds. ``derive_job`` runs the target's
+monitor on those inputs, round after round, as ``fl.run_rounds`` would have, and writes the target's
+folder: the source's training columns and metrics, the target's monitor columns, monitor summary and
+acknowledgment, its own ``job`` and ``config``, and ``derived_from`` naming the source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedbalance import jobfolder
+from fedbalance.data import Dataset, load_dataset
+from fedbalance.estimators import Observer
+from fedbalance.fl import (
+    TAG_MONITOR,
+    RoundState,
+    build_acknowledger,
+    build_monitor,
+    client_keys,
+    monitor_round,
+    select_clients,
+    sgd_config,
+    torch_generator,
+)
+from fedbalance.jobs import auxiliary_data, build_partitions
+from fedbalance.jobspec import ConfigError, JobSpec, as_spec, derivable
+from fedbalance.models import build_model, device_layout
+from fedbalance.records import JOB_KEYS, is_monitor_column
+from fedbalance.replay import load_trajectory
+
+
+def derive_rows(
+    trajectory: Mapping[str, Any], rows: list[dict[str, Any]], spec: JobSpec, dataset: Dataset
+) -> tuple[list[dict[str, Any]], int | None]:
+    """(``spec``'s rounds, its first acknowledged round): ``rows``' training columns, the monitor's run again with
+    ``spec``'s keys on the trajectory's models (the round's G_t, then G_{t+1}: the next round's or the final one)."""
+    parts = build_partitions(spec, dataset)
+    aux_x, aux_y = auxiliary_data(spec, dataset, parts)
+    q = dataset.num_classes
+    model = device_layout(build_model(spec.model, dataset.in_channels, q, dataset.image_size), "cpu")
+    monitor = build_monitor(spec, aux_x, aux_y, q, sgd_config(spec))
+    observer, ack = Observer(monitor, spec.monitor.estimators), build_acknowledger(spec)
+    lead = spec.monitor.estimators[0]
+    ones = torch.ones(q, dtype=torch.float64)
+    state = RoundState(model={}, loss_state={}, pi=ones, prior=ones.clone())
+    rounds = list(trajectory["rounds"])
+    if len(rounds) != len(rows):
+        raise ConfigError(f"the trajectory holds {len(rounds)} rounds but rounds.csv {len(rows)}")
+    after = [r["model"] for r in rounds[1:]] + [trajectory["final"]]
+    num_clients, k = parts["main"].num_clients, spec.required("clients_per_round")
+    out = []
+    for r, state_t1, row in zip(rounds, after, rows):
+        t = int(r["round"])
+        if t != row["round"]:
+            raise ConfigError(f"the trajectory's round {t} meets rounds.csv's round {row['round']}")
+        new = {c: (None if is_monitor_column(c) else v) for c, v in row.items()}
+        model.load_state_dict(r["model"])
+        clients = select_clients(spec.required("selection"), num_clients, k, spec.seed, t)
+        observed = observer.observe(model, state_t1, r["totals"], torch_generator(spec.seed, TAG_MONITOR, t),
+                                    clients=client_keys(spec, t, clients))
+        monitor_round(state, new, observed, ack, lead, np.asarray(row["true_composition"]), r["totals"])
+        out.append(new)
+    return out, state.ack_round
+
+
+def derive_job(
+    source_dir: str | Path,
+    target: Mapping[str, Any] | JobSpec,
+    out_dir: str | Path,
+    *,
+    data_dir: str | Path = "data",
+    dataset: Dataset | None = None,
+) -> dict[str, Any]:
+    """Write ``out_dir``'s rounds.csv and metrics.json (last) for ``target`` from the finished job in ``source_dir``
+    and its ``trajectory.pt``; return the metrics. ConfigError when ``target`` is not derivable from it."""
+    source_dir = Path(source_dir)
+    source = jobfolder.read_metrics(source_dir)
+    rows = jobfolder.round_records(source_dir)
+    trajectory_path = source_dir / jobfolder.TRAJECTORY
+    if not trajectory_path.is_file():
+        raise ConfigError(f"{trajectory_path}: missing; a derived job needs its source's trajectory (save_trajectory: true)")
+    spec = as_spec(target)
+    source_spec = as_spec(source["config"])
+    if not derivable(source_spec, spec):
+        raise ConfigError(
+            f"{spec.name} cannot be derived from {source_dir}: it must train alike (jobspec.training_key), record the "
+            "monitor with a loss that does not train on it, in FedAvg without a switch of partition, from a saved trajectory"
+        )
+    spec = spec.with_path(str(source.get("path") or source_spec.path))
+    ds = dataset if dataset is not None else load_dataset(spec.source, data_dir, **dict(spec.options))
+    new_rows, ack_round = derive_rows(load_trajectory(trajectory_path), rows, spec, ds)
+    metrics = {
+        **source,
+        "job": {k: getattr(spec.job, k) for k in JOB_KEYS},
+        "config": as_spec(target).as_dict(),
+        "monitor": jobfolder.monitor_summary(new_rows),
+        "acknowledged_round": ack_round,
+        "derived_from": str(source_dir),
+    }
+    jobfolder.write(out_dir, jobfolder.clean(metrics), jobfolder.rounds_text(new_rows))
+    return metrics

@@ -1,0 +1,35 @@
+# Stage 3b: jobs derived from a trained job's trajectory instead of trained (fedbalance.reuse.derived): they
+# differ from it only in the monitor of a loss that does not train on it (a T_Ra sweep of CE jobs), so the
+# monitor is run again with their keys on every round's G_t (fedbalance.derive). Its source saved
+# trajectory.pt beside its metrics.json (save_trajectory: true). A reference set holds derived jobs as they
+# are, so nothing is derived when rendering one.
+
+from fedbalance.reuse import derived
+
+DERIVED = {} if REFERENCE_DIR is not None else {job.path: src.path for job, src in derived(config).items()}
+
+
+ruleorder: derive > train
+
+
+rule derive:
+    input:
+        metrics=lambda wc: result(DERIVED[wc.derived], METRICS),
+        rounds=lambda wc: result(DERIVED[wc.derived], ROUNDS),
+        manifest=lambda wc: result("data", f"{Job.from_path(wc.derived).dataset}.json"),
+    output:
+        metrics=result("{derived}", METRICS),
+        rounds=result("{derived}", ROUNDS),
+    log:
+        result("logs", "derive", "{derived}.log"),
+    wildcard_constraints:
+        derived=_paths(DERIVED),
+    conda:
+        "../../envs/torch.yaml"
+    threads: TRAIN_THREADS
+    params:
+        spec=lambda wc: twin_spec(wc.derived),
+        data_dir=DATA_DIR,
+        threads=TRAIN_THREADS,
+    script:
+        "../scripts/derive.py"

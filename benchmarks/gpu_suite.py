@@ -1,4 +1,4 @@
-"""One GPU suite (issues 13 and 26): rounds, the centralised path, memory, one full job, jobs sharing the device.
+"""One GPU suite: rounds, the centralised path, memory, one full job, jobs sharing the device.
 
 Prints one JSON and, with ``--out``, writes it after every measurement, so a device call cut short keeps
 what it measured. A section (or one measurement of it) that fails records ``"error"`` and the suite

@@ -44,7 +44,7 @@ PAPER_JOBS = (
 )
 
 
-GOOD = 0.97  # issue 23's bar for a round's CS in the imbalanced protocols
+GOOD = 0.97  # the bar for a round's CS in the imbalanced protocols
 
 
 def summarise(rows: list[dict], estimators: list[str]) -> dict:

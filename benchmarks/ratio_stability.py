@@ -14,7 +14,7 @@ A round is a *spike* for class p when its π_p exceeds ``--factor`` (5) times th
 earlier rounds (from round 3 on). ``--recorded`` folders count spikes from rounds.csv's ``weights``
 (the π each job used), with no replay.
 
-Prints one JSON document; with ``--table`` instead, the Markdown table of issue 22 over the ``--recorded``
+Prints one JSON document; with ``--table`` instead, the Markdown table of docs/ratio-stability.md over the ``--recorded``
 folders (any loss: CE rows give the majority-accuracy baseline), one row per (Γ, loss): seeds, final and
 last-5 Ac.M, majority accuracy and AUC (mean ± std over seeds), the largest π, the spike rounds and the
 drops (evaluated rounds whose test accuracy fell by ``DROP`` or more from the previous one).

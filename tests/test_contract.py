@@ -1,4 +1,4 @@
-"""The report's contract with the config (issue 24, item 4): every table cell, figure and claim reads a job of
+"""The report's contract with the config: every table cell, figure and claim reads a job of
 the study, and a config that renames a family or a grid prefix is warned about before the DAG is built."""
 
 from __future__ import annotations

@@ -234,7 +234,7 @@ def test_centralised_pooled_epochs_ratio_and_resume(data):
     assert [r["train_loss"] for r in resumed.rows] == [r["train_loss"] for r in rows]
 
 
-# ---------------------------------------------------------------- beyond the paper (issue 14)
+# ---------------------------------------------------------------- beyond the paper (docs/baselines.md)
 
 
 def test_la_prior_is_the_monitors_estimate_handed_over(data, monkeypatch):

@@ -1,4 +1,4 @@
-"""GPU readiness without a GPU (issue 26): device placement, host syncs, precision and the job's kernel settings.
+"""GPU readiness without a GPU: device placement, host syncs, precision and the job's kernel settings.
 
 Two stand-ins for a CUDA device:
 

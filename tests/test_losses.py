@@ -459,7 +459,7 @@ def test_masks_ignore_padding() -> None:
         torch.testing.assert_close(ghmc_loss(pad_z, pad_y, bins=3, g=g, mask=mask), ghmc_loss(z, y, bins=3, g=g))
 
 
-# ---------------------------------------------------------------- beyond the paper (issue 14)
+# ---------------------------------------------------------------- beyond the paper (docs/baselines.md)
 
 COUNTS = np.array([40.0, 3.0, 0.0, 12.0])  # a client (or the monitor's estimate) without class 2
 

@@ -135,7 +135,7 @@ def _smoke(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.CompletedPro
 
 def test_smoke_test_refuses_beside_a_running_slurmctld(tmp_path):
     """On a machine whose slurmctld runs (someone's cluster), the smoke test exits 2 before anything:
-    no package, daemon, folder, and not one squeue or scancel (issue 25: it used to cancel every job)."""
+    no package, daemon, folder, and not one squeue or scancel (it once cancelled every job)."""
     daemon = tmp_path / "slurmctld"  # a process named slurmctld
     shutil.copy(shutil.which("sleep"), daemon)
     proc = subprocess.Popen([str(daemon), "120"])

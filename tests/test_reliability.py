@@ -1,4 +1,4 @@
-"""Reliability (issue 11): required keys, refused configs, locks, fingerprints, permissions, tracked data.
+"""Reliability: required keys, refused configs, locks, fingerprints, permissions, tracked data.
 
 Each test names the issue item it covers; docs/reliability.md lists the guarantees and these tests.
 """
@@ -214,7 +214,7 @@ def test_bad_dataset_option_names_the_key(quick: dict) -> None:
     with pytest.raises(ConfigError, match=r"^datasets\.mnist\.options: .*unknown option 'bogus'"):
         validate(cfg)
     cfg = copy.deepcopy(quick)
-    cfg["experiments"]["losses"]["params"] = {"options": {"bogus": 1}}  # below the dataset: refused (issue 20, N1)
+    cfg["experiments"]["losses"]["params"] = {"options": {"bogus": 1}}  # below the dataset: refused
     with pytest.raises(ConfigError, match=r"^experiments\.losses\[mnist, g1, ce\]: experiments\.losses\.params sets options"):
         validate(cfg)
 

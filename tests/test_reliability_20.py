@@ -1,4 +1,4 @@
-"""Reliability (issue 20): the workflow and the CLI resolve a job alike, and the remaining hostile cases.
+"""Reliability: the workflow and the CLI resolve a job alike, and the remaining hostile cases.
 
 N1 a job's data is its dataset's; N2 twins under ``path: auto``; N3 a loss variant cannot change the
 shared partition; N4 ``cost --calibration`` on a folder; N5 ``results_dir`` empty or the root; N6 names

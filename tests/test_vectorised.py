@@ -208,7 +208,7 @@ def test_masked_counts_losses_ignore_padding() -> None:
         torch.testing.assert_close(make_masked_loss(fn)(*padded, mask, *args), fn(logits[:7], y[:7]))
 
 
-# --- memory-aware chunking (issue 26) ----------------------------------------------------------------------
+# --- memory-aware chunking ----------------------------------------------------------------------
 
 
 def test_memory_tracker_counts_live_storages_once() -> None:

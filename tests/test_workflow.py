@@ -177,7 +177,7 @@ def _expected_rows(label: str, final: pd.DataFrame, rounds: pd.DataFrame, what: 
     return sum(1 for line in lines if line != "hline")
 
 
-# The quick protocol's criteria (issue 15), fixed before looking at which loss wins.
+# The quick protocol's criteria, fixed before looking at which loss wins.
 BALANCED_CE_ACC = 0.90  # mean over seeds of balanced CE's test accuracy
 FEW_POINTS = 0.05  # every loss at balanced data at least CE's accuracy minus this
 MINORITY_LEARNT = 0.10  # CE's Ac.M at Gamma = 10 (mean over seeds) clearly above 0

@@ -429,7 +429,7 @@ def get_loss(name: str, num_classes: int, **params: Any) -> nn.Module:
     return cls(**params)
 
 
-# ---------------------------------------------------------------- beyond the paper (issue 14)
+# ---------------------------------------------------------------- beyond the paper (docs/baselines.md)
 #
 # Newer class-imbalance losses, each reading per-class counts n [Q]:
 #

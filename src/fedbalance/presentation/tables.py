@@ -207,7 +207,7 @@ def _imbalance_table() -> TableSpec:
                      family="losses")
 
 
-# ---------------------------------------------------------------- beyond the paper: newer losses (issue 14)
+# ---------------------------------------------------------------- beyond the paper: newer losses
 
 CAPTION_BEYOND = (
     r"Beyond the paper: newer class-imbalance losses under the paper's protocol (the fixed clients, "

@@ -21,17 +21,35 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
 import platform
-import shutil
+import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, NoReturn
 
-from fedbalance.jobfolder import FILES, METRICS, read_metrics  # FILES are copied as they are; provenance.json beside them
+from fedbalance.aggregate import read_frame
+from fedbalance.atomic import atomic_write
+from fedbalance.cli import path_argument
+from fedbalance.config import MAX_CPUS_ENV, ConfigError, max_cpus
+from fedbalance.jobfolder import FILES, METRICS, PENDING, PROVENANCE, JobFolderError, job_folders, read_metrics
+from fedbalance.records import Job
+
+REPO = Path(__file__).resolve().parents[1]
+REFERENCE_SETS = REPO / "reference"
+"""Where the repository keeps its reference sets: read-only to every command but ``collect``."""
+
+
+def fail(message: str) -> NoReturn:
+    """End the command with one line on stderr and exit status 2 (``main``'s caller prints it)."""
+    raise SystemExit(f"error: {message}")
 from fedbalance.presentation.prose import blocks as prose_blocks
 
 
@@ -87,15 +105,20 @@ def checkout_commit(args: argparse.Namespace) -> tuple[str, bool]:
     if args.commit:
         return args.commit, False
     checkout = args.checkout.resolve()
-    commit = subprocess.run(
-        ["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=no"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError) as exc:
+        detail = (getattr(exc, "stderr", None) or str(exc)).strip().splitlines()
+        fail(f"--checkout {args.checkout}: no commit to record ({detail[0] if detail else exc}); "
+             "pass --commit <sha> for a copy without git")
     return commit, bool(dirty)
 
 
@@ -117,11 +140,64 @@ class Window:
         return None if self.end is None else max(0.0, self.end - time.time())
 
 
+STOP = threading.Event()
+"""Set when the runner is told to stop (SIGTERM, SIGINT): no further job starts."""
+_LIVE: set[subprocess.Popen] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def _now(seconds: float | None = None) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def write_record(path: Path, record: dict) -> None:
+    """A provenance record, written atomically (a kill leaves the old file or the new one)."""
+    atomic_write(path, lambda fh: fh.write(json.dumps(record, indent=2) + "\n"))
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """A provenance record (provenance.json or its start record); one line naming the file when it is not one."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        fail(f"{path}: not a provenance record ({exc})")
+    if not isinstance(data, dict) or not isinstance(data.get("commit"), str):
+        fail(f"{path}: not a provenance record (no 'commit')")
+    return data
+
+
+def finished_record(start: dict, metrics: dict, wall: float | None, finished: str) -> dict:
+    """provenance.json: the start record with the runtime metrics.json records, the wall times and the end."""
+    return {**start, "runtime": runtime_of(metrics), "wall_s_this_process": None if wall is None else round(wall, 1),
+            "wall_s_job": metrics.get("wall_time_s"), "finished": finished}
+
+
+def recover(out: Path) -> str:
+    """provenance.json of a finished job whose runner died before it (an orphan that finished), from the start record
+    the runner wrote and metrics.json; a finished job without a start record is reported, never taken as done."""
+    if not (out / PENDING).is_file():
+        return (f"FAILED {out}: a finished job without {PROVENANCE} or {PENDING}: nothing records which code ran it; "
+                "move the folder away to run the job again")
+    start = read_record(out / PENDING)
+    try:
+        metrics = read_metrics(out)
+    except JobFolderError as exc:
+        return f"FAILED {exc}"
+    record = finished_record(start, metrics, None, _now((out / METRICS).stat().st_mtime))
+    record["recovered"] = f"its runner ended before the job; written from {PENDING} and {METRICS}"
+    write_record(out / PROVENANCE, record)
+    (out / PENDING).unlink()
+    return f"recovered {out} (its runner had died; provenance from the start record)"
+
+
 def run_one(args: argparse.Namespace, job: tuple[str, str, str, str, int], window: Window | None = None) -> str:
+    """Run one job (or skip, or recover it); one line saying what happened."""
     window = window or Window(None)
     out = job_dir(args.out, job)
     if (out / METRICS).exists():
-        return f"skip {out}"
+        return f"skip {out}" if (out / PROVENANCE).exists() else recover(out)
+    if STOP.is_set():
+        return f"not started (stopping) {out}"
     if not window.admits():
         return f"not started (deadline) {out}"
     out.mkdir(parents=True, exist_ok=True)
@@ -133,70 +209,154 @@ def run_one(args: argparse.Namespace, job: tuple[str, str, str, str, int], windo
         "--dataset", ds, "--setting", setting, "--loss", loss, "--seed", str(seed),
         "--out", str(out.resolve()), "--device", args.device, "--threads", "1",
     ]
+    start_record = {
+        "job": out.relative_to(args.out).as_posix(),
+        "commit": commit,
+        "checkout_dirty": dirty,
+        "command": "python -m fedbalance train " + " ".join(cmd[4:]).replace(str(out.resolve()), "OUT"),
+        "config": args.config,
+        "host": {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()},
+        "started": _now(),
+    }
+    if args.device != "cpu":
+        start_record["concurrent_jobs"] = args.workers
+    write_record(out / PENDING, start_record)
     paths = [str(checkout / "src"), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     start = time.time()
     with open(out / "train.log", "a") as log:
         proc = subprocess.Popen(cmd, cwd=checkout, env=env, stdout=log, stderr=subprocess.STDOUT)
+        with _LIVE_LOCK:
+            _LIVE.add(proc)
         try:
             rc = proc.wait(timeout=window.left())
         except subprocess.TimeoutExpired:
             proc.terminate()
             proc.wait()
             return f"stopped at the deadline after {(time.time() - start) / 60:.1f} min (checkpoint kept) {out}"
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(proc)
     wall = time.time() - start
     if rc != 0:
-        return f"FAILED rc={rc} {out}"
+        return f"FAILED rc={rc} {out}" + (" (stopped with the runner; checkpoint kept)" if STOP.is_set() else "")
     window.walls.append(wall)
-    metrics = read_metrics(out)
-    prov = {
-        "job": out.relative_to(args.out).as_posix(),
-        "commit": commit,
-        "checkout_dirty": dirty,
-        "command": "python -m fedbalance train " + " ".join(cmd[4:]).replace(str(out.resolve()), "OUT"),
-        "config": args.config,
-        "runtime": runtime_of(metrics),
-        "wall_s_this_process": round(wall, 1),
-        "wall_s_job": metrics.get("wall_time_s"),
-        "host": {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()},
-        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    if args.device != "cpu":
-        prov["concurrent_jobs"] = args.workers
-    (out / "provenance.json").write_text(json.dumps(prov, indent=2) + "\n")
+    try:
+        metrics = read_metrics(out)
+    except JobFolderError as exc:
+        return f"FAILED {exc}"
+    write_record(out / PROVENANCE, finished_record(start_record, metrics, wall, _now()))
+    (out / PENDING).unlink()
     return f"done {out} {wall / 60:.1f} min"
 
 
+def _stop(signum: int, frame: Any) -> None:
+    """SIGTERM/SIGINT: start no further job and stop the running ones (their checkpoints stay), then exit."""
+    STOP.set()
+    with _LIVE_LOCK:
+        for proc in _LIVE:
+            proc.terminate()
+    raise SystemExit(f"error: stopped by signal {signum}: running jobs stopped, their checkpoints kept; run the same "
+                     "command again to resume them")
+
+
+def check_workers(workers: int) -> None:
+    """1 to the machine's CPUs (``fedbalance.config.max_cpus``): each job is a process with one torch thread."""
+    ceiling = max_cpus()
+    if not 1 <= workers <= ceiling:
+        fail(f"--workers {workers}: must be 1 to {ceiling} (this machine's CPUs; set {MAX_CPUS_ENV} to allow more)")
+
+
+def outside_reference_sets(path: Path, flag: str) -> None:
+    """Refuse a folder that is or lies in the repository's reference sets (written by ``collect`` only)."""
+    where = path.resolve()
+    if where == REFERENCE_SETS or REFERENCE_SETS in where.parents:
+        fail(f"{flag} {path} lies in {REFERENCE_SETS}, the reference sets: only `collect` writes there; "
+             "run jobs into a folder of their own (e.g. /work/refruns)")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    """Check every argument and job, then run the jobs; exit 1 when one failed."""
+    check_workers(args.workers)
+    if args.deadline_s is not None and not (math.isfinite(args.deadline_s) and args.deadline_s >= 0):
+        fail(f"--deadline-s {args.deadline_s}: must be a number of seconds >= 0")
+    if not (args.checkout / "src" / "fedbalance").is_dir():
+        fail(f"--checkout {args.checkout}: no src/fedbalance in it (name a checkout of this project, e.g. a git worktree)")
+    if args.out.exists() and not args.out.is_dir():
+        fail(f"--out {args.out} is a file; name the folder the jobs run in")
+    outside_reference_sets(args.out, "--out")
     jobs = parse_jobs(args.jobs, args.dataset)
     unknown = unknown_jobs(args.checkout / args.config, jobs)
     if unknown:
         raise SystemExit(f"error: {args.checkout / args.config} defines no such job: {', '.join(unknown)} "
                          "(experiment/dataset/setting/loss); nothing was started")
+    checkout_commit(args)
     window = Window(args.deadline_s)
     print(f"{len(jobs)} jobs, {args.workers} workers", flush=True)
-    with ThreadPoolExecutor(args.workers) as pool:
-        for msg in pool.map(lambda j: run_one(args, j, window), jobs):
-            print(time.strftime("%H:%M:%S"), msg, flush=True)
-    return 0
+    main_thread = threading.current_thread() is threading.main_thread()
+    old = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGINT)} if main_thread else {}
+    failed = 0
+    try:
+        with ThreadPoolExecutor(args.workers) as pool:
+            for msg in pool.map(lambda j: run_one(args, j, window), jobs):
+                failed += msg.startswith("FAILED")
+                print(time.strftime("%H:%M:%S"), msg, flush=True)
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    return 1 if failed else 0
+
+
+def _overlap(a: Path, b: Path) -> bool:
+    a, b = a.resolve(), b.resolve()
+    return a == b or a in b.parents or b in a.parents
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
-    n = 0
-    for prov in sorted(args.out.glob("**/provenance.json")):
-        src = prov.parent
-        dst = args.reference / src.relative_to(args.out)
-        dst.mkdir(parents=True, exist_ok=True)
-        for name in FILES:
-            if not (dst / name).exists() or (dst / name).read_bytes() != (src / name).read_bytes():
-                shutil.copyfile(src / name, dst / name)
-        record = json.loads(prov.read_text())
+    """Copy the finished jobs of ``--out`` into ``--reference``, each checked before anything is copied."""
+    if not args.out.is_dir():
+        fail(f"--out {args.out}: not a folder (the folder `run` ran the jobs in)")
+    if args.reference.exists() and not args.reference.is_dir():
+        fail(f"--reference {args.reference} is a file; name the reference set's folder (e.g. reference/mnist)")
+    if _overlap(args.out, args.reference):
+        fail(f"--out {args.out} and --reference {args.reference} are the same folder or one lies in the other")
+    jobs, missing = [], []
+    for src in job_folders(args.out):
+        if not (src / PROVENANCE).is_file():
+            msg = recover(src)
+            print(msg)
+            if msg.startswith("FAILED"):
+                missing.append(src)
+                continue
+        try:
+            read_metrics(src)
+        except JobFolderError as exc:
+            fail(f"{exc}; nothing was collected")
+        record = read_record(src / PROVENANCE)
         if not record.get("runtime"):  # written by an earlier version of this script
             record["runtime"] = runtime_of(read_metrics(src))
         record.setdefault("job", src.relative_to(args.out).as_posix())
-        (dst / "provenance.json").write_text(json.dumps(record, indent=2) + "\n")
-        n += 1
-    print(f"{n} finished jobs in {args.reference}")
+        jobs.append((src, args.reference / src.relative_to(args.out), record))
+    if not jobs and not missing:
+        fail(f"--out {args.out} holds no finished job (<experiment>/<dataset>/<setting>/<loss>/seed<k>/{METRICS})")
+    changed = [dst for src, dst, _ in jobs
+               if any((dst / f).is_file() and (dst / f).read_bytes() != (src / f).read_bytes() for f in FILES)]
+    if changed and not args.replace:
+        fail(f"{len(changed)} job(s) of {args.reference} differ from those in {args.out} (e.g. {changed[0]}): collecting "
+             "would replace them; pass --replace to do so on purpose")
+    for src, dst, record in jobs:
+        for name in FILES:
+            data = (src / name).read_bytes()
+            if not (dst / name).is_file() or (dst / name).read_bytes() != data:
+                atomic_write(dst / name, lambda fh, data=data: fh.write(data), mode="wb")
+        text = json.dumps(record, indent=2) + "\n"
+        if not (dst / PROVENANCE).is_file() or (dst / PROVENANCE).read_text() != text:
+            atomic_write(dst / PROVENANCE, lambda fh, text=text: fh.write(text))
+    print(f"{len(jobs)} finished jobs in {args.reference}")
+    if missing:
+        print(f"error: {len(missing)} finished job(s) without provenance not collected: "
+              f"{', '.join(str(m) for m in missing)}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -211,11 +371,19 @@ def spliced(text: str, name: str, body: str, *, source: str) -> str:
 
 def provenances(reference: Path) -> Iterator[tuple[tuple[str, ...], dict, str]]:
     """Each job of the set: its folder's parts below ``reference``, its provenance.json and its device (from the
-    provenance, else from an older job's metrics.json)."""
-    for prov_path in sorted(reference.glob("**/provenance.json")):
-        prov = json.loads(prov_path.read_text())
-        device = (prov.get("runtime") or {}).get("device") or read_metrics(prov_path.parent)["device"]
-        yield prov_path.parent.relative_to(reference).parts, prov, device
+    provenance, else from an older job's metrics.json); every job folder checked (``jobfolder.check``)."""
+    if not reference.is_dir():
+        fail(f"--reference {reference}: not a folder (name a reference set, e.g. reference/mnist)")
+    for prov_path in sorted(reference.glob(f"**/{PROVENANCE}")):
+        parts = prov_path.parent.relative_to(reference).parts
+        try:
+            Job.from_path("/".join(parts))
+            metrics = read_metrics(prov_path.parent)
+        except (ValueError, JobFolderError) as exc:
+            fail(f"{prov_path}: not a job of the set ({exc})")
+        prov = read_record(prov_path)
+        device = (prov.get("runtime") or {}).get("device") or metrics.get("device")
+        yield parts, prov, device
 
 
 def status_text(reference: Path) -> str:
@@ -244,12 +412,16 @@ def status_text(reference: Path) -> str:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Print the set's status (``status_text``); ``--readme`` writes it between the status marks of that README."""
+    text = status_text(args.reference)
+    if text.rstrip().splitlines()[-1].startswith("0 jobs"):
+        fail(f"--reference {args.reference} holds no job ({PROVENANCE} below it): name a reference set, e.g. reference/mnist")
     if args.readme is not None:
-        text = spliced(args.readme.read_text(), "status", status_text(args.reference),
-                       source="scripts/reference_jobs.py status --readme")
-        args.readme.write_text(text)
+        if not args.readme.is_file():
+            fail(f"--readme {args.readme}: not a file")
+        args.readme.write_text(spliced(args.readme.read_text(), "status", text,
+                                       source="scripts/reference_jobs.py status --readme"))
         return 0
-    print(status_text(args.reference), end="")
+    print(text, end="")
     return 0
 
 
@@ -294,11 +466,43 @@ def docs_texts(rendered: Path, reference: Path, docs: Path) -> dict[Path, str]:
     return texts
 
 
+RENDERED_FROM = re.compile(r"of the render of the (\d+) (?:`[\w-]+` )?jobs of ")
+"""How a doc says how many jobs its block was rendered from (``held_summary``)."""
+
+
+def check_render(rendered: Path, reference: Path, docs: Path, allow_fewer: bool) -> None:
+    """The render to splice is one of ``reference`` (it holds every job of the set), and the set holds no fewer jobs
+    than the docs were last rendered from (unless ``allow_fewer``)."""
+    held = {"/".join(parts) for parts, _, _ in provenances(reference)}
+    if not held:
+        fail(f"--reference {reference} holds no job ({PROVENANCE} below it): name a reference set, e.g. reference/mnist")
+    try:
+        final = read_frame(rendered / "aggregate" / "final.csv")
+        done = {Job(r.experiment, r.dataset, r.setting, r.loss, int(r.seed)).path for r in final.itertuples()}
+    except (JobFolderError, AttributeError, ValueError) as exc:
+        fail(f"{rendered / 'aggregate' / 'final.csv'}: not a render's job table ({exc}); render the reference set first")
+    lacking = sorted(held - done)
+    if lacking:
+        fail(f"the render in {rendered} lacks {len(lacking)} of the {len(held)} jobs of {reference} (e.g. {lacking[0]}): "
+             f"it is not a render of this set as it is; render {reference} again (reference/README.md)")
+    for name in ("fidelity.md", "claims-mnist.md"):
+        path = docs / name
+        text = path.read_text() if path.is_file() else ""
+        for match in RENDERED_FROM.finditer(text):
+            experiment = match.group(0).split("`")[1] if "`" in match.group(0) else None
+            now = sum(experiment is None or job.split("/")[0] == experiment for job in held)
+            if now < int(match.group(1)) and not allow_fewer:
+                fail(f"{reference} holds {now} {f'`{experiment}` ' if experiment else ''}jobs, but {path} was rendered "
+                     f"from {match.group(1)}: the set lost jobs since (restore them, e.g. git checkout -- {reference}); "
+                     "--allow-fewer splices a smaller set on purpose")
+
+
 def cmd_docs(args: argparse.Namespace) -> int:
     """Splice the render of the reference set (Fidelity.md, claims.md) into the docs; ``--check``: only compare."""
     for name in ("tables/Fidelity.md", "claims.md"):
         if not (args.rendered / name).is_file():
-            raise SystemExit(f"error: {args.rendered / name} is missing: render the reference set first (reference/README.md)")
+            fail(f"{args.rendered / name} is missing: render the reference set first (reference/README.md)")
+    check_render(args.rendered, args.reference, args.docs, args.allow_fewer)
     stale = []
     for path, text in docs_texts(args.rendered, args.reference, args.docs).items():
         if path.read_text() != text:
@@ -323,38 +527,50 @@ def _gamma(setting: str) -> float:
 
 
 def main() -> int:
+    path = path_argument
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run")
-    run.add_argument("--checkout", type=Path, required=True)
-    run.add_argument("--out", type=Path, required=True)
+    run.add_argument("--checkout", type=path, required=True)
+    run.add_argument("--out", type=path, required=True)
     run.add_argument("--config", default="config/mnist.yaml")
     run.add_argument("--dataset", default="mnist")
     run.add_argument("--jobs", action="extend", nargs="+", required=True,
                      help="experiment:settings:losses:seeds (comma lists), one or more, e.g. losses:g10:ce,ratio:0,1 monitor:default:ce:0")
-    run.add_argument("--workers", type=int, default=2)
-    run.add_argument("--device", default="cpu")
+    run.add_argument("--workers", type=int, default=2, help=f"jobs at once, 1 to this machine's CPUs ({MAX_CPUS_ENV} raises it)")
+    run.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu")
     run.add_argument("--deadline-s", type=float, default=None, help="start no job that would not end within this many "
                      "seconds (the median finished job's time); stop running ones then, keeping their checkpoints")
     run.add_argument("--commit", default=None, help="the commit of --checkout when it is a copy without git")
     run.set_defaults(func=cmd_run)
     col = sub.add_parser("collect")
-    col.add_argument("--out", type=Path, required=True)
-    col.add_argument("--reference", type=Path, required=True)
+    col.add_argument("--out", type=path, required=True)
+    col.add_argument("--reference", type=path, required=True)
+    col.add_argument("--replace", action="store_true", help="replace jobs of the set that differ from the runs'")
     col.set_defaults(func=cmd_collect)
     st = sub.add_parser("status")
-    st.add_argument("--reference", type=Path, required=True)
-    st.add_argument("--readme", type=Path, default=None, help="write the table into this README's status block")
+    st.add_argument("--reference", type=path, required=True)
+    st.add_argument("--readme", type=path, default=None, help="write the table into this README's status block")
     st.set_defaults(func=cmd_status)
     dc = sub.add_parser("docs", help="splice the rendered Fidelity.md and claims.md into docs/ (between their marks)")
-    dc.add_argument("--rendered", type=Path, default=Path("results_reference"), help="results_dir of the render")
-    dc.add_argument("--reference", type=Path, default=Path("reference/mnist"))
-    dc.add_argument("--docs", type=Path, default=Path("docs"))
+    dc.add_argument("--rendered", type=path, default=Path("results_reference"), help="results_dir of the render")
+    dc.add_argument("--reference", type=path, default=Path("reference/mnist"))
+    dc.add_argument("--docs", type=path, default=Path("docs"))
     dc.add_argument("--check", action="store_true", help="change nothing; exit 1 when a doc differs from the render")
+    dc.add_argument("--allow-fewer", action="store_true", help="splice a render of fewer jobs than the docs were rendered from")
     dc.set_defaults(func=cmd_docs)
     args = p.parse_args()
-    return args.func(args)
+    try:
+        return args.func(args)
+    except (ConfigError, JobFolderError, OSError) as exc:
+        fail(str(exc))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except SystemExit as exc:
+        if isinstance(exc.code, str):  # fail(): one line, exit status 2 (argparse's own errors exit 2 already)
+            print(f"reference_jobs.py: {exc.code}", file=sys.stderr)
+            sys.exit(2)
+        raise

@@ -1,4 +1,5 @@
-"""scripts/reference_jobs.py run: provenance, the deadline window and a checkout without git (a fake trainer)."""
+"""scripts/reference_jobs.py: provenance (also of a job whose runner died), the deadline window, a checkout without git
+(a fake trainer), and every bad argument as one line and exit status 2 before anything is written."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import write_job
+from fedbalance.records import Job
+
 REPO = Path(__file__).resolve().parents[1]
 
 FAKE_MAIN = '''
@@ -18,6 +22,7 @@ args = sys.argv[1:]
 arg = lambda name: args[args.index("--" + name) + 1]
 out = arg("out")
 seed = int(arg("seed"))
+open(os.path.join(out, "fake.pid"), "w").write(str(os.getpid()))
 time.sleep(float(os.environ["FAKE_SECONDS"]))
 os.makedirs(out, exist_ok=True)
 open(os.path.join(out, "rounds.csv"), "w").write("round,acc\\n0,0.5\\n")
@@ -98,7 +103,7 @@ def test_status_counts_seeds_commits_and_minutes_per_device(tmp_path: Path) -> N
     jobs = [("losses/mnist/g50/ce/seed0", "a" * 40, "cpu", 600.0), ("losses/mnist/g50/ce/seed3", "b" * 40, "cuda (H200)", 180.0),
             ("losses/mnist/g10/ce/seed1", "a" * 40, "cpu", 1200.0), ("losses/mnist/g10/ce/seed0", "a" * 40, "cpu", 900.0)]
     for job, commit, device, wall in jobs:
-        (tmp_path / job).mkdir(parents=True)
+        write_job(tmp_path, Job.from_path(job))
         (tmp_path / job / "provenance.json").write_text(json.dumps({"commit": commit, "runtime": {"device": device}, "wall_s_job": wall}))
     lines = rj.status_text(tmp_path).splitlines()
     assert lines[2:4] == ["| losses | mnist | g10 | ce | 0, 1 |", "| losses | mnist | g50 | ce | 0, 3 |"]  # Γ order, seeds sorted
@@ -152,3 +157,205 @@ def test_jobs_the_config_does_not_define_stop_the_run_before_any_starts(tmp_path
     assert rj.unknown_jobs(REPO / "config" / "quick.yaml", [("monitor", "mnist", "default", "ce", 9)]) == []
     with pytest.raises(SystemExit, match="is not a file"):
         rj.unknown_jobs(tmp_path / "missing.yaml", [])
+
+
+def _script(*argv: str, env: dict | None = None, cwd: Path = REPO, timeout: int = 120):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, str(REPO / "scripts" / "reference_jobs.py"), *argv], capture_output=True,
+                          text=True, cwd=cwd, env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+def _wait_for(path: Path, seconds: float = 60.0) -> None:
+    end = time.time() + seconds
+    while not path.exists():
+        assert time.time() < end, f"{path} did not appear"
+        time.sleep(0.1)
+
+
+def _run_args(checkout: Path, out: Path, *jobs: str) -> list[str]:
+    return ["run", "--checkout", str(checkout), "--commit", "abc1234", "--out", str(out), "--config", "config/quick.yaml",
+            "--workers", "1", "--jobs", *jobs]
+
+
+@pytest.fixture()
+def quick_checkout(checkout: Path) -> Path:
+    """The fake trainer's checkout with config/quick.yaml (the runner checks the jobs against it)."""
+    (checkout / "config").mkdir()
+    (checkout / "config" / "quick.yaml").write_text((REPO / "config" / "quick.yaml").read_text())
+    return checkout
+
+
+def test_a_job_whose_runner_died_is_recorded_from_its_start_record(quick_checkout: Path, tmp_path: Path) -> None:
+    """The runner killed (SIGKILL) while its job runs: the job finishes as an orphan; the next run records its
+    provenance from the start record (commit, command) and metrics.json, and collect copies it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    out, job = tmp_path / "runs", tmp_path / "runs" / "monitor/mnist/default/ce/seed0"
+    env = {**os.environ, "FAKE_SECONDS": "3"}
+    runner = subprocess.Popen([sys.executable, str(REPO / "scripts" / "reference_jobs.py"),
+                               *_run_args(quick_checkout, out, "monitor:default:ce:0")], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_for(job / "fake.pid")
+    start = json.loads((job / "provenance.pending.json").read_text())
+    assert start["commit"] == "abc1234" and "--seed 0" in start["command"] and "started" in start
+    runner.send_signal(signal.SIGKILL)
+    runner.wait()
+    _wait_for(job / "metrics.json")
+    time.sleep(0.5)
+    assert not (job / "provenance.json").exists()
+    again = _script(*_run_args(quick_checkout, out, "monitor:default:ce:0"), env={"FAKE_SECONDS": "0"})
+    assert again.returncode == 0 and "recovered" in again.stdout and "skip" not in again.stdout, again.stdout + again.stderr
+    prov = json.loads((job / "provenance.json").read_text())
+    assert prov["commit"] == "abc1234" and prov["command"] == start["command"] and prov["started"] == start["started"]
+    assert prov["runtime"]["device"] == "cpu" and prov["wall_s_this_process"] is None and "recovered" in prov
+    assert not (job / "provenance.pending.json").exists()
+    assert _script(*_run_args(quick_checkout, out, "monitor:default:ce:0")).stdout.count("skip") == 1
+    ref = tmp_path / "ref"
+    collected = _script("collect", "--out", str(out), "--reference", str(ref))
+    assert collected.returncode == 0 and "1 finished jobs" in collected.stdout, collected.stdout + collected.stderr
+    assert json.loads((ref / "monitor/mnist/default/ce/seed0/provenance.json").read_text())["commit"] == "abc1234"
+
+
+def test_a_finished_job_without_any_record_is_never_reported_done(quick_checkout: Path, tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    write_job(out, Job("monitor", "mnist", "default", "ce", 0))
+    run = _script(*_run_args(quick_checkout, out, "monitor:default:ce:0"), env={"FAKE_SECONDS": "0"})
+    assert run.returncode == 1 and "FAILED" in run.stdout and "nothing records which code ran it" in run.stdout
+    assert "skip" not in run.stdout and "done" not in run.stdout
+    collected = _script("collect", "--out", str(out), "--reference", str(tmp_path / "ref"))
+    assert collected.returncode == 1 and "1 finished job(s) without provenance not collected" in collected.stderr
+    assert not (tmp_path / "ref").exists() or not any((tmp_path / "ref").rglob("*.json"))
+
+
+def test_sigterm_stops_the_running_jobs_with_the_runner(quick_checkout: Path, tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    out, job = tmp_path / "runs", tmp_path / "runs" / "monitor/mnist/default/ce/seed0"
+    runner = subprocess.Popen([sys.executable, str(REPO / "scripts" / "reference_jobs.py"),
+                               *_run_args(quick_checkout, out, "monitor:default:ce:0,1")],
+                              env={**os.environ, "FAKE_SECONDS": "60"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    _wait_for(job / "fake.pid")
+    child = int((job / "fake.pid").read_text())
+    runner.send_signal(signal.SIGTERM)
+    stdout, stderr = runner.communicate(timeout=30)
+    assert runner.returncode == 2 and "stopped by signal" in stderr and "Traceback" not in stderr, stdout + stderr
+    time.sleep(0.5)
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)
+    assert not (out / "monitor/mnist/default/ce/seed1").exists()  # no further job started
+
+
+def _bad_inputs(tmp_path: Path, checkout: Path) -> list[tuple[list[str], str]]:
+    """(arguments, words of the one-line error) of ordinary bad inputs to every subcommand."""
+    runs, ref, empty, afile = tmp_path / "runs", tmp_path / "ref", tmp_path / "empty", tmp_path / "afile"
+    empty.mkdir()
+    afile.write_text("x")
+    nogit = tmp_path / "nogit"
+    (nogit / "src" / "fedbalance").mkdir(parents=True)
+    (nogit / "config").mkdir()
+    (nogit / "config" / "quick.yaml").write_text((REPO / "config" / "quick.yaml").read_text())
+    run = ["run", "--checkout", str(checkout), "--out", str(runs), "--config", "config/quick.yaml", "--commit", "abc"]
+    good = ["--jobs", "monitor:default:ce:0"]
+    write_job(runs, Job("monitor", "mnist", "default", "ce", 0))
+    (runs / "monitor/mnist/default/ce/seed0/provenance.json").write_text("{not json")
+    torn = tmp_path / "torn"
+    job = write_job(torn, Job("monitor", "mnist", "default", "ce", 1), train_loss=[1.0, 0.5, 0.2])
+    (job / "provenance.json").write_text(json.dumps({"commit": "abc"}))
+    (job / "rounds.csv").write_text((job / "rounds.csv").read_text().splitlines(keepends=True)[0])
+    return [
+        ([*run, "--workers", "0", *good], "--workers 0: must be 1 to"),
+        ([*run, "--workers", "100000", *good], "--workers 100000: must be 1 to"),
+        ([*run, "--deadline-s", "nan", *good], "--deadline-s nan"),
+        ([*run, "--deadline-s", "-5", *good], "--deadline-s -5.0"),
+        (["run", "--checkout", str(nogit), "--out", str(runs), "--config", "config/quick.yaml", *good], "no commit to record"),
+        (["run", "--checkout", str(tmp_path / "missing"), "--out", str(runs), *good], "no src/fedbalance"),
+        ([*run[:3], "--out", str(afile), *run[5:], *good], "is a file"),
+        ([*run[:3], "--out", str(REPO / "reference" / "mnist"), *run[5:], *good], "lies in"),
+        ([*run[:3], "--out", "", *run[5:], *good], "an empty path"),
+        ([*run, "--device", "gpu", *good], "invalid choice"),
+        ([*run, "--jobs", "monitor:default:ce"], "--jobs"),
+        (["collect", "--out", str(tmp_path / "missing"), "--reference", str(ref)], "not a folder"),
+        (["collect", "--out", str(empty), "--reference", str(ref)], "holds no finished job"),
+        (["collect", "--out", str(runs), "--reference", str(runs)], "the same folder"),
+        (["collect", "--out", str(runs), "--reference", str(ref)], "provenance.json: not a provenance record"),
+        (["collect", "--out", str(torn), "--reference", str(ref)], "rounds.csv: 0 rows"),
+        (["collect", "--out", str(torn), "--reference", str(afile)], "is a file"),
+        (["status", "--reference", str(tmp_path / "missing")], "not a folder"),
+        (["status", "--reference", str(empty)], "holds no job"),
+        (["status", "--reference", str(runs)], "not a provenance record"),
+        (["status", "--reference", str(torn)], "rounds.csv: 0 rows"),
+        (["docs", "--rendered", str(empty), "--reference", str(ref), "--docs", str(empty)], "render the reference set first"),
+    ]
+
+
+def test_every_bad_argument_is_one_line_and_exit_2(quick_checkout: Path, tmp_path: Path) -> None:
+    """Each ordinary bad input: exit status 2, one error line (argparse's usage line besides), no traceback, and
+    nothing collected or run."""
+    for argv, words in _bad_inputs(tmp_path, quick_checkout):
+        r = _script(*argv, env={"FAKE_SECONDS": "0"})
+        err = [line for line in r.stderr.splitlines() if line.strip() and not line.startswith("usage:")
+               and not line.startswith(" ")]
+        assert r.returncode == 2 and len(err) == 1 and words in err[0], (argv, r.returncode, r.stdout, r.stderr)
+    assert not (tmp_path / "ref").exists()
+    assert not (tmp_path / "runs" / "monitor/mnist/default/ce/seed0" / "train.log").exists()
+
+
+def test_collect_replaces_a_different_job_only_on_purpose(tmp_path: Path) -> None:
+    runs, ref = tmp_path / "runs", tmp_path / "ref"
+    for root, acm in ((runs, 0.5), (ref, 0.7)):
+        job = write_job(root, Job("losses", "mnist", "g10", "ce", 0), acm=acm)
+        (job / "provenance.json").write_text(json.dumps({"commit": "abc", "runtime": {"device": "cpu"}}))
+    before = (ref / "losses/mnist/g10/ce/seed0/metrics.json").read_bytes()
+    r = _script("collect", "--out", str(runs), "--reference", str(ref))
+    assert r.returncode == 2 and "would replace them; pass --replace" in r.stderr
+    assert (ref / "losses/mnist/g10/ce/seed0/metrics.json").read_bytes() == before
+    assert _script("collect", "--out", str(runs), "--reference", str(ref), "--replace").returncode == 0
+    assert (ref / "losses/mnist/g10/ce/seed0/metrics.json").read_bytes() == (runs / "losses/mnist/g10/ce/seed0/metrics.json").read_bytes()
+
+
+def _render(root: Path, jobs: list[Job]) -> Path:
+    """A stand-in for a render: the files `docs` reads first, final.csv holding ``jobs``."""
+    import pandas as pd
+
+    (root / "tables").mkdir(parents=True)
+    (root / "tables" / "Fidelity.md").write_text("| x |\n")
+    (root / "claims.md").write_text("# claims\n\nx\n")
+    (root / "aggregate").mkdir()
+    pd.DataFrame([{"experiment": j.experiment, "dataset": j.dataset, "setting": j.setting, "loss": j.loss, "seed": j.seed}
+                  for j in jobs]).to_csv(root / "aggregate" / "final.csv", index=False)
+    return root
+
+
+def test_docs_refuse_a_render_of_another_or_a_smaller_set(tmp_path: Path) -> None:
+    """docs splices only a render of the set it names, holding no fewer jobs than the docs were rendered from."""
+    rj = _runner()
+    ref, docs = tmp_path / "ref", tmp_path / "docs"
+    jobs = [Job("losses", "mnist", "g10", "ce", s) for s in (0, 1, 2)]
+    for job in jobs:
+        (write_job(ref, job) / "provenance.json").write_text(json.dumps({"commit": "abc", "runtime": {"device": "cpu"}}))
+    docs.mkdir()
+    (docs / "fidelity.md").write_text("`tables/Fidelity.md` of the render of the 3 `losses` jobs of ref (commits x):\n")
+    (docs / "claims-mnist.md").write_text("`claims.md` of the render of the 3 jobs of ref (commits x):\n")
+    rj.check_render(_render(tmp_path / "full", jobs), ref, docs, allow_fewer=False)  # the set as it was rendered
+    with pytest.raises(SystemExit, match="lacks 1 of the 3 jobs of"):
+        rj.check_render(_render(tmp_path / "other", jobs[:2]), ref, docs, allow_fewer=False)
+    import shutil
+
+    shutil.rmtree(ref / jobs[2].path)
+    with pytest.raises(SystemExit, match="holds 2 `losses` jobs, but .*fidelity.md was rendered from 3"):
+        rj.check_render(_render(tmp_path / "smaller", jobs[:2]), ref, docs, allow_fewer=False)
+    rj.check_render(tmp_path / "smaller", ref, docs, allow_fewer=True)
+    for job in jobs[:2]:
+        shutil.rmtree(ref / job.path)
+    with pytest.raises(SystemExit, match="holds no job"):
+        rj.check_render(tmp_path / "smaller", ref, docs, allow_fewer=True)

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fedbalance.config import ConfigError, base_losses, data_args, dataset_spec, jobs, load_config, resolve_job, settings
+from fedbalance.config import ConfigError, base_losses, check_threads, data_args, dataset_spec, jobs, load_config, resolve_job, settings
+from fedbalance.jobfolder import PROVENANCE
 from fedbalance.jobspec import JobSpec
 from fedbalance.records import Job
 from fedbalance.partition import PartitionError
@@ -33,8 +34,15 @@ def user_errors() -> tuple[type[Exception], ...]:
     return (ConfigError, DataError, PartitionError, FLError, JobError, CostError, JobFolderError)
 
 
+def path_argument(text: str) -> Path:
+    """An argparse ``type`` for paths: an empty one (``--out ''``, which would mean the working folder) is refused."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; name a file or folder")
+    return Path(text)
+
+
 def _job_args(p: argparse.ArgumentParser, *, loss: bool) -> None:
-    p.add_argument("--config", required=True, help="study configuration YAML (e.g. config/quick.yaml)")
+    p.add_argument("--config", required=True, type=path_argument, help="study configuration YAML (e.g. config/quick.yaml)")
     p.add_argument("--experiment", required=True, help="experiment name under 'experiments' of the config")
     p.add_argument("--dataset", required=True, help="dataset name listed by that experiment (e.g. mnist)")
     p.add_argument("--setting", required=True, help="setting name of that experiment (e.g. g10, c5_g10, default)")
@@ -59,9 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
         "A job interrupted earlier resumes from --out/checkpoint.pt.",
     )
     _job_args(train, loss=True)
-    train.add_argument("--out", required=True, type=Path, help="output folder for metrics.json, rounds.csv and the checkpoint")
-    train.add_argument("--data-dir", type=Path, default=None, help="dataset folder (default: the config's data_dir)")
-    train.add_argument("--partition", type=Path, default=None, help="partition JSON written by 'fedbalance partition' (default: build it)")
+    train.add_argument("--out", required=True, type=path_argument, help="output folder for metrics.json, rounds.csv and the checkpoint")
+    train.add_argument("--data-dir", type=path_argument, default=None, help="dataset folder (default: the config's data_dir)")
+    train.add_argument("--partition", type=path_argument, default=None, help="partition JSON written by 'fedbalance partition' (default: build it)")
     train.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None, help="device (default: the config's device; auto = cuda if available)")
     train.add_argument(
         "--deterministic",
@@ -92,8 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
         "'balanced' when the setting has a switch_round).",
     )
     _job_args(part, loss=False)
-    part.add_argument("--out", required=True, type=Path, help="partition JSON file to write")
-    part.add_argument("--data-dir", type=Path, default=None, help="dataset folder (default: the config's data_dir)")
+    part.add_argument("--out", required=True, type=path_argument, help="partition JSON file to write")
+    part.add_argument("--data-dir", type=path_argument, default=None, help="dataset folder (default: the config's data_dir)")
     part.set_defaults(func=cmd_partition)
 
     prep = sub.add_parser(
@@ -101,13 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="download/verify one dataset into data_dir",
         description="Make sure a dataset's files are present and verified in data_dir (downloading when the config allows).",
     )
-    prep.add_argument("--config", required=True, help="study configuration YAML")
+    prep.add_argument("--config", required=True, type=path_argument, help="study configuration YAML")
     prep.add_argument("--dataset", required=True, help="dataset name under 'datasets' of the config")
-    prep.add_argument("--data-dir", type=Path, default=None, help="dataset folder (default: the config's data_dir)")
+    prep.add_argument("--data-dir", type=path_argument, default=None, help="dataset folder (default: the config's data_dir)")
     prep.set_defaults(func=cmd_prepare)
 
     ls = sub.add_parser("jobs", help="list the jobs of the study", description="Print every job as experiment/dataset/setting/loss/seedK.")
-    ls.add_argument("--config", required=True, help="study configuration YAML")
+    ls.add_argument("--config", required=True, type=path_argument, help="study configuration YAML")
     ls.add_argument("--experiment", action="append", default=None, help="only this experiment (repeatable)")
     ls.set_defaults(func=cmd_jobs)
 
@@ -118,9 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
         "multiply by seconds per step: measured now on this device (a short calibration on synthetic data), "
         "or read from --calibration. Prints device-hours per experiment family and in total.",
     )
-    cost.add_argument("--config", required=True, help="study configuration YAML")
+    cost.add_argument("--config", required=True, type=path_argument, help="study configuration YAML")
     cost.add_argument("--experiment", action="append", default=None, help="only this experiment (repeatable)")
-    cost.add_argument("--calibration", type=Path, default=None, help="calibration JSON: read it if it exists (unless --calibrate), else write it")
+    cost.add_argument("--calibration", type=path_argument, default=None, help="calibration JSON: read it if it exists (unless --calibrate), else write it")
     cost.add_argument("--calibrate", action="store_true", help="measure now even when --calibration exists (and overwrite it)")
     cost.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None, help="device to calibrate (default: the config's device)")
     cost.add_argument("--threads", type=int, default=None, help="torch CPU threads while calibrating (default: 1 on the CPU, as the workflow's CPU jobs)")
@@ -135,12 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
         "of each metric on both sides, the difference, and whether it lies inside the seeds' spread (within the "
         "larger of the two standard deviations). Prints Markdown; --csv also writes the table.",
     )
-    cmp.add_argument("--ours", required=True, type=Path, help="your results folder (e.g. results)")
-    cmp.add_argument("--reference", required=True, type=Path, help="the reference set (e.g. reference/mnist)")
+    cmp.add_argument("--ours", required=True, type=path_argument, help="your results folder (e.g. results)")
+    cmp.add_argument("--reference", required=True, type=path_argument, help="the reference set (e.g. reference/mnist)")
     cmp.add_argument("--metric", action="append", default=None, choices=sorted(_compare_metrics()),
                      help="metric (repeatable; default: acc_minority, acc_majority, auc_hard)")
     cmp.add_argument("--experiment", action="append", default=None, help="only this experiment (repeatable)")
-    cmp.add_argument("--csv", type=Path, default=None, help="also write the table as CSV here")
+    cmp.add_argument("--csv", type=path_argument, default=None, help="also write the table as CSV here")
     cmp.set_defaults(func=cmd_compare)
     return parser
 
@@ -182,13 +190,15 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if args.out.exists() and not args.out.is_dir():
         raise ConfigError(f"--out {args.out} is a file; it must be a folder (new or a job's earlier output)")
+    if (args.out / PROVENANCE).exists():
+        raise ConfigError(f"--out {args.out} holds {PROVENANCE}: a job of a reference set, which no training writes over; "
+                          "name a folder of its own")
     cfg = load_config(args.config)
     spec = job_spec(cfg, args.experiment, args.dataset, args.setting, args.loss, args.seed)
     parts = load_partitions(args.partition) if args.partition is not None else None
     device = args.device or cfg["device"]
     threads = args.threads if args.threads is not None else int(cfg["threads"])
-    if threads < 1:
-        raise ConfigError(f"--threads must be >= 1, got {threads}")
+    check_threads(threads, "--threads")
     torch.set_num_threads(threads)
     metrics = run_job(
         spec,
@@ -211,6 +221,10 @@ def cmd_partition(args: argparse.Namespace) -> int:
     from fedbalance.data import load_dataset
     from fedbalance.jobs import build_partitions, save_partitions
 
+    if args.out.is_dir():
+        raise ConfigError(f"--out {args.out} is a folder; name the partition JSON file to write")
+    if args.out.parent.exists() and not args.out.parent.is_dir():
+        raise ConfigError(f"--out {args.out}: {args.out.parent} is a file, not a folder")
     cfg = load_config(args.config)
     spec = job_spec(cfg, args.experiment, args.dataset, args.setting, None, args.seed)
     dataset = load_dataset(spec.source, _data_dir(cfg, args), download=bool(cfg["download"]), **dict(spec.options))
@@ -258,8 +272,8 @@ def cmd_cost(args: argparse.Namespace) -> int:
     spw = cost.SAMPLES_PER_WRITER if args.samples_per_writer is None else args.samples_per_writer
     if spw < 1:
         raise ConfigError(f"--samples-per-writer must be >= 1, got {spw}")
-    if args.threads is not None and args.threads < 1:
-        raise ConfigError(f"--threads must be >= 1, got {args.threads}")
+    if args.threads is not None:
+        check_threads(args.threads, "--threads")
     if args.calibration is not None:
         if args.calibration.is_dir():
             raise ConfigError(f"--calibration {args.calibration} is a folder; name a JSON file (read if it exists, else written)")
@@ -294,6 +308,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from fedbalance.atomic import atomic_write
     from fedbalance.reference import compare, compare_markdown
 
+    if args.csv is not None and (args.csv.is_dir() or (args.csv.parent.exists() and not args.csv.parent.is_dir())):
+        raise ConfigError(f"--csv {args.csv}: not a file that can be written (a folder, or below a file)")
     for name, d in (("--ours", args.ours), ("--reference", args.reference)):
         if not d.is_dir() or not any(d.glob("**/metrics.json")):
             raise ConfigError(f"{name} {d}: no finished job (metrics.json) below it")

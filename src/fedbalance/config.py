@@ -81,6 +81,8 @@ def read_yaml(path: str | Path) -> Any:
         raise ConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not a readable text file: {exc}") from exc
 
 
 def schema() -> dict:
@@ -374,13 +376,13 @@ def max_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def _check_threads(threads: Any, where: str) -> None:
-    """``threads`` torch threads fit the machine (``max_cpus``): more only slows every job down."""
+def check_threads(threads: Any, where: str) -> None:
+    """``threads`` torch threads: at least 1, at most the machine's CPUs (``max_cpus``; more only slows every job)."""
     ceiling = max_cpus()
-    if isinstance(threads, int) and threads > ceiling:
+    if isinstance(threads, int) and not 1 <= threads <= ceiling:
         raise ConfigError(
-            f"{where}: {threads} torch threads, but this machine has {ceiling} CPUs; ask for at most {ceiling} "
-            f"(or set {MAX_CPUS_ENV} to allow more, e.g. for a cluster's larger nodes)"
+            f"{where}: {threads} torch threads; ask for 1 to {ceiling} (this machine's CPUs; set {MAX_CPUS_ENV} to "
+            "allow more, e.g. for a cluster's larger nodes)"
         )
 
 
@@ -452,7 +454,7 @@ def validate(cfg: Mapping[str, Any]) -> dict[str, Any]:
         if "default" in prop:
             out.setdefault(k, prop["default"])
     _check_dataset_options(out)
-    _check_threads(out["threads"], "threads")
+    check_threads(out["threads"], "threads")
     job_schema = {"$defs": s["$defs"], **s["$defs"]["job"]}
     registered = base_losses()
     variants = out.get("loss_variants") or {}

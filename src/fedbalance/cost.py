@@ -47,7 +47,7 @@ from fedbalance.records import Job
 
 CALIBRATION_VERSION = 1
 # FEMNIST letters per writer: the authors' FEMNIST-shape client, 20 writers x ~50 samples = ~1,000
-# samples (issue 13's timing of the released loop); real LEAF writers vary widely.
+# samples (the timing of the released loop, docs/performance.md); real LEAF writers vary widely.
 SAMPLES_PER_WRITER = 50
 # Test-set sizes of the registered sources (official splits; femnist: the EMNIST-letters test split).
 TEST_SAMPLES = {"mnist": 10_000, "mnist5k": 1_000, "cifar10": 10_000, "fer2013": 7_178, "femnist": 20_800}
@@ -269,12 +269,43 @@ class Calibration:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Calibration:
         """Read a dict written by ``to_json`` (CostError when it is not one)."""
+        if not isinstance(data, Mapping):
+            raise CostError("not a calibration: the top level must be an object")
         if data.get("version") != CALIBRATION_VERSION:
             raise CostError(f"calibration version {data.get('version')!r}, expected {CALIBRATION_VERSION}")
         try:
-            return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+            cal = cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
         except TypeError as exc:
             raise CostError(f"not a calibration: {exc}") from exc
+        cal.check()
+        return cal
+
+    def check(self) -> None:
+        """CostError naming the key unless every field has its shape and every time is a finite number >= 0."""
+        def seconds(value: Any, key: str, positive: bool = False) -> None:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0 \
+                    or (positive and value <= 0):
+                raise CostError(f"calibration {key}: {value!r} is not a number of seconds {'> 0' if positive else '>= 0'}")
+
+        for key in ("device", "device_type", "torch"):
+            if not isinstance(getattr(self, key), str):
+                raise CostError(f"calibration {key}: {getattr(self, key)!r} is not a string")
+        for key in ("threads", "copies"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise CostError(f"calibration {key}: {value!r} is not a whole number >= 1")
+        seconds(self.startup_s, "startup_s")
+        if not isinstance(self.probes, dict) or not isinstance(self.steps, dict):
+            raise CostError("calibration probes and steps: must be objects")
+        for name, probe in self.probes.items():
+            if not isinstance(probe, dict) or set(probe) != {"batch", "step_s", "forward_s"}:
+                raise CostError(f"calibration probes.{name}: must hold batch, step_s and forward_s, got {probe!r}")
+            if isinstance(probe["batch"], bool) or not isinstance(probe["batch"], int) or probe["batch"] < 1:
+                raise CostError(f"calibration probes.{name}.batch: {probe['batch']!r} is not a whole number >= 1")
+            seconds(probe["step_s"], f"probes.{name}.step_s", positive=True)
+            seconds(probe["forward_s"], f"probes.{name}.forward_s")
+        for name, value in self.steps.items():
+            seconds(value, f"steps.{name}", positive=True)
 
 
 def load_calibration(path: str | Path) -> Calibration:
@@ -282,7 +313,9 @@ def load_calibration(path: str | Path) -> Calibration:
     path = Path(path)
     try:
         return Calibration.from_json(json.loads(path.read_text()))
-    except (OSError, json.JSONDecodeError) as exc:
+    except CostError as exc:
+        raise CostError(f"{path}: {exc}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CostError(f"cannot read calibration {path}: {exc}") from exc
 
 

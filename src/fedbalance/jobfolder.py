@@ -49,6 +49,10 @@ FILES = (ROUNDS, METRICS)
 CHECKPOINT = "checkpoint.pt"
 TRAJECTORY = "trajectory.pt"
 LOCK = ".lock"
+PROVENANCE = "provenance.json"
+"""A reference job's record of how it was made (``scripts/reference_jobs.py``): beside the two files, written last."""
+PENDING = "provenance.pending.json"
+"""What the runner knew when it started a job (commit, command, host); ``PROVENANCE`` replaces it when the job ends."""
 REQUIRED = {"job": dict, "config": dict, "final": dict, "rounds": int}
 """The keys every finished job's metrics.json holds, with their types (``check``)."""
 SEED_FOLDER = re.compile(r"seed\d+")

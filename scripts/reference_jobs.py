@@ -3,11 +3,13 @@
 Each job is ``python -m fedbalance train`` run from ``--checkout`` (a ``git worktree`` pinned at one
 commit, so that edits in the working tree never change the code under a running job), with that
 checkout's ``src`` first on ``PYTHONPATH``, one torch thread, on the CPU unless ``--device`` says
-otherwise. A finished job's folder gets ``provenance.json`` (commit, command, device, torch, threads,
-wall time, host); a job whose ``metrics.json`` exists is skipped, an interrupted one resumes from its
-checkpoint. ``--collect`` copies finished jobs into the repository's reference set
-(``reference/<study>/<experiment>/<dataset>/<setting>/<loss>/seed<k>/``: metrics.json, rounds.csv,
-provenance.json; nothing else).
+otherwise. A job's folder gets ``provenance.pending.json`` when it starts (commit, command, host) and
+``provenance.json`` when it ends (that, plus device, torch, threads, wall time); a job with both metrics.json and
+provenance.json is skipped, an interrupted one resumes from its checkpoint, and one that finished after its runner
+died is recorded from its start record (never reported done without one). ``collect`` checks every finished job,
+then copies it into the repository's reference set (``reference/<study>/<experiment>/<dataset>/<setting>/<loss>/
+seed<k>/``: metrics.json, rounds.csv, provenance.json; nothing else); only ``collect`` writes there. A bad argument
+is one line on stderr and exit status 2.
 
     python scripts/reference_jobs.py run --checkout /work/ref-wt --out /work/refruns \\
         --jobs losses:g10,g50:ce,ratio,ratio_rel:0,1,2 --workers 2

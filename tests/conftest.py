@@ -69,3 +69,31 @@ def torch_one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
+
+
+REFERENCE_SETS = Path(__file__).resolve().parents[1] / "reference"
+
+
+def reference_digest() -> dict[str, int]:
+    """Every file of the committed reference sets: relative path -> a hash of its bytes."""
+    return {str(p.relative_to(REFERENCE_SETS)): hash(p.read_bytes()) for p in sorted(REFERENCE_SETS.rglob("*")) if p.is_file()}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_REFERENCE_KEY] = reference_digest()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The test suite leaves the committed reference sets byte for byte as it found them (tests copy them)."""
+    before = session.config.stash.get(_REFERENCE_KEY, None)
+    if before is None:
+        return
+    after = reference_digest()
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    if changed:
+        session.config.get_terminal_writer().line(
+            f"ERROR: the test run changed {len(changed)} file(s) of {REFERENCE_SETS} (e.g. {changed[0]})", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_REFERENCE_KEY = pytest.StashKey[dict]()

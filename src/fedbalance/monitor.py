@@ -20,7 +20,6 @@ local steps saturate their updates.
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,6 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from fedbalance.models import LAST_LAYER, to_float
+from fedbalance.records import imbalance_ratio
 from fedbalance.sgd import SGDConfig, make_optimizer
 from fedbalance.train import train_copies
 
@@ -533,10 +533,8 @@ class Acknowledger:
 
     @staticmethod
     def imbalance(counts: Tensor | Sequence[float]) -> float:
-        """max/min of the estimate (inf when the smallest is <= 0)."""
-        c = torch.as_tensor(counts, dtype=torch.float64)
-        lo = float(c.min())
-        return float(c.max()) / lo if lo > 0 else math.inf
+        """max/min of the estimate (inf when the smallest is <= 0; ``records.imbalance_ratio``)."""
+        return imbalance_ratio(torch.as_tensor(counts, dtype=torch.float64).tolist())
 
     def update(self, counts: Tensor | Sequence[float]) -> bool:
         """Feed one round's estimate; return whether imbalance is (now or already) acknowledged."""

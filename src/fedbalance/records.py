@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +57,66 @@ def est_column(name: str) -> str:
 def cs_column(name: str) -> str:
     """rounds.csv's column of estimator ``name``'s CS against the round's true composition."""
     return f"cs_{name}"
+
+def tv_column(name: str) -> str:
+    """Per-round measure column: TV(p_hat, p) of estimator ``name`` (computed at read time, ``composition_measures``)."""
+    return f"tv_{name}"
+
+
+def shares_column(name: str) -> str:
+    """Per-round measure column: each class's estimated share / true share of estimator ``name`` (a list)."""
+    return f"shares_{name}"
+
+
+def worst_share_column(name: str) -> str:
+    """Per-round measure column: the worst class's factor max(r, 1/r) of estimator ``name``'s share ratios r."""
+    return f"worst_share_{name}"
+
+
+def imbalance_column(name: str) -> str:
+    """Per-round measure column: estimator ``name``'s max/min class ratio (the acknowledgment's statistic)."""
+    return f"imbalance_{name}"
+
+
+TRUE_IMBALANCE = "true_imbalance"
+"""Per-round measure column: the true composition's max/min class ratio."""
+
+
+def shares(counts: Sequence[float]) -> list[float]:
+    """Class counts as shares of their total, p_c = n_c / sum n (NaN everywhere when the total is not positive)."""
+    total = float(sum(counts))
+    return [float(c) / total if total > 0 else math.nan for c in counts]
+
+
+def total_variation(estimate: Sequence[float], truth: Sequence[float]) -> float:
+    """TV(p_hat, p) = 1/2 sum_c |p_hat_c - p_c| of the two compositions' shares; 1 - TV is the label-recovery
+    literature's instance accuracy sum_c min(n_hat_c, n_c) / N (Chen & Vikalo, ICML 2024) when the totals agree."""
+    return 0.5 * sum(abs(a - b) for a, b in zip(shares(estimate), shares(truth), strict=True))
+
+
+def share_ratios(estimate: Sequence[float], truth: Sequence[float]) -> list[float]:
+    """p_hat_c / p_c for every class (NaN for a class of true share 0)."""
+    return [a / b if b > 0 else math.nan for a, b in zip(shares(estimate), shares(truth), strict=True)]
+
+
+def worst_share_factor(estimate: Sequence[float], truth: Sequence[float]) -> float:
+    """max_c max(r_c, 1 / r_c) over the classes present, r = ``share_ratios``: every class's share is within x f of the
+    truth iff f <= this; inf when a present class is estimated at 0."""
+    ratios = [r for r in share_ratios(estimate, truth) if not math.isnan(r)]
+    return max((math.inf if r <= 0 else max(r, 1.0 / r) for r in ratios), default=math.nan)
+
+
+def imbalance_ratio(counts: Sequence[float]) -> float:
+    """max/min of class counts (inf when the smallest is <= 0): the acknowledgment's statistic."""
+    lo = float(min(counts))
+    return float(max(counts)) / lo if lo > 0 else math.inf
+
+
+def composition_measures(name: str, estimate: Sequence[float], truth: Sequence[float]) -> dict[str, Any]:
+    """The measures beside CS of one round's estimate, keyed by their columns: TV, share ratios, worst factor, max/min."""
+    return {tv_column(name): total_variation(estimate, truth), shares_column(name): share_ratios(estimate, truth),
+            worst_share_column(name): worst_share_factor(estimate, truth), imbalance_column(name): imbalance_ratio(estimate)}
+
 
 DEFAULT_ESTIMATOR = POOLED
 """The estimator the report reads when none is named (the shipped configs list it first, docs/monitor.md)."""

@@ -23,12 +23,24 @@ from fedbalance.jobfolder import read_metrics, round_records
 from fedbalance.jobs import auxiliary_data, build_partitions
 from fedbalance.models import build_model, device_layout
 from fedbalance.monitor import Monitor, cosine_similarity, uniform_guess
-from fedbalance.records import UNIFORM, cs_column, est_column
+from fedbalance.records import TRUE_IMBALANCE, UNIFORM, composition_measures, cs_column, est_column, imbalance_ratio
 
 
 def load_trajectory(path: str | Path) -> dict[str, Any]:
     """A job's trajectory.pt (see ``fedbalance.jobs``)."""
     return torch.load(Path(path), map_location="cpu", weights_only=False)
+
+
+def add_measures(row: dict[str, Any], truth: Sequence[float]) -> dict[str, Any]:
+    """``row`` with the measures beside CS (``records.composition_measures``) of each ``est_<name>`` it holds and of
+    the uniform guess, and the true max/min ratio: what a rounds.csv without these columns gets at read time."""
+    prefix = est_column("")
+    names = [c[len(prefix):] for c, v in row.items() if c.startswith(prefix) and v is not None]
+    guess = [sum(truth) / len(truth)] * len(truth)
+    for m, counts in [(UNIFORM, guess), *((m, row[est_column(m)]) for m in names)]:
+        row.update(composition_measures(m, counts, truth))
+    row[TRUE_IMBALANCE] = imbalance_ratio(truth)
+    return row
 
 
 def replay_setup(
@@ -50,7 +62,8 @@ def replay(
     dataset: Dataset | None = None,
     data_dir: str | Path = "data",
 ) -> list[dict[str, Any]]:
-    """One row per round: {"round", "cs_<estimator>", "est_<estimator>", "cs_uniform", "seconds_<estimator>"}.
+    """One row per round: {"round", "cs_<estimator>", "est_<estimator>", "cs_uniform", "seconds_<estimator>"} and the
+    measures beside CS (``add_measures``).
 
     The monitor runs with the job's own settings (optimiser, aux data, seeds) and ``estimators``
     (any registered in ``fedbalance.estimators``), through the ``Observer`` the run uses; a history
@@ -79,7 +92,7 @@ def replay(
             row[f"seconds_{m}"] = time.perf_counter() - start
             row[est_column(m)] = [float(v) for v in est.counts]
             row[cs_column(m)] = cosine_similarity(est.counts, truth)
-        rows.append(row)
+        rows.append(add_measures(row, truth.tolist()))
     return rows
 
 
@@ -89,7 +102,9 @@ def recorded(folder: str | Path, history: Sequence[str] | None = None) -> list[d
     The recorded estimators' ``est_``/``cs_`` columns are read as written; each registered history
     estimator (``history``, default all) whose requirements were recorded is computed from the recorded
     per-round estimates, the rounds' selected clients and the partition's client totals, as the run
-    would. No model is replayed, so this takes seconds where ``replay`` takes minutes.
+    would, and the measures beside CS of every estimate (``add_measures``: a rounds.csv written before they existed
+    gets them from its ``est_``/``true_composition`` cells). No model is replayed, so this takes seconds where
+    ``replay`` takes minutes.
     """
     metrics = read_metrics(folder)
     spec = as_spec(metrics["config"])
@@ -119,5 +134,5 @@ def recorded(folder: str | Path, history: Sequence[str] | None = None) -> list[d
                     track.estimates[-1][m] = counts.tolist()
                     row[est_column(m)] = [float(v) for v in counts]
                     row[cs_column(m)] = cosine_similarity(counts, truth)
-        rows.append(row)
+        rows.append(add_measures(row, truth))
     return rows

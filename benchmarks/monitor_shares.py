@@ -1,0 +1,136 @@
+"""Every class's share, not only the cosine: TV, share ratios and max/min of each estimator, by group of jobs.
+
+Reads finished job folders (``--recorded``, seconds: the recorded estimates plus the history estimators,
+``fedbalance.replay.recorded``) or replays saved trajectories (``--trajectory``, every estimator named by
+``--estimators``, minutes per job). The rounds from ``--from-round`` on (default 1) of the jobs of one
+(setting, loss) are pooled into one group; for each estimator (and the uniform guess):
+
+* ``tv_mean`` / ``tv_max``: TV(p_hat, p) = 1/2 sum_c |p_hat_c - p_c| (1 - TV is the label-recovery
+  literature's instance accuracy);
+* ``minority_share_ratio_median``: the median over rounds and minority classes (the job's
+  ``minority_classes``) of p_hat_c / p_c;
+* ``imbalance_median`` against ``true_imbalance_median``: the estimated and true max/min class ratio;
+* ``worst_share_median`` / ``worst_share_max``: max_c max(r_c, 1/r_c), every class within x f iff <= f;
+* ``rounds_at_goal``: rounds with TV <= 0.05 and every class within x 1.5, of ``rounds``;
+* ``rounds_below_uniform_cs``: rounds whose CS is below the uniform guess's;
+* ``acknowledged_round``: per job, the round the job's acknowledgment rule (threshold, consecutive rounds)
+  fires on the estimator's estimates from round 0 on, None when it never does.
+
+``--reference DIR`` reads the issue's groups of a reference set: ``losses/mnist/g{10,50,100}/{ce,ratio}``.
+Prints one JSON document; ``--markdown`` prints the table instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fedbalance.estimators import REGISTRY
+from fedbalance.jobspec import as_spec
+from fedbalance.monitor import Acknowledger
+from fedbalance.records import (
+    ESTIMATORS, TRUE_IMBALANCE, UNIFORM, cs_column, est_column, imbalance_column, shares_column, tv_column,
+    worst_share_column,
+)
+from fedbalance.replay import load_trajectory, recorded, replay
+
+GOAL_TV = 0.05
+GOAL_FACTOR = 1.5
+ACKNOWLEDGE = (3.0, 3)
+"""The acknowledgment rule (threshold, consecutive rounds) of a job that sets none: the shipped configs'."""
+REFERENCE_GROUPS = tuple((f"g{g}", loss) for g in (10, 50, 100) for loss in ("ce", "ratio"))
+
+
+def rounds_to_acknowledge(series: Sequence[Sequence[float]], threshold: float, rounds: int) -> int | None:
+    """The first round at which ``Acknowledger(threshold, rounds)`` fed ``series`` (round 0 first) acknowledges."""
+    ack = Acknowledger(threshold, rounds)
+    return next((t for t, counts in enumerate(series) if ack.update(counts)), None)
+
+
+def group_summary(jobs: Sequence[dict[str, Any]], estimators: Sequence[str], first: int) -> dict[str, Any]:
+    """The measures of one group of jobs ({"rows", "minority", "acknowledge"} each), per estimator (module docstring)."""
+    out: dict[str, Any] = {"jobs": len(jobs)}
+    later = [(job, r) for job in jobs for r in job["rows"] if r["round"] >= first]
+    out["rounds"] = len(later)
+    out["true_imbalance_median"] = statistics.median(r[TRUE_IMBALANCE] for _, r in later)
+    for m in [*estimators, UNIFORM]:
+        if not all(tv_column(m) in r for _, r in later):
+            continue
+        tv = [r[tv_column(m)] for _, r in later]
+        worst = [r[worst_share_column(m)] for _, r in later]
+        minority = [r[shares_column(m)][c] for job, r in later for c in job["minority"]]
+        entry = {
+            "tv_mean": statistics.fmean(tv), "tv_max": max(tv),
+            "minority_share_ratio_median": statistics.median(minority) if minority else None,
+            "imbalance_median": statistics.median(r[imbalance_column(m)] for _, r in later),
+            "worst_share_median": statistics.median(worst), "worst_share_max": max(worst),
+            "rounds_at_goal": sum(t <= GOAL_TV and w <= GOAL_FACTOR for t, w in zip(tv, worst)),
+            "rounds_below_uniform_cs": sum(r[cs_column(m)] < r[cs_column(UNIFORM)] - 1e-12 for _, r in later),
+        }
+        if m != UNIFORM:
+            entry["acknowledged_round"] = [
+                rounds_to_acknowledge([r[est_column(m)] for r in job["rows"]], *job["acknowledge"]) for job in jobs]
+        out[m] = entry
+    return out
+
+
+def job_entry(rows: list[dict[str, Any]], spec: dict[str, Any]) -> tuple[tuple[str, str], dict[str, Any]]:
+    """(group key (setting, loss), {"rows", "minority", "acknowledge"}) of one job."""
+    s = as_spec(spec)
+    ack = (s.monitor.ack_threshold or ACKNOWLEDGE[0], s.monitor.ack_rounds or ACKNOWLEDGE[1])
+    return (s.job.setting, s.job.loss), {"rows": rows, "minority": list(s.minority_classes), "acknowledge": ack}
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The issue's table: one line per group and estimator."""
+    lines = ["| group | estimator | TV mean (max) | minority share ratio (median) | max/min (median) vs true "
+             "| worst factor median (max) | rounds at goal | acknowledged round per job |", "|---" * 8 + "|"]
+    for key, g in report["groups"].items():
+        for m, e in g.items():
+            if not isinstance(e, dict):
+                continue
+            minority = "–" if e["minority_share_ratio_median"] is None else f"x{e['minority_share_ratio_median']:.2f}"
+            lines.append(f"| {key} | {m} | {e['tv_mean']:.3f} ({e['tv_max']:.3f}) | {minority} | "
+                         f"{e['imbalance_median']:.2f} vs {g['true_imbalance_median']:.0f} | "
+                         f"{e['worst_share_median']:.2f} ({e['worst_share_max']:.2f}) | {e['rounds_at_goal']} of {g['rounds']} "
+                         f"| {e.get('acknowledged_round', '')} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--recorded", nargs="*", default=[], help="finished job folders")
+    ap.add_argument("--reference", default=None, help="a reference set's dataset folder (reads the issue's groups)")
+    ap.add_argument("--trajectory", nargs="*", default=[], help="trajectory.pt files to replay")
+    ap.add_argument("--estimators", nargs="+", default=[e for e in ESTIMATORS if e != "simulated"], choices=sorted(REGISTRY))
+    ap.add_argument("--data-dir", default="data")
+    ap.add_argument("--from-round", type=int, default=1)
+    ap.add_argument("--markdown", action="store_true")
+    args = ap.parse_args(argv)
+    folders = [Path(f) for f in args.recorded]
+    if args.reference:
+        root = Path(args.reference)
+        folders += sorted(p for s, loss in REFERENCE_GROUPS for p in (root / "losses" / "mnist" / s / loss).glob("seed*"))
+    if not folders and not args.trajectory:
+        ap.error("give --recorded folders, --reference or --trajectory files")
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for folder in folders:
+        key, entry = job_entry(recorded(folder), json.loads((folder / "metrics.json").read_text())["config"])
+        groups[key].append(entry)
+    for path in args.trajectory:
+        traj = load_trajectory(path)
+        key, entry = job_entry(replay(traj, args.estimators, data_dir=args.data_dir), traj["spec"])
+        groups[key].append(entry)
+    report = {"from_round": args.from_round, "goal": {"tv": GOAL_TV, "factor": GOAL_FACTOR},
+              "groups": {f"{s}/{loss}": group_summary(jobs, args.estimators, args.from_round)
+                         for (s, loss), jobs in groups.items()}}
+    print(markdown(report) if args.markdown else json.dumps(report, indent=1, default=float))
+
+
+if __name__ == "__main__":
+    main()

@@ -30,6 +30,7 @@ from fedbalance.monitor import (
     Estimate,
     Monitor,
     estimate_composition,
+    estimate_label_recovery,
     estimate_simulated,
     pooled_counts,
     uniform_guess,
@@ -148,6 +149,14 @@ def _simulated(r: RoundInputs) -> Estimate:
     m = r.monitor
     return estimate_simulated(r.model_t, r.state_t1, m.aux_x, m.aux_y, m.num_classes, m.cfg, r.totals, r.generator,
                               aggregation=m.aggregation)
+
+
+@estimator("rlu")
+def _rlu(r: RoundInputs) -> Estimate:
+    """``monitor.estimate_label_recovery``: the output bias's change solved with the aux data's confidence (RLU)."""
+    m = r.monitor
+    return estimate_label_recovery(r.model_t, r.state_t1, m.aux_x, m.aux_y, m.num_classes, m.cfg, r.totals, r.generator,
+                                   aggregation=m.aggregation)
 
 
 def _client_index(track: Track) -> tuple[list[list[int]], list[float]]:

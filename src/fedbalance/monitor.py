@@ -14,7 +14,9 @@ Three estimators of the round's class counts solve n_a * scale * dG ~ sum_q N_q 
 ``nnls`` (ours: non-negative least squares over all last-layer weights). See docs/deviations.md.
 A fourth, ``simulated`` (ours, docs/monitor.md), replaces the per-class copies by the per-class
 gradients along a simulated client's whole local trajectory, so it holds when the clients' many
-local steps saturate their updates.
+local steps saturate their updates. A fifth, ``rlu`` (``estimate_label_recovery``), solves the output
+bias's change alone with the sum of the counts fixed, as the label-recovery literature does (RLU,
+Chen & Vikalo, ICML 2024), on the same simulated trajectory.
 """
 
 from __future__ import annotations
@@ -376,6 +378,81 @@ def client_steps(client_totals: Sequence[int], cfg: SGDConfig) -> list[int]:
     return [cfg.epochs * -(-int(n) // cfg.batch_size) for n in client_totals]
 
 
+def update_target(
+    dG: Tensor, *, w_mid: Tensor, client_totals: Sequence[int], cfg: SGDConfig, aggregation: str = "mean"
+) -> Tensor:
+    """The left side of (2) in docs/monitor.md: -scale B dG' / (lr E), dG' = dG less the weight decay's share.
+
+    ``dG`` [Q, s + 1] is the last layer's change (weights and bias) over the round, ``w_mid`` [Q, s + 1] its value
+    mid-round; the weight decay moved it by -lr wd w_mid times the clients' mean momentum-weighted step count.
+    ``scale`` is K ("mean") or N ("weighted"). Equals sum_q N_q a_q when every client's update is (2).
+    """
+    total = float(sum(client_totals))
+    decay_steps = [float(momentum_weights(n, cfg.momentum).sum()) for n in client_steps(client_totals, cfg)]
+    if aggregation == "weighted":
+        decay = sum(n * d for n, d in zip(client_totals, decay_steps, strict=True)) / total
+        scale = total
+    else:
+        decay = sum(decay_steps) / len(decay_steps)
+        scale = float(len(client_totals))
+    g = dG.double() + cfg.lr * cfg.weight_decay * decay * w_mid.double()
+    return -scale * cfg.batch_size * g / (cfg.lr * cfg.epochs)
+
+
+def recovered_counts(residuals: Tensor, target: Tensor, total: float) -> Tensor:
+    """Label recovery from an update (RLU, Chen & Vikalo, ICML 2024, its linear system; iLRG's sum row):
+    min_n || sum_c n_c r_c - t ||^2 subject to sum_c n_c = N and n >= 0.
+
+    ``residuals`` [Q, D]: r_c, the update direction one sample of class c contributes, for the output bias
+    r_c = mean softmax of class c's samples - e_c (its entries sum to 0, so the bias alone fixes n only up to
+    the null vector of [r_c]; the sum row fixes the rest); ``target`` [D] the update read on the same scale
+    (``update_target``). Solved by nnls with the sum row weighted to hold to about 1e-9 of N; then rescaled to N.
+    """
+    r = residuals.double().reshape(residuals.shape[0], -1)
+    t = target.double().reshape(-1).to(r.device)
+    weight = 1e6 * float(r.abs().max().clamp_min(1e-12))
+    ones = torch.full((r.shape[0], 1), weight, dtype=torch.float64, device=r.device)
+    counts, _ = _nnls(torch.cat([r, ones], 1), torch.cat([t, t.new_tensor([weight * total])]), 1.0)
+    return counts * (total / float(counts.sum())) if float(counts.sum()) > 0 else torch.full_like(counts, total / r.shape[0])
+
+
+def estimate_label_recovery(
+    model_t: nn.Module,
+    state_t1: dict[str, Tensor],
+    aux_x: Tensor,
+    aux_y: Tensor,
+    num_classes: int,
+    cfg: SGDConfig,
+    client_totals: Sequence[int],
+    generator: torch.Generator,
+    *,
+    aggregation: str = "mean",
+    iterations: int = 2,
+    mix: float = 0.1,
+) -> Estimate:
+    """The ``rlu`` estimator: the output bias's change over the round solved for the counts (``recovered_counts``).
+
+    The residuals r_c are the bias column of ``simulated_updates``: the auxiliary data's mean softmax per class
+    ("erroneous confidence") read along a simulated client's local run from G_t, momentum-weighted, which is
+    RLU's correction for the drift of the intermediate local epochs. The first simulated client draws its classes
+    uniformly; each further iteration draws them with the previous estimate's proportions mixed with ``mix`` of
+    the uniform (as ``estimate_simulated``). Sees G_t, G_{t+1}, the aux data, the protocol and the clients' totals.
+    """
+    w_t = last_layer_with_bias(model_t.state_dict())
+    w_t1 = last_layer_with_bias(state_t1).to(w_t.device)
+    target = update_target(w_t1 - w_t, w_mid=(w_t + w_t1) / 2, client_totals=client_totals, cfg=cfg,
+                           aggregation=aggregation)[:, -1]
+    total = float(sum(client_totals))
+    steps = max(1, round(sum(client_steps(client_totals, cfg)) / len(client_totals)))
+    props = torch.full((num_classes,), 1.0 / num_classes, dtype=torch.float64)
+    counts = props * total
+    for _ in range(max(1, iterations)):
+        a = simulated_updates(model_t, aux_x, aux_y, num_classes, cfg, steps, props, generator)
+        counts = recovered_counts(a[:, :, -1], target, total).cpu()
+        props = (1 - mix) * counts / total + mix / num_classes
+    return Estimate(counts=counts, kept=torch.ones(num_classes, dtype=torch.long), method="rlu", dropped=0)
+
+
 def simulated_estimate(
     a: Tensor,
     dG: Tensor,
@@ -385,23 +462,10 @@ def simulated_estimate(
     cfg: SGDConfig,
     aggregation: str = "mean",
 ) -> Estimate:
-    """Solve -scale B dG' / (lr E) = sum_q N_q a_q for N >= 0 (nnls), rescaled to N (docs/monitor.md).
-
-    ``dG`` [Q, s + 1] is the last layer's change (weights and bias) over the round, ``w_mid``
-    [Q, s + 1] its value mid-round; dG' = dG minus the weight decay's share, -lr wd w_mid times the
-    clients' mean momentum-weighted step count. ``scale`` is K ("mean") or N ("weighted").
-    """
+    """Solve -scale B dG' / (lr E) = sum_q N_q a_q (``update_target``) for N >= 0 (nnls), rescaled to N
+    (docs/monitor.md)."""
     total = float(sum(client_totals))
-    steps = client_steps(client_totals, cfg)
-    decay_steps = [float(momentum_weights(n, cfg.momentum).sum()) for n in steps]
-    if aggregation == "weighted":
-        decay = sum(n * d for n, d in zip(client_totals, decay_steps, strict=True)) / total
-        scale = total
-    else:
-        decay = sum(decay_steps) / len(decay_steps)
-        scale = float(len(client_totals))
-    g = dG.double() + cfg.lr * cfg.weight_decay * decay * w_mid.double()
-    target = -scale * cfg.batch_size * g / (cfg.lr * cfg.epochs)
+    target = update_target(dG, w_mid=w_mid, client_totals=client_totals, cfg=cfg, aggregation=aggregation)
     counts, dropped = _nnls(a, target.to(a.device), 1.0)
     counts = counts.cpu()
     if float(counts.sum()) > 0:

@@ -170,8 +170,10 @@ def read_record(path: Path) -> dict[str, Any]:
 
 def finished_record(start: dict, metrics: dict, wall: float | None, finished: str) -> dict:
     """provenance.json: the start record with the runtime metrics.json records, the wall times and the end."""
-    return {**start, "runtime": runtime_of(metrics), "wall_s_this_process": None if wall is None else round(wall, 1),
-            "wall_s_job": metrics.get("wall_time_s"), "finished": finished}
+    own = None if wall is None else round(wall, 1)
+    # a derived job's metrics.json keeps its source's training time; its own is the derivation's
+    job_wall = own if "derived_from" in start else metrics.get("wall_time_s")
+    return {**start, "runtime": runtime_of(metrics), "wall_s_this_process": own, "wall_s_job": job_wall, "finished": finished}
 
 
 def recover(out: Path) -> str:
@@ -192,8 +194,25 @@ def recover(out: Path) -> str:
     return f"recovered {out} (its runner had died; provenance from the start record)"
 
 
-def run_one(args: argparse.Namespace, job: tuple[str, str, str, str, int], window: Window | None = None) -> str:
-    """Run one job (or skip, or recover it); one line saying what happened."""
+def reused_jobs(config: Path, jobs: list[tuple[str, str, str, str, int]]) -> tuple[dict, dict]:
+    """(twins among ``jobs`` -> the job copied in their place, derived jobs among ``jobs`` -> their source), from the
+    config (``fedbalance.config.twins``, ``fedbalance.reuse.derived``): neither is trained."""
+    from fedbalance.config import load_config, twins
+    from fedbalance.records import Job
+    from fedbalance.reuse import derived
+
+    cfg = load_config(config)
+    wanted = {Job(*j) for j in jobs}
+    key = lambda j: (j.experiment, j.dataset, j.setting, j.loss, j.seed)  # noqa: E731
+    tw = {key(j): key(s) for j, s in twins(cfg).items() if j in wanted}
+    der = {key(j): key(s) for j, s in derived(cfg).items() if j in wanted}
+    return tw, der
+
+
+def run_one(args: argparse.Namespace, job: tuple[str, str, str, str, int], window: Window | None = None,
+            source: tuple[str, str, str, str, int] | None = None) -> str:
+    """Run one job (or skip, or recover it), or derive it from ``source``'s trajectory; one line saying what
+    happened."""
     window = window or Window(None)
     out = job_dir(args.out, job)
     if (out / METRICS).exists():
@@ -206,21 +225,32 @@ def run_one(args: argparse.Namespace, job: tuple[str, str, str, str, int], windo
     checkout = args.checkout.resolve()
     commit, dirty = checkout_commit(args)
     exp, ds, setting, loss, seed = job
+    verb = "train" if source is None else "derive"
     cmd = [
-        sys.executable, "-m", "fedbalance", "train", "--config", args.config, "--experiment", exp,
+        sys.executable, "-m", "fedbalance", verb, "--config", args.config, "--experiment", exp,
         "--dataset", ds, "--setting", setting, "--loss", loss, "--seed", str(seed),
-        "--out", str(out.resolve()), "--device", args.device, "--threads", "1",
+        "--out", str(out.resolve()), "--threads", "1",
     ]
+    if source is None:
+        cmd += ["--device", args.device]
+    else:
+        src = job_dir(args.out, source)
+        if not (src / METRICS).is_file():
+            return f"FAILED {out}: its source {src} has not finished"
+        cmd += ["--source", str(src.resolve())]
     start_record = {
         "job": out.relative_to(args.out).as_posix(),
         "commit": commit,
         "checkout_dirty": dirty,
-        "command": "python -m fedbalance train " + " ".join(cmd[4:]).replace(str(out.resolve()), "OUT"),
+        "command": f"python -m fedbalance {verb} " + " ".join(cmd[4:]).replace(str(out.resolve()), "OUT")
+        .replace(str(args.out.resolve()), "RUNS"),
         "config": args.config,
         "host": {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()},
         "started": _now(),
     }
-    if args.device != "cpu":
+    if source is not None:
+        start_record["derived_from"] = job_dir(Path(), source).as_posix()
+    elif args.device != "cpu":
         start_record["concurrent_jobs"] = args.workers
     write_record(out / PENDING, start_record)
     paths = [str(checkout / "src"), os.environ.get("PYTHONPATH", "")]
@@ -292,15 +322,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     if unknown:
         raise SystemExit(f"error: {args.checkout / args.config} defines no such job: {', '.join(unknown)} "
                          "(experiment/dataset/setting/loss); nothing was started")
+    twin_of, source_of = reused_jobs(args.checkout / args.config, jobs)
+    for job, src in twin_of.items():
+        print(f"twin {'/'.join(map(str, job))} of {'/'.join(map(str, src))}: not run (the render copies it)", flush=True)
+    trained = [j for j in jobs if j not in twin_of and j not in source_of]
+    trained += [s for s in dict.fromkeys(source_of.values()) if s not in trained]
+    derived_jobs = [j for j in jobs if j in source_of]
     checkout_commit(args)
     window = Window(args.deadline_s)
-    print(f"{len(jobs)} jobs, {args.workers} workers", flush=True)
+    print(f"{len(trained)} jobs to train, {len(derived_jobs)} to derive from their trajectories, {args.workers} workers",
+          flush=True)
     main_thread = threading.current_thread() is threading.main_thread()
     old = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGINT)} if main_thread else {}
     failed = 0
     try:
         with ThreadPoolExecutor(args.workers) as pool:
-            for msg in pool.map(lambda j: run_one(args, j, window), jobs):
+            for msg in pool.map(lambda j: run_one(args, j, window), trained):
+                failed += msg.startswith("FAILED")
+                print(time.strftime("%H:%M:%S"), msg, flush=True)
+            for msg in pool.map(lambda j: run_one(args, j, window, source_of[j]), derived_jobs):
                 failed += msg.startswith("FAILED")
                 print(time.strftime("%H:%M:%S"), msg, flush=True)
     finally:

@@ -130,7 +130,7 @@ def test_gpu_session_script_runs_jobs_until_its_window_closes_and_archives_them(
     assert prov["commit"] == "abc1234" and prov["runtime"]["device"] == "cpu" and "--device cpu" in prov["command"]
     assert "./monitor/mnist/default/ce/seed1/metrics.json" in names  # 600 s hold both quick jobs
     assert not any(n.endswith("trajectory.pt") or n.endswith(".lock") for n in names)
-    assert "2 jobs, 1 workers" in (out / "runner.log").read_text()
+    assert "2 jobs to train, 0 to derive from their trajectories, 1 workers" in (out / "runner.log").read_text()
 
 
 def test_a_malformed_job_spec_is_named() -> None:
@@ -359,3 +359,33 @@ def test_docs_refuse_a_render_of_another_or_a_smaller_set(tmp_path: Path) -> Non
         shutil.rmtree(ref / job.path)
     with pytest.raises(SystemExit, match="holds no job"):
         rj.check_render(tmp_path / "smaller", ref, docs, allow_fewer=True)
+
+
+def test_twins_are_not_run_and_derived_jobs_follow_their_source(tmp_path: Path, monkeypatch, capsys) -> None:
+    """The real trainer on config/quick.yaml: t_ra/t1.25 copies the monitor family's job (not run), t_ra/t2 is derived
+    from its trajectory after the runner trains it (added to the jobs: it was not asked for)."""
+    from fedbalance.jobfolder import read_metrics, round_records
+
+    rj = _runner()
+    monkeypatch.setattr("sys.argv", ["reference_jobs.py", "run", "--checkout", str(REPO), "--out", str(tmp_path / "runs"),
+                                     "--config", "config/quick.yaml", "--commit", "abc1234", "--device", "cpu",
+                                     "--workers", "1", "--jobs", "t_ra:t2,t1.25:ce:0"])
+    assert rj.main() == 0
+    out = capsys.readouterr().out
+    assert "twin t_ra/mnist/t1.25/ce/0 of monitor/mnist/default/ce/0" in out
+    assert "1 jobs to train, 1 to derive" in out
+    runs = tmp_path / "runs"
+    assert not (runs / "t_ra/mnist/t1.25").exists()
+    source, derived = runs / "monitor/mnist/default/ce/seed0", runs / "t_ra/mnist/t2/ce/seed0"
+    assert (source / "trajectory.pt").is_file()
+    prov = json.loads((derived / "provenance.json").read_text())
+    assert prov["command"].startswith("python -m fedbalance derive ") and "--source RUNS/monitor/mnist/default/ce/seed0" \
+        in prov["command"]
+    assert prov["derived_from"] == "monitor/mnist/default/ce/seed0" and prov["commit"] == "abc1234"
+    m = read_metrics(derived)
+    assert m["derived_from"] == str(source.resolve()) and m["config"]["monitor"]["t_ra"] == 2.0
+    # the same training, another monitor: accuracy columns equal, the threshold's own weights
+    src_rows, der_rows = round_records(source), round_records(derived)
+    assert [r["acc"] for r in der_rows] == [r["acc"] for r in src_rows]
+    assert [r["weights"] for r in der_rows] != [r["weights"] for r in src_rows]
+    assert prov["wall_s_job"] == prov["wall_s_this_process"]

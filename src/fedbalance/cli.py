@@ -93,6 +93,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.set_defaults(func=cmd_train)
 
+    der = sub.add_parser(
+        "derive",
+        help="write a job from a trained job's trajectory (a T_Ra or estimator variant of a CE job)",
+        description="Write the job (experiment, dataset, setting, loss, seed) into --out from the finished job in --source "
+        "and its trajectory.pt: the same training, the monitor run again with the job's own keys (fedbalance.derive). "
+        "Refused unless the config's job differs from the source's only there.",
+    )
+    _job_args(der, loss=True)
+    der.add_argument("--source", required=True, type=path_argument, help="the trained job's folder (metrics.json, "
+                     "rounds.csv, trajectory.pt)")
+    der.add_argument("--out", required=True, type=path_argument, help="output folder for metrics.json and rounds.csv")
+    der.add_argument("--data-dir", type=path_argument, default=None, help="dataset folder (default: the config's data_dir)")
+    der.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the config's `threads`)")
+    der.set_defaults(func=cmd_derive)
+
     part = sub.add_parser(
         "partition",
         help="write the client partition JSON of one job",
@@ -213,6 +228,32 @@ def cmd_train(args: argparse.Namespace) -> int:
     f = metrics["final"]
     acc_m, auc = ("n/a" if f[k] is None else f"{f[k]:.4f}" for k in ("acc_minority", "auc_micro"))
     print(f"{args.out}: acc {f['acc']:.4f}, Ac.M {acc_m}, AUC {auc}, {metrics['wall_time_s']:.1f} s")
+    return 0
+
+
+def cmd_derive(args: argparse.Namespace) -> int:
+    """``fedbalance derive``."""
+    import torch
+
+    from fedbalance.derive import derive_job
+
+    if args.out.exists() and not args.out.is_dir():
+        raise ConfigError(f"--out {args.out} is a file; it must be a folder")
+    if (args.out / PROVENANCE).exists():
+        raise ConfigError(f"--out {args.out} holds {PROVENANCE}: a job of a reference set, which nothing writes over; "
+                          "name a folder of its own")
+    if not args.source.is_dir():
+        raise ConfigError(f"--source {args.source}: not a folder (the trained job's folder)")
+    cfg = load_config(args.config)
+    spec = job_spec(cfg, args.experiment, args.dataset, args.setting, args.loss, args.seed)
+    threads = args.threads if args.threads is not None else int(cfg["threads"])
+    check_threads(threads, "--threads")
+    torch.set_num_threads(threads)
+    metrics = derive_job(args.source, spec, args.out, data_dir=_data_dir(cfg, args))
+    cs = (metrics.get("monitor") or {}).get("mean_cs", {})
+    lead = spec.monitor.estimators[0] if spec.monitor.estimators else None
+    shown = f", mean CS ({lead}) {cs[lead]:.4f}" if lead in cs and cs[lead] is not None else ""
+    print(f"{args.out}: derived from {args.source}{shown}")
     return 0
 
 

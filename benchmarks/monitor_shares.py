@@ -102,6 +102,21 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def build_report(folders: Sequence[Path], trajectories: Sequence[Path], estimators: Sequence[str], data_dir: str,
+                 first: int = 1) -> dict[str, Any]:
+    """The groups' measures (``group_summary``) of recorded job folders and replayed trajectories."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for folder in folders:
+        key, entry = job_entry(recorded(folder), json.loads((folder / "metrics.json").read_text())["config"])
+        groups[key].append(entry)
+    for path in trajectories:
+        traj = load_trajectory(path)
+        key, entry = job_entry(replay(traj, estimators, data_dir=data_dir), traj["spec"])
+        groups[key].append(entry)
+    return {"from_round": first, "goal": {"tv": GOAL_TV, "factor": GOAL_FACTOR},
+            "groups": {f"{s}/{loss}": group_summary(jobs, estimators, first) for (s, loss), jobs in groups.items()}}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--recorded", nargs="*", default=[], help="finished job folders")
@@ -118,17 +133,7 @@ def main(argv: list[str] | None = None) -> None:
         folders += sorted(p for s, loss in REFERENCE_GROUPS for p in (root / "losses" / "mnist" / s / loss).glob("seed*"))
     if not folders and not args.trajectory:
         ap.error("give --recorded folders, --reference or --trajectory files")
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for folder in folders:
-        key, entry = job_entry(recorded(folder), json.loads((folder / "metrics.json").read_text())["config"])
-        groups[key].append(entry)
-    for path in args.trajectory:
-        traj = load_trajectory(path)
-        key, entry = job_entry(replay(traj, args.estimators, data_dir=args.data_dir), traj["spec"])
-        groups[key].append(entry)
-    report = {"from_round": args.from_round, "goal": {"tv": GOAL_TV, "factor": GOAL_FACTOR},
-              "groups": {f"{s}/{loss}": group_summary(jobs, args.estimators, args.from_round)
-                         for (s, loss), jobs in groups.items()}}
+    report = build_report(folders, [Path(p) for p in args.trajectory], args.estimators, args.data_dir, args.from_round)
     print(markdown(report) if args.markdown else json.dumps(report, indent=1, default=float))
 
 

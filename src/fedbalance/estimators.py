@@ -153,10 +153,13 @@ def _simulated(r: RoundInputs) -> Estimate:
 
 @estimator("rlu")
 def _rlu(r: RoundInputs) -> Estimate:
-    """``monitor.estimate_label_recovery``: the output bias's change solved with the aux data's confidence (RLU)."""
+    """``monitor.estimate_label_recovery`` started from ``released``'s estimate of the same dW: the output bias's change
+    solved with the aux data's confidence along a simulated local run (RLU)."""
     m = r.monitor
+    start = estimate_composition(r.dW, r.dG, n_aux=m.n_aux, client_totals=r.totals, method=POOLED_BASE, t_ra=m.t_ra,
+                                 aggregation=m.aggregation).counts
     return estimate_label_recovery(r.model_t, r.state_t1, m.aux_x, m.aux_y, m.num_classes, m.cfg, r.totals, r.generator,
-                                   aggregation=m.aggregation)
+                                   aggregation=m.aggregation, initial=start)
 
 
 def _client_index(track: Track) -> tuple[list[list[int]], list[float]]:

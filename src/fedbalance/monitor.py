@@ -427,16 +427,19 @@ def estimate_label_recovery(
     generator: torch.Generator,
     *,
     aggregation: str = "mean",
-    iterations: int = 2,
-    mix: float = 0.1,
+    initial: Tensor | None = None,
+    iterations: int = 3,
+    mix: float = 0.0,
 ) -> Estimate:
     """The ``rlu`` estimator: the output bias's change over the round solved for the counts (``recovered_counts``).
 
     The residuals r_c are the bias column of ``simulated_updates``: the auxiliary data's mean softmax per class
     ("erroneous confidence") read along a simulated client's local run from G_t, momentum-weighted, which is
     RLU's correction for the drift of the intermediate local epochs. The first simulated client draws its classes
-    uniformly; each further iteration draws them with the previous estimate's proportions mixed with ``mix`` of
-    the uniform (as ``estimate_simulated``). Sees G_t, G_{t+1}, the aux data, the protocol and the clients' totals.
+    with the proportions of ``initial`` (counts; uniform when None); each further iteration draws them with the
+    previous estimate's proportions mixed with ``mix`` of the uniform. The estimate follows the proportions the
+    simulation assumes, so the start matters (docs/monitor.md). Sees G_t, G_{t+1}, the aux data, the protocol and
+    the clients' totals.
     """
     w_t = last_layer_with_bias(model_t.state_dict())
     w_t1 = last_layer_with_bias(state_t1).to(w_t.device)
@@ -444,7 +447,10 @@ def estimate_label_recovery(
                            aggregation=aggregation)[:, -1]
     total = float(sum(client_totals))
     steps = max(1, round(sum(client_steps(client_totals, cfg)) / len(client_totals)))
-    props = torch.full((num_classes,), 1.0 / num_classes, dtype=torch.float64)
+    start = torch.ones(num_classes, dtype=torch.float64)
+    if initial is not None and float(torch.as_tensor(initial).clamp_min(0).sum()) > 0:
+        start = torch.as_tensor(initial, dtype=torch.float64).cpu().clamp_min(0)
+    props = start / start.sum()
     counts = props * total
     for _ in range(max(1, iterations)):
         a = simulated_updates(model_t, aux_x, aux_y, num_classes, cfg, steps, props, generator)

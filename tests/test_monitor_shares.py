@@ -1,0 +1,75 @@
+"""benchmarks/monitor_shares.py: the replay table's measures from a tiny saved trajectory, against its rounds.csv."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedbalance.config import configured_job, load_config
+from fedbalance.jobs import run_job
+from fedbalance.records import Job
+
+torch.set_num_threads(1)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("monitor_shares", ROOT / "benchmarks" / "monitor_shares.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory) -> Path:
+    cfg = load_config(ROOT / "config" / "quick.yaml")
+    spec = configured_job(cfg, Job("losses", "mnist", "g10", "ce", 0))
+    spec["partition"].update(num_clients=4, majority_samples=12)
+    spec["monitor"] = {**spec["monitor"], "record": True, "aux_per_class": 8, "estimators": ["released", "nnls"],
+                       "acknowledge": {"threshold": 1.5, "rounds": 2}}
+    spec.update(clients_per_round=3, rounds=4, batch_size=16, lr=0.05, local_epochs=2, save_trajectory=True)
+    out = tmp_path_factory.mktemp("shares") / "job"
+    run_job(spec, out, device="cpu")
+    return out
+
+
+def test_rounds_to_acknowledge_by_hand() -> None:
+    ack = _bench().rounds_to_acknowledge
+    series = [[1, 1], [4, 1], [1, 1], [4, 1], [4, 1], [4, 1]]
+    assert ack(series, 3.0, 3) == 5  # rounds 3, 4, 5 in a row
+    assert ack(series, 3.0, 1) == 1
+    assert ack(series, 5.0, 1) is None
+
+
+def test_the_table_of_a_replayed_trajectory_matches_its_rounds_csv(job: Path) -> None:
+    bench = _bench()
+    report = bench.build_report([], [job / "trajectory.pt"], ["released", "nnls"], "data")
+    (group,) = report["groups"].values()
+    with open(job / "rounds.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    later = [r for r in rows if int(r["round"]) >= 1]
+    assert group["rounds"] == len(later) == 3
+    for m in ("released", "nnls"):
+        tv, minority, over = [], [], []
+        for r in later:
+            est, truth = json.loads(r[f"est_{m}"]), json.loads(r["true_composition"])
+            p, q = [v / sum(truth) for v in truth], [v / sum(est) for v in est]
+            tv.append(sum(abs(a - b) for a, b in zip(p, q)) / 2)
+            minority += [q[c] / p[c] for c in (2, 4, 7)]
+        assert group[m]["tv_mean"] == pytest.approx(statistics.fmean(tv), rel=1e-9)
+        assert group[m]["tv_max"] == pytest.approx(max(tv), rel=1e-9)
+        assert group[m]["minority_share_ratio_median"] == pytest.approx(statistics.median(minority), rel=1e-9)
+        streak, first = 0, None
+        for t, r in enumerate(rows):
+            est = json.loads(r[f"est_{m}"])
+            ratio = max(est) / min(est) if min(est) > 0 else float("inf")
+            streak = streak + 1 if ratio > 1.5 else 0
+            first = t if first is None and streak >= 2 else first
+        assert group[m]["acknowledged_round"] == [first]
+    assert "| g10/ce | released |" in bench.markdown(report)

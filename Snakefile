@@ -15,6 +15,7 @@
 # and an edit under src/ takes effect without rebuilding an environment.
 
 import copy
+import os
 import sys
 from pathlib import Path
 
@@ -34,6 +35,17 @@ else:
 
 from fedbalance.config import ConfigError, read_yaml  # noqa: E402
 from fedbalance.config import validate as validate_study  # noqa: E402
+from fedbalance.version import ALLOW_MISMATCH_ENV, mismatch_allowed, workflow_release_problem  # noqa: E402
+
+# The library must be this workflow's release: a clone's own src/, or, for a module fetched at a tag, the
+# installed release of that tag (README, "As a Snakemake module"). FEDBALANCE_ALLOW_VERSION_MISMATCH=1 runs anyway.
+_release_problem = workflow_release_problem(
+    src=Path(WORKFLOW_DIR.get_path_or_uri(secret_free=True)) / "src" if WORKFLOW_DIR.is_local else None,
+    tag=getattr(WORKFLOW_DIR, "tag", None) or getattr(WORKFLOW_DIR, "ref", None),
+    origin=WORKFLOW_DIR.get_path_or_uri(secret_free=True),
+)
+if _release_problem and not mismatch_allowed(os.environ):
+    raise WorkflowError(f"{_release_problem}; or set {ALLOW_MISMATCH_ENV}=1 to run anyway")
 
 
 # `--profile profiles/slurm` (or `--executor slurm` with no profile) also loads profiles/default as the

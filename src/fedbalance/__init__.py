@@ -1,3 +1,5 @@
 """fedbalance: class imbalance in federated learning (Wang et al., AAAI 2021), reproduced."""
 
-__version__ = "0.1.0"
+from fedbalance.version import __version__
+
+__all__ = ["__version__"]

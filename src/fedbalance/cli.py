@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fedbalance import __version__
 from fedbalance.config import ConfigError, base_losses, check_threads, data_args, dataset_spec, jobs, load_config, resolve_job, settings
 from fedbalance.jobfolder import PROVENANCE
 from fedbalance.jobspec import JobSpec
@@ -58,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="fedbalance",
         description="Class imbalance in federated learning (Wang et al., AAAI 2021): run jobs of the study outside Snakemake.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     train = sub.add_parser(

@@ -138,3 +138,23 @@ def test_a_job_derived_from_a_trajectory_equals_the_job_trained_itself(
     with pytest.raises(ConfigError, match="trajectory"):
         derive_job(tmp_path / "source", target, tmp_path / "other")
     assert not (tmp_path / "other").exists()
+
+
+def test_the_design_doc_states_the_shipped_configs_counts() -> None:
+    """docs/design.md's counts of trained, copied and derived jobs, recomputed from the configs."""
+    import re
+
+    from fedbalance.config import jobs, twins
+    from fedbalance.reuse import derived
+
+    text = " ".join((ROOT / "docs" / "design.md").read_text().split())
+    for name in ("mnist", "config"):
+        cfg = load_config(ROOT / "config" / f"{name}.yaml")
+        n, tw, der = len(jobs(cfg)), len(twins(cfg)), len(derived(cfg))
+        stated = f"config/{name}.yaml: {n - tw - der:,} of {n:,} train ({tw} twins, {der} derived)"
+        assert stated in text, stated
+    quick = load_config(ROOT / "config" / "quick.yaml")
+    n, tw, der = len(jobs(quick)), len(twins(quick)), len(derived(quick))
+    assert f"config/quick.yaml: {n - tw - der} of {n} jobs train, {tw} are copied, {der} derived" in text
+    assert re.search(rf"{n - tw - der} train, {tw} are copied .* {der} is derived", " ".join(
+        (ROOT / "README.md").read_text().split()))

@@ -25,8 +25,10 @@ def write_job(
     emp: tuple[list[float], list[float]] | None = None,
     class_counts: list[list[int]] | None = None,
     monitor: dict[str, float] | None = None,
+    config: dict | None = None,
 ) -> Path:
-    """Write a synthetic ``metrics.json`` + ``rounds.csv`` for ``job``; return its folder."""
+    """Write a synthetic ``metrics.json`` + ``rounds.csv`` for ``job``; return its folder. ``config``: keys set in
+    (or over) its metrics.json's ``config``."""
     d = root / job.path
     d.mkdir(parents=True, exist_ok=True)
     train_loss = train_loss or [1.0, 0.5]
@@ -35,7 +37,7 @@ def write_job(
     metrics = {
         "job": {"experiment": job.experiment, "dataset": job.dataset, "setting": job.setting, "loss": job.loss,
                 "seed": job.seed},
-        "config": {"partition": {"scheme": "imbalance"}, "minority_classes": [2], "monitor": {}},
+        "config": {"partition": {"scheme": "imbalance"}, "minority_classes": [2], "monitor": {}, **(config or {})},
         "final": {"acc": 0.9, "acc_minority": acm, "acc_majority": acc_majority, "auc_micro": auc,
                   "auc_hard": auc, "auc_macro": auc - 0.01, "per_class_acc": [0.9, 0.9, acm], "train_loss": train_loss[-1]},
         "partition": {"class_counts": counts, "global_counts": list(np.sum(counts, axis=0).tolist()), "gamma": 5.0,

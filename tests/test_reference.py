@@ -67,6 +67,55 @@ def test_compare_cli(tmp_path: Path, capsys) -> None:
     assert main(["compare", "--ours", str(tmp_path / "none"), "--reference", str(tmp_path / "b")]) == 2
 
 
+def _protocol_sides(tmp_path: Path) -> tuple[Path, Path]:
+    """Two sides of two cells: g10/ce run alike; g10/ratio with other rounds, clients and source, and another seed."""
+    ours, ref = tmp_path / "ours", tmp_path / "ref"
+    quick = {"rounds": 16, "partition": {"scheme": "imbalance", "num_clients": 10}, "source": "mnist5k"}
+    paper = {"rounds": 30, "partition": {"scheme": "imbalance", "num_clients": 20}, "source": "mnist"}
+    for seed in (0, 1):
+        for root, cfg in ((ours, quick), (ref, paper)):
+            write_job(root, Job("losses", "mnist", "g10", "ratio", seed), config={**cfg, "seed": seed + 7 * (root == ref)})
+            write_job(root, Job("losses", "mnist", "g10", "ce", seed),
+                      config={"seed": seed, "experiment": root.name, "save_trajectory": root == ref, "rounds": 16})
+    return ours, ref
+
+
+def test_compare_names_the_protocols_differences(tmp_path: Path) -> None:
+    """Every key but the seed, the names and output-only keys is compared, cell by cell, and summed up in a header."""
+    from fedbalance.reference import protocol_differences, protocol_header
+
+    ours, ref = _protocol_sides(tmp_path)
+    differences = protocol_differences(ours, ref)
+    assert differences == {("losses", "mnist", "g10", "ratio"): {
+        "partition.num_clients": ("10", "20"), "rounds": ("16", "30"), "source": ("mnist5k", "mnist")}}
+    header = protocol_header(differences, 2)
+    assert header == ("protocols differ in 1 of 2 cells both sides hold (ours vs reference): "
+                      "partition.num_clients 10 vs 20, rounds 16 vs 30, source mnist5k vs mnist")
+    frame = compare(ours, ref, ["acc_minority"])
+    assert dict(zip(frame.loss, frame.protocol)) == {"ce": "", "ratio": "partition.num_clients, rounds, source"}
+    assert protocol_header({}, 3) == "protocols: the same in all 3 cells both sides hold"
+
+
+def test_compare_cli_protocols(tmp_path: Path, capsys) -> None:
+    from fedbalance.cli import main
+
+    ours, ref = _protocol_sides(tmp_path)
+    args = ["compare", "--ours", str(ours), "--reference", str(ref), "--metric", "acc_minority"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("protocols differ in 1 of 2 cells both sides hold (ours vs reference): partition.num_clients")
+    assert "| inside the spread | partition.num_clients, rounds, source |" in out
+    assert "| inside the spread | – |" in out
+    assert main([*args, "--strict"]) == 2
+    err = capsys.readouterr().err
+    assert "--strict: protocols differ" in err and "rounds 16 vs 30" in err
+    assert main([*args, "--strict", "--experiment", "losses"]) == 2
+    capsys.readouterr()
+    shutil.rmtree(ours / "losses/mnist/g10/ratio")
+    assert main([*args, "--strict"]) == 0
+    assert capsys.readouterr().out.startswith("protocols: the same in all 1 cell both sides hold")
+
+
 def test_compare_cli_names_a_bad_experiment_and_a_corrupt_job(tmp_path: Path, capsys) -> None:
     from fedbalance.cli import main
 

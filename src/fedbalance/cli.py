@@ -158,7 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="set your results beside a reference result set, cell by cell",
         description="For every (experiment, dataset, setting, loss) found in either folder: mean ± std over seeds "
         "of each metric on both sides, the difference, and whether it lies inside the seeds' spread (within the "
-        "larger of the two standard deviations). Prints Markdown; --csv also writes the table.",
+        "larger of the two standard deviations). Prints Markdown, headed by the keys (every configured key but "
+        "the seed, the names and the output-only keys) whose values differ between the two sides' jobs of a cell; "
+        "--csv also writes the table.",
     )
     cmp.add_argument("--ours", required=True, type=path_argument, help="your results folder (e.g. results)")
     cmp.add_argument("--reference", required=True, type=path_argument, help="the reference set (e.g. reference/mnist)")
@@ -166,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="metric (repeatable; default: acc_minority, acc_majority, auc_hard)")
     cmp.add_argument("--experiment", action="append", default=None, help="only this experiment (repeatable)")
     cmp.add_argument("--csv", type=path_argument, default=None, help="also write the table as CSV here")
+    cmp.add_argument("--strict", action="store_true", help="refuse (exit status 2) when the two sides' protocols differ")
     cmp.set_defaults(func=cmd_compare)
     return parser
 
@@ -349,7 +352,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     """``fedbalance compare``."""
     from fedbalance.atomic import atomic_write
-    from fedbalance.reference import compare, compare_markdown
+    from fedbalance.reference import CELL, compare, compare_markdown, protocol_differences, protocol_header
 
     if args.csv is not None and (args.csv.is_dir() or (args.csv.parent.exists() and not args.csv.parent.is_dir())):
         raise ConfigError(f"--csv {args.csv}: not a file that can be written (a folder, or below a file)")
@@ -363,9 +366,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
             raise ConfigError(f"--experiment {', '.join(unknown)}: neither result set holds a job of it "
                               f"(they hold: {', '.join(sorted(set(frame.experiment)))})")
         frame = frame[frame.experiment.isin(args.experiment)]
+    cells = {tuple(r) for r in frame[(frame.n_ours > 0) & (frame.n_ref > 0)][list(CELL)].itertuples(index=False)}
+    differences = {c: d for c, d in protocol_differences(args.ours, args.reference).items() if c in cells}
+    header = protocol_header(differences, len(cells))
+    if args.strict and differences:
+        raise ConfigError(f"--strict: {header}")
     if args.csv is not None:
         atomic_write(args.csv, lambda fh: frame.to_csv(fh, index=False))
-    print(compare_markdown(frame), end="")
+    print(compare_markdown(frame, header), end="")
     return 0
 
 

@@ -10,6 +10,7 @@ print '–'). ``compare`` sets two result folders side by side, cell by cell. To
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,9 +22,10 @@ from fedbalance.aggregate import collect
 from fedbalance.config import ConfigError, jobs, resolve_job, twins
 from fedbalance.jobspec import covers, training_key
 from fedbalance.records import Job, plus_minus
-from fedbalance.jobfolder import check
+from fedbalance.jobfolder import check, job_folders, read_metrics
 from fedbalance.jobfolder import finished as folder_finished
 from fedbalance.reuse import twin_config
+
 # metric (final.csv column) -> how it prints: Ac.M and accuracies in %, AUCs as fractions
 METRICS = {"acc_minority": 100.0, "acc_majority": 100.0, "acc": 100.0, "auc_hard": 1.0, "auc_micro": 1.0}
 
@@ -132,7 +134,8 @@ def compare(ours: str | Path, reference: str | Path, metrics: list[str] | None =
     """Cell by cell (experiment, dataset, setting, loss, metric): ours and the reference, mean ± std over seeds.
 
     Each side is every finished job folder under it; cells held by one side only are listed with
-    ``missing``. ``diff`` is ours − reference.
+    ``missing``. ``diff`` is ours − reference; ``protocol`` names the keys whose values differ between the
+    sides' jobs of the cell (``protocol_differences``), empty when they were run alike.
     """
     metrics = list(metrics or ["acc_minority", "acc_majority", "auc_hard"])
     a = _cells(collect(ours)[0], metrics)
@@ -142,23 +145,97 @@ def compare(ours: str | Path, reference: str | Path, metrics: list[str] | None =
     out[["n_ours", "n_ref"]] = out[["n_ours", "n_ref"]].fillna(0).astype(int)
     out["diff"] = out.mean_ours - out.mean_ref
     out["verdict"] = [verdict(r.diff, r.std_ours, r.std_ref, r.n_ours, r.n_ref) for r in out.itertuples()]
+    differences = protocol_differences(ours, reference)
+    out["protocol"] = [", ".join(differences.get(tuple(getattr(r, k) for k in CELL), {})) for r in out.itertuples()]
     return out.sort_values(keys, ignore_index=True)
+
+
+CELL = ("experiment", "dataset", "setting", "loss")
+"""The keys of one comparison cell (its seeds pooled)."""
+
+
+def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Dotted key -> the value as JSON, for every leaf of ``tree``."""
+    out: dict[str, str] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = json.dumps(value, sort_keys=True, default=str)
+    return out
+
+
+def protocol(metrics: Mapping[str, Any]) -> dict[str, str]:
+    """A finished job's protocol: its configured keys as dotted key -> JSON value, less what does not decide its
+    training (``jobspec.training_key``: the identity and output-only keys, the monitor of a loss not fed by it)
+    and the seed."""
+    config = {"loss": metrics["job"]["loss"], **metrics["config"]}
+    flat = _flat(json.loads(training_key(config)))
+    flat.pop("seed", None)
+    return flat
+
+
+def _protocols(root: str | Path) -> dict[tuple[str, ...], dict[str, set[str]]]:
+    """Cell -> dotted key -> the values its jobs under ``root`` were run with (one per seed that differs)."""
+    cells: dict[tuple[str, ...], dict[str, set[str]]] = {}
+    for folder in job_folders(root):
+        metrics = read_metrics(folder)
+        cell = tuple(str(metrics["job"][k]) for k in CELL)
+        for key, value in protocol(metrics).items():
+            cells.setdefault(cell, {}).setdefault(key, set()).add(value)
+    return cells
+
+
+def _shown(values: set[str]) -> str:
+    return "/".join(sorted(v.strip('"') for v in values)) or "unset"
+
+
+def protocol_differences(ours: str | Path, reference: str | Path) -> dict[tuple[str, ...], dict[str, tuple[str, str]]]:
+    """For each cell both sides hold: the keys whose values differ (``protocol``) -> (ours, reference) as printed."""
+    a, b = _protocols(ours), _protocols(reference)
+    out: dict[tuple[str, ...], dict[str, tuple[str, str]]] = {}
+    for cell in sorted(set(a) & set(b)):
+        differ = {k: (_shown(a[cell].get(k, set())), _shown(b[cell].get(k, set())))
+                  for k in sorted(set(a[cell]) | set(b[cell])) if a[cell].get(k) != b[cell].get(k)}
+        if differ:
+            out[cell] = differ
+    return out
+
+
+def protocol_header(differences: Mapping[tuple[str, ...], Mapping[str, tuple[str, str]]], shared: int) -> str:
+    """One line: which keys differ between the sides' protocols, over how many of the ``shared`` cells."""
+    cells = f"{shared} cell{'' if shared == 1 else 's'}"
+    if not differences:
+        return f"protocols: the same in all {cells} both sides hold"
+    keys: dict[str, tuple[set[str], set[str]]] = {}
+    for differ in differences.values():
+        for key, (ours, ref) in differ.items():
+            keys.setdefault(key, (set(), set()))
+            keys[key][0].add(ours)
+            keys[key][1].add(ref)
+    parts = [f"{k} {'/'.join(sorted(o))} vs {'/'.join(sorted(r))}" for k, (o, r) in keys.items()]
+    return (f"protocols differ in {len(differences)} of {cells} both sides hold (ours vs reference): "
+            + ", ".join(parts))
 
 
 def _pm(mean: float, std: float, n: int, digits: int) -> str:
     return "–" if n == 0 else f"{plus_minus(mean, std, digits)} ({n})"
 
 
-def compare_markdown(frame: pd.DataFrame) -> str:
-    """The comparison as a Markdown table: ours and the reference as mean ± std (seeds), the difference, the verdict."""
-    lines = ["| experiment | dataset | setting | loss | metric | ours | reference | ours − ref | verdict |",
-             "|" + "---|" * 9]
+def compare_markdown(frame: pd.DataFrame, header: str | None = None) -> str:
+    """The comparison as a Markdown table: ours and the reference as mean ± std (seeds), the difference, the verdict,
+    and, when any cell's protocols differ, the keys that do; ``header`` (``protocol_header``) above it."""
+    extra = bool(frame.protocol.astype(bool).any()) if "protocol" in frame else False
+    lines = ([header, ""] if header else []) + [
+        "| experiment | dataset | setting | loss | metric | ours | reference | ours − ref | verdict |"
+        + (" protocol differs in |" if extra else ""),
+        "|" + "---|" * (10 if extra else 9)]
     for r in frame.itertuples():
         digits = 2 if METRICS[r.metric] == 100.0 else 4
         diff = "–" if math.isnan(r.diff) else f"{r.diff:+.{digits}f}"
         lines.append(f"| {r.experiment} | {r.dataset} | {r.setting} | {r.loss} | {r.metric} | "
                      f"{_pm(r.mean_ours, r.std_ours, r.n_ours, digits)} | {_pm(r.mean_ref, r.std_ref, r.n_ref, digits)} | "
-                     f"{diff} | {r.verdict} |")
+                     f"{diff} | {r.verdict} |" + (f" {r.protocol or '–'} |" if extra else ""))
     counts = frame.verdict.value_counts()
     summary = ", ".join(f"{counts[v]} {v}" for v in ("inside the spread", "outside the spread", "too few seeds", "missing")
                         if v in counts)

@@ -80,3 +80,20 @@ def test_live_on_a_model_one_full_batch_step_is_recovered_exactly() -> None:
 
 def test_registered_as_a_per_round_estimator() -> None:
     assert "rlu" in REGISTRY and not REGISTRY["rlu"].history
+
+
+def test_rlu_pooled_is_the_ridge_mean_of_the_rounds_for_fixed_clients() -> None:
+    """Same K clients every round: sum_j c_j = (K sum_t v_t + ridge N / Q) / (T K + ridge) (the normal equations
+    summed over the clients), then rescaled to N."""
+    from fedbalance.estimators import Track
+    from fedbalance.monitor import POOLED_RIDGE
+
+    track = Track()
+    rounds = [[50.0, 30.0, 20.0], [70.0, 20.0, 10.0], [40.0, 40.0, 20.0]]
+    for v in rounds:
+        track.add(["a", "b"], [60, 40], {"rlu": v})
+    got = REGISTRY["rlu_pooled"].fn(track).counts.tolist()
+    t, k, n, q = 3, 2, 100.0, 3
+    s = [(k * sum(v[c] for v in rounds) + POOLED_RIDGE * n / q) / (t * k + POOLED_RIDGE) for c in range(q)]
+    assert got == pytest.approx([x * n / sum(s) for x in s], rel=1e-9)
+    assert REGISTRY["rlu_pooled"].history and REGISTRY["rlu_pooled"].requires == ("rlu",)

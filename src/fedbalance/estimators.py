@@ -35,7 +35,7 @@ from fedbalance.monitor import (
     pooled_counts,
     uniform_guess,
 )
-from fedbalance.records import POOLED, SHRUNK, est_column
+from fedbalance.records import POOLED, RLU, RLU_POOLED, SHRUNK, est_column
 
 
 @dataclass
@@ -151,7 +151,7 @@ def _simulated(r: RoundInputs) -> Estimate:
                               aggregation=m.aggregation)
 
 
-@estimator("rlu")
+@estimator(RLU)
 def _rlu(r: RoundInputs) -> Estimate:
     """``monitor.estimate_label_recovery`` started from ``released``'s estimate of the same dW: the output bias's change
     solved with the aux data's confidence along a simulated local run (RLU)."""
@@ -182,6 +182,13 @@ def pooled(track: Track) -> Estimate:
     """``released``'s per-round estimates pooled through the selected clients (``monitor.pooled_counts``)."""
     selected, n = _client_index(track)
     return _as_estimate(pooled_counts(track.series(POOLED_BASE), selected, n), POOLED)
+
+
+@estimator(RLU_POOLED, history=True, requires=(RLU,))
+def rlu_pooled(track: Track) -> Estimate:
+    """``rlu``'s per-round estimates pooled through the selected clients (``monitor.pooled_counts``)."""
+    selected, n = _client_index(track)
+    return _as_estimate(pooled_counts(track.series(RLU), selected, n), RLU_POOLED)
 
 
 SHRUNK_BASE = POOLED_BASE

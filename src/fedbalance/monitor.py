@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from fedbalance.models import LAST_LAYER, to_float
-from fedbalance.records import imbalance_ratio
+from fedbalance.records import RLU, imbalance_ratio
 from fedbalance.sgd import SGDConfig, make_optimizer
 from fedbalance.train import train_copies
 
@@ -456,7 +456,7 @@ def estimate_label_recovery(
         a = simulated_updates(model_t, aux_x, aux_y, num_classes, cfg, steps, props, generator)
         counts = recovered_counts(a[:, :, -1], target, total).cpu()
         props = (1 - mix) * counts / total + mix / num_classes
-    return Estimate(counts=counts, kept=torch.ones(num_classes, dtype=torch.long), method="rlu", dropped=0)
+    return Estimate(counts=counts, kept=torch.ones(num_classes, dtype=torch.long), method=RLU, dropped=0)
 
 
 def simulated_estimate(

@@ -49,6 +49,14 @@ SHRUNK = "shrunk"
 """``pooled`` shrunk towards the uniform guess by the noise its rounds show (``estimators.shrunk_counts``)."""
 
 
+RLU = "rlu"
+"""Label recovery from the output bias's change (RLU's linear system, ``monitor.estimate_label_recovery``); registered
+in ``fedbalance.estimators`` but not yet among ``ESTIMATORS`` (a config cannot list it; replays can, docs/monitor.md)."""
+
+RLU_POOLED = "rlu_pooled"
+"""``rlu``'s per-round estimates pooled through the clients as ``pooled`` pools ``released``'s (replays only, as ``rlu``)."""
+
+
 def est_column(name: str) -> str:
     """rounds.csv's column of estimator ``name``'s estimate (class counts, a JSON list)."""
     return f"est_{name}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import re
+from datetime import datetime, timedelta, timezone
 
 import pytest
 import torch
@@ -15,19 +16,22 @@ from fedbalance.jobs import progress_line, run_job
 torch.set_num_threads(1)
 
 LINE = re.compile(
-    r"^(?P<name>\S+) round (?P<done>\d+)/(?P<total>\d+)  acc (?P<acc>\S+)  Ac\.M (?P<acm>\S+)"
+    r"^(?P<time>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d) (?P<name>\S+) round (?P<done>\d+)/(?P<total>\d+)  acc (?P<acc>\S+)  Ac\.M (?P<acm>\S+)"
     r"(?:  CS (?P<cs>\S+))?  (?P<spr>[0-9.]+) s/round  ETA (?P<eta>\d+:\d\d:\d\d)$"
 )
 
 
 def test_progress_line_fields():
     row = {"acc": 0.61234, "acc_minority": None}
-    line = progress_line("losses/mnist/g10/ratio/seed0", 3, 30, row, 0.98765, 125.0)
-    assert line == (
-        "losses/mnist/g10/ratio/seed0 round 3/30  acc 0.6123  Ac.M -  CS 0.9877  125.00 s/round  ETA 0:56:15"
-    )
-    no_cs = progress_line("j", 30, 30, {"acc": float("nan"), "acc_minority": 0.5}, None, 2.0)
-    assert no_cs == "j round 30/30  acc -  Ac.M 0.5000  2.00 s/round  ETA 0:00:00"
+    at = datetime(2025, 3, 4, 5, 6, 7, tzinfo=timezone(timedelta(hours=2)))
+    line = progress_line("losses/mnist/g10/ratio/seed0", 3, 30, row, 0.98765, 125.0, now=at)
+    assert line == ("2025-03-04T05:06:07+02:00 losses/mnist/g10/ratio/seed0 round 3/30  acc 0.6123  Ac.M -  CS 0.9877"
+                    "  125.00 s/round  ETA 0:56:15")
+    no_cs = progress_line("j", 30, 30, {"acc": float("nan"), "acc_minority": 0.5}, None, 2.0, now=at)
+    assert no_cs.endswith(" j round 30/30  acc -  Ac.M 0.5000  2.00 s/round  ETA 0:00:00")
+    before = datetime.now().astimezone().replace(microsecond=0)
+    stamp = datetime.fromisoformat(LINE.match(progress_line("j", 1, 2, {}, None, 1.0))["time"])
+    assert before <= stamp <= datetime.now().astimezone()
     assert progress_line("j", 1, 100, {}, None, 3600.0).endswith("ETA 99:00:00")
 
 

@@ -35,6 +35,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -466,16 +467,20 @@ def run_job(
 
 
 def progress_line(
-    name: str, done: int, total: int, row: Mapping[str, Any], cs: float | None, seconds_per_round: float
+    name: str, done: int, total: int, row: Mapping[str, Any], cs: float | None, seconds_per_round: float,
+    now: datetime | None = None,
 ) -> str:
-    """One round of a job as one log line: rounds done/total, accuracy, Ac.M, the monitor's CS (when
-    recorded), mean seconds per round and the estimated time left."""
+    """One round of a job as one log line: the local time (ISO 8601, with its UTC offset; default now), rounds
+    done/total, accuracy, Ac.M, the monitor's CS (when recorded), mean seconds per round and the estimated time
+    left (H:MM:SS, hours past 24 kept as hours, not ``timedelta``'s days)."""
 
     def num(v: Any) -> str:
         return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4f}"
 
     eta = int(round(seconds_per_round * max(total - done, 0)))
-    parts = [f"{name} round {done}/{total}", f"acc {num(row.get('acc'))}", f"Ac.M {num(row.get('acc_minority'))}"]
+    stamp = (now or datetime.now().astimezone()).isoformat(timespec="seconds")
+    parts = [f"{stamp} {name} round {done}/{total}", f"acc {num(row.get('acc'))}",
+             f"Ac.M {num(row.get('acc_minority'))}"]
     if cs is not None:
         parts.append(f"CS {num(cs)}")
     parts += [f"{seconds_per_round:.2f} s/round", f"ETA {eta // 3600}:{eta // 60 % 60:02d}:{eta % 60:02d}"]

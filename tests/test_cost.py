@@ -211,3 +211,40 @@ def test_calibrate_on_cpu_measures_every_shape():
     assert cal.probes[LENET]["batch"] == 4 and cal.probes[LENET]["step_s"] > 0 and cal.probes[LENET]["forward_s"] > 0
     back = Calibration.from_json(json.loads(json.dumps(cal.to_json())))
     assert back == cal
+
+
+def test_shipped_gpu_calibration_is_the_measured_figures():
+    """The shipped H200 calibration: the suite's round section per copy-step, the reference jobs' median start-up."""
+    import statistics
+    from pathlib import Path
+
+    from fedbalance.cost import calibration_from_suite, shipped_calibration
+
+    repo = Path(__file__).resolve().parents[1]
+    cal = shipped_calibration("cuda")
+    cal.check()
+    suite = json.loads((repo / "benchmarks/measured/gpu_suite-h200-2026-11-27.json").read_text())
+    startups = []
+    for p in (repo / "reference/mnist").glob("**/provenance.json"):
+        prov = json.loads(p.read_text())
+        if "H200" in str((prov.get("runtime") or {}).get("device")) and prov.get("wall_s_job"):
+            startups.append(prov["wall_s_this_process"] - prov["wall_s_job"])
+    assert cal.startup_s == pytest.approx(statistics.median(startups), abs=0.005)
+    assert cal.to_json() == calibration_from_suite(suite, cal.startup_s, cal.source).to_json()
+    # LeNet5 vectorised: 20 clients x 10 epochs x 32 steps took 2.1768 s
+    assert cal.steps["lenet5/1x28x28/q10/vectorised/b32"] == pytest.approx(2.1768 / 6400, rel=1e-4)
+    assert cal.device == "NVIDIA H200" and "2026-11-27" in cal.source and "91f7867" in cal.source
+
+
+def test_cost_on_cuda_without_a_gpu_uses_the_shipped_calibration(capsys):
+    from fedbalance.cost import shipped_calibration
+
+    quick = load_config("config/quick.yaml")
+    assert main(["cost", "--config", "config/quick.yaml", "--device", "cuda", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    cal = shipped_calibration("cuda")
+    works = study_work(quick, device_type="cuda")
+    assert got["total"]["hours"] == pytest.approx(math.fsum(job_seconds(w, cal) for w in works) / 3600, rel=1e-9)
+    assert got["calibration"]["device"] == "NVIDIA H200"
+    assert main(["cost", "--config", "config/quick.yaml", "--device", "cuda"]) == 0
+    assert "calibration: NVIDIA H200, measured 2026-11-27 at commit 91f7867" in capsys.readouterr().out

@@ -242,6 +242,7 @@ class Calibration:
     steps: dict[str, float] = field(default_factory=dict)
     torch: str = ""
     version: int = CALIBRATION_VERSION
+    source: str = ""  # where the figures come from, when not measured by ``calibrate`` here and now
 
     def step_seconds(self, shape: Shape) -> float:
         """Seconds per SGD step of one copy of ``shape``."""
@@ -287,7 +288,7 @@ class Calibration:
                     or (positive and value <= 0):
                 raise CostError(f"calibration {key}: {value!r} is not a number of seconds {'> 0' if positive else '>= 0'}")
 
-        for key in ("device", "device_type", "torch"):
+        for key in ("device", "device_type", "torch", "source"):
             if not isinstance(getattr(self, key), str):
                 raise CostError(f"calibration {key}: {getattr(self, key)!r} is not a string")
         for key in ("threads", "copies"):
@@ -317,6 +318,44 @@ def load_calibration(path: str | Path) -> Calibration:
         raise CostError(f"{path}: {exc}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CostError(f"cannot read calibration {path}: {exc}") from exc
+
+
+SHIPPED = {"cuda": "calibrations/h200.json"}
+"""Device type -> the calibration shipped with the package (``shipped_calibration``) for a machine without one."""
+FORWARD_SHARE = 1 / 3
+"""A forward sample's share of a training step's per-sample time, where only steps were measured (an assumption:
+forward is one of a step's three passes; evaluation is a few per cent of a paper job either way)."""
+
+
+def shipped_calibration(device_type: str) -> Calibration:
+    """The calibration shipped for ``device_type`` (built by ``calibration_from_suite`` from measured figures)."""
+    from importlib import resources
+
+    if device_type not in SHIPPED:
+        raise CostError(f"no calibration ships for device {device_type!r} (only {sorted(SHIPPED)}); calibrate on it")
+    return Calibration.from_json(json.loads(resources.files("fedbalance").joinpath(SHIPPED[device_type]).read_text()))
+
+
+def calibration_from_suite(suite: Mapping[str, Any], startup_s: float, source: str) -> Calibration:
+    """A calibration from ``benchmarks/gpu_suite.py``'s ``round`` section: per (model, input, path) the seconds per
+    copy-step (``clients_s / client_steps``, the K clients trained at once on the vectorised path), forward samples
+    at ``FORWARD_SHARE`` of a step's per-sample time; ``startup_s`` measured apart (jobs' provenance)."""
+    rnd = suite["round"]
+    sizes = rnd["sizes"]
+    probes: dict[str, dict[str, float]] = {}
+    steps: dict[str, float] = {}
+    for row in rnd["rows"]:
+        if "skipped" in row or row["loss"] != "ce":
+            continue
+        shape = Shape(row["model"], 1, *row["image"], row["classes"], row["batch_size"], row["path"])
+        step_s = round(row["clients_s"] / row["client_steps"], 8)
+        steps[shape.key] = step_s
+        probes[shape.model_key] = {"batch": row["batch_size"], "step_s": step_s,
+                                   "forward_s": round(step_s / row["batch_size"] * FORWARD_SHARE, 10)}
+    cal = Calibration(device=suite["device"], device_type=suite["device_type"], threads=1, copies=sizes["clients"],
+                      startup_s=startup_s, probes=probes, steps=steps, torch=suite["torch"], source=source)
+    cal.check()
+    return cal
 
 
 def save_calibration(cal: Calibration, path: str | Path) -> None:
@@ -503,5 +542,6 @@ def format_table(rows: Sequence[CostRow], total: CostRow, cal: Calibration) -> s
         f"device: {cal.device} ({cal.device_type}, {cal.threads} thread(s), path {', '.join(paths)}"
         f"{f', {cal.copies} copies at once' if cal.copies > 1 else ''}); start-up {cal.startup_s:.2f} s per job; "
         "one job at a time (N jobs sharing the device divide wall time by at most N)"
+        + (f"\ncalibration: {cal.source}" if cal.source else "")
     )
     return "\n".join(out)

@@ -139,9 +139,13 @@ rule all:
 
 
 # `snakemake --report` packs finished outputs only: on a partial results folder say what is missing
-# and how to make it, instead of Snakemake's flood of warnings and an error naming one file.
+# and how to make it, instead of Snakemake's flood of warnings and an error naming one file. With targets
+# after `--` (`--report R -- TARGETS`) only those of them that are tables, figures or summaries must exist
+# (the targets are read from the command line: Snakemake hands them to the workflow after parsing this file).
 if any(arg == "--report" or arg.startswith("--report=") for arg in sys.argv):
+    _targets = set(sys.argv[sys.argv.index("--") + 1 :]) if "--" in sys.argv else set()
     _wanted = [*TABLE_FILES, *FIGURE_FILES, *SUMMARY_FILES, *FIDELITY_FILES]
+    _wanted = [f for f in _wanted if f in _targets] if _targets else _wanted
     _missing = [f for f in _wanted if not Path(f).exists()]
     if _missing:
         _cf = " ".join(f"--configfile {f}" for f in workflow.config_settings.configfiles)

@@ -281,3 +281,15 @@ def test_report_on_a_partial_results_folder_says_what_is_missing(tmp_path: Path,
     out = r.stdout + r.stderr
     assert r.returncode != 0 and "--report needs the finished run" in out and "snakemake --cores all" in out
     assert not (tmp_path / "report.html").exists()
+
+
+@pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
+def test_report_of_targets_needs_only_the_targets(tmp_path: Path, quick: dict) -> None:
+    """`--report R -- TARGETS`: only the named targets must exist, not every table and figure of the study."""
+    target = "results/claims.md"
+    missing = _snakemake(tmp_path, quick, "--report", str(tmp_path / "r.html"), "--", target)
+    assert "--report needs the finished run: 1 of 1 " in missing.stdout + missing.stderr
+    (tmp_path / target).parent.mkdir(parents=True)
+    (tmp_path / target).write_text("# claims\n")
+    r = _snakemake(tmp_path, quick, "--report", str(tmp_path / "r.html"), "--", target)
+    assert "--report needs the finished run" not in r.stdout + r.stderr

@@ -203,24 +203,31 @@ def _data_dir(cfg: dict[str, Any], args: argparse.Namespace) -> Path:
     return args.data_dir if args.data_dir is not None else Path(cfg["data_dir"])
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    """``fedbalance train``."""
+def _job_out(args: argparse.Namespace) -> tuple[dict[str, Any], JobSpec]:
+    """(config, job spec) of ``train`` and ``derive``, after checking ``--out`` (a folder, not a reference job's) and
+    setting torch's threads (``--threads``, else the config's)."""
     import torch
-
-    from fedbalance.jobs import load_partitions, run_job
 
     if args.out.exists() and not args.out.is_dir():
         raise ConfigError(f"--out {args.out} is a file; it must be a folder (new or a job's earlier output)")
     if (args.out / PROVENANCE).exists():
-        raise ConfigError(f"--out {args.out} holds {PROVENANCE}: a job of a reference set, which no training writes over; "
+        raise ConfigError(f"--out {args.out} holds {PROVENANCE}: a job of a reference set, which nothing writes over; "
                           "name a folder of its own")
     cfg = load_config(args.config)
     spec = job_spec(cfg, args.experiment, args.dataset, args.setting, args.loss, args.seed)
-    parts = load_partitions(args.partition) if args.partition is not None else None
-    device = args.device or cfg["device"]
     threads = args.threads if args.threads is not None else int(cfg["threads"])
     check_threads(threads, "--threads")
     torch.set_num_threads(threads)
+    return cfg, spec
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """``fedbalance train``."""
+    from fedbalance.jobs import load_partitions, run_job
+
+    cfg, spec = _job_out(args)
+    parts = load_partitions(args.partition) if args.partition is not None else None
+    device = args.device or cfg["device"]
     metrics = run_job(
         spec,
         args.out,
@@ -239,22 +246,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_derive(args: argparse.Namespace) -> int:
     """``fedbalance derive``."""
-    import torch
-
     from fedbalance.derive import derive_job
 
-    if args.out.exists() and not args.out.is_dir():
-        raise ConfigError(f"--out {args.out} is a file; it must be a folder")
-    if (args.out / PROVENANCE).exists():
-        raise ConfigError(f"--out {args.out} holds {PROVENANCE}: a job of a reference set, which nothing writes over; "
-                          "name a folder of its own")
     if not args.source.is_dir():
         raise ConfigError(f"--source {args.source}: not a folder (the trained job's folder)")
-    cfg = load_config(args.config)
-    spec = job_spec(cfg, args.experiment, args.dataset, args.setting, args.loss, args.seed)
-    threads = args.threads if args.threads is not None else int(cfg["threads"])
-    check_threads(threads, "--threads")
-    torch.set_num_threads(threads)
+    cfg, spec = _job_out(args)
     metrics = derive_job(args.source, spec, args.out, data_dir=_data_dir(cfg, args))
     cs = (metrics.get("monitor") or {}).get("mean_cs", {})
     lead = spec.monitor.estimators[0] if spec.monitor.estimators else None

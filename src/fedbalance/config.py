@@ -17,7 +17,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 import jsonschema
 import yaml
@@ -188,25 +188,38 @@ def run_key(spec: Mapping[str, Any] | JobSpec) -> str:
     return json.dumps(rest, sort_keys=True, default=str)
 
 
-def twins(cfg: Mapping[str, Any], experiments: list[str] | None = None) -> dict[Job, Job]:
-    """Each job whose outputs an earlier job's cover (``jobspec.covers``), mapped to that job (the one trained).
-
-    "Earlier" follows the experiments' order in the config, then ``jobs``' order; e.g. a sweep's
-    default point (``alpha`` at its default α) is the loss comparison's job, trained once, though the
-    loss comparison also records the monitor and saves its trajectory (``OUTPUT_KEYS``).
-    """
+def earlier_sources(
+    cfg: Mapping[str, Any],
+    experiments: list[str] | None,
+    match: Callable[[JobSpec, JobSpec], bool],
+    skip: Collection[Job] = (),
+) -> dict[Job, Job]:
+    """Each job (not in ``skip``) that ``match(source, job)`` pairs with an earlier job of its training
+    (``jobspec.training_key``) that is itself unpaired, mapped to that job. "Earlier" follows the experiments'
+    order in the config, then ``jobs``' order."""
     order = {name: i for i, name in enumerate(cfg["experiments"])}
-    trained: dict[str, list[tuple[Job, JobSpec]]] = {}
+    kept: dict[str, list[tuple[Job, JobSpec]]] = {}
     out: dict[Job, Job] = {}
     for job in sorted(jobs(cfg, experiments), key=lambda j: (order[j.experiment], j)):
+        if job in skip:
+            continue
         spec = resolve_job(cfg, job)
-        group = trained.setdefault(training_key(spec), [])
-        source = next((j for j, s in group if covers(s, spec)), None)
+        group = kept.setdefault(training_key(spec), [])
+        source = next((j for j, s in group if match(s, spec)), None)
         if source is not None:
             out[job] = source
         else:
             group.append((job, spec))
     return out
+
+
+def twins(cfg: Mapping[str, Any], experiments: list[str] | None = None) -> dict[Job, Job]:
+    """Each job whose outputs an earlier job's cover (``jobspec.covers``), mapped to that job (the one trained).
+
+    E.g. a sweep's default point (``alpha`` at its default α) is the loss comparison's job, trained once,
+    though the loss comparison also records the monitor and saves its trajectory (``OUTPUT_KEYS``).
+    """
+    return earlier_sources(cfg, experiments, covers)
 
 
 def _key(path: Any) -> str:

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from fedbalance import jobfolder
-from fedbalance.config import IDENTITY_KEYS, ConfigError, jobs, resolve_job, twins
-from fedbalance.jobspec import JobSpec, as_spec, covers, derivable, runs_monitor, training_key
+from fedbalance.config import IDENTITY_KEYS, ConfigError, earlier_sources, twins
+from fedbalance.jobspec import JobSpec, as_spec, covers, derivable, runs_monitor
 from fedbalance.records import EMPIRICAL_COLUMNS, JOB_KEYS, Job, is_monitor_column
 
 # What ``path: auto`` resolves to (fedbalance.jobs.resolve_path).
@@ -27,21 +27,7 @@ def derived(cfg: Mapping[str, Any], experiments: list[str] | None = None) -> dic
     """Each job, not a twin, whose outputs follow from an earlier trained job's trajectory (``jobspec.derivable``:
     it differs only in the monitor of a loss that does not train on it), mapped to that job; ``fedbalance.derive``
     writes it. "Earlier" as in ``config.twins``; a config makes the first job of such a group save its trajectory."""
-    tw = twins(cfg, experiments)
-    order = {name: i for i, name in enumerate(cfg["experiments"])}
-    sources: dict[str, list[tuple[Job, JobSpec]]] = {}
-    out: dict[Job, Job] = {}
-    for job in sorted(jobs(cfg, experiments), key=lambda j: (order[j.experiment], j)):
-        if job in tw:
-            continue
-        spec = resolve_job(cfg, job)
-        group = sources.setdefault(training_key(spec), [])
-        source = next((j for j, s in group if derivable(s, spec)), None)
-        if source is not None:
-            out[job] = source
-        else:
-            group.append((job, spec))
-    return out
+    return earlier_sources(cfg, experiments, derivable, skip=twins(cfg, experiments))
 
 
 def twin_config(source: Mapping[str, Any], spec: JobSpec, source_path: str) -> dict[str, Any]:

@@ -168,7 +168,7 @@ def test_beyond_family(full: dict, quick: dict) -> None:
 def test_schema_lists_exactly_the_recorded_estimators() -> None:
     from fedbalance.config import schema
     from fedbalance.estimators import REGISTRY
-    from fedbalance.records import ESTIMATORS
+    from fedbalance.records import ESTIMATORS, REPLAY_ESTIMATORS
 
     def enums(node):
         """Every enum of a property named ``estimators`` anywhere in the schema."""
@@ -183,4 +183,6 @@ def test_schema_lists_exactly_the_recorded_estimators() -> None:
 
     found = list(enums(schema()))
     assert found and all(e == list(ESTIMATORS) for e in found)
-    assert set(REGISTRY) == set(ESTIMATORS) | {"paper_signed"}  # the recorded built-ins, and one diagnostic
+    # the recorded built-ins, one diagnostic, and the estimators registered for replays only
+    assert set(REGISTRY) == set(ESTIMATORS) | {"paper_signed"} | set(REPLAY_ESTIMATORS)
+    assert not set(REPLAY_ESTIMATORS) & set(ESTIMATORS)

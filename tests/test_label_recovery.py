@@ -97,3 +97,23 @@ def test_rlu_pooled_is_the_ridge_mean_of_the_rounds_for_fixed_clients() -> None:
     s = [(k * sum(v[c] for v in rounds) + POOLED_RIDGE * n / q) / (t * k + POOLED_RIDGE) for c in range(q)]
     assert got == pytest.approx([x * n / sum(s) for x in s], rel=1e-9)
     assert REGISTRY["rlu_pooled"].history and REGISTRY["rlu_pooled"].requires == ("rlu",)
+
+
+def test_rlu_and_rlu_pooled_run_live_through_the_observer() -> None:
+    """What the run calls every round: both estimators from a model pair, summing to the round's total."""
+    from fedbalance.estimators import Observer
+    from fedbalance.monitor import Monitor, pooled_counts
+
+    torch.manual_seed(0)
+    model = build_model("lenet5", 1, 3, (28, 28))
+    aux_y = torch.arange(3).repeat_interleave(4)
+    aux_x = (torch.rand(len(aux_y), 1, 28, 28) * 255).to(torch.uint8)
+    cfg = SGDConfig(lr=0.05, momentum=0.9, weight_decay=5e-4, batch_size=4, epochs=1)
+    obs = Observer(Monitor(aux_x, aux_y, 3, cfg), ["rlu_pooled"])
+    state = {k: v + 0.01 * torch.randn_like(v) for k, v in model.state_dict().items()}
+    rlu = []
+    for t in range(2):
+        out = obs.observe(model, state, [10, 14], torch.Generator().manual_seed(t), clients=["a", "b"])["estimates"]
+        assert set(out) == {"rlu", "rlu_pooled"} and out["rlu"].counts.sum().item() == pytest.approx(24.0)
+        rlu.append(out["rlu"].counts.tolist())
+    assert out["rlu_pooled"].counts.tolist() == pytest.approx(pooled_counts(rlu, [[0, 1], [0, 1]], [10, 14]).tolist())

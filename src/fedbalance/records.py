@@ -57,6 +57,11 @@ RLU_POOLED = "rlu_pooled"
 """``rlu``'s per-round estimates pooled through the clients as ``pooled`` pools ``released``'s (replays only, as ``rlu``)."""
 
 
+REPLAY_ESTIMATORS: tuple[str, ...] = (RLU, RLU_POOLED)
+"""Registered estimators outside ``ESTIMATORS``: replays and the ``Observer`` run them, a config cannot list them yet,
+so no job's rounds.csv columns change (docs/monitor.md, "rlu")."""
+
+
 def est_column(name: str) -> str:
     """rounds.csv's column of estimator ``name``'s estimate (class counts, a JSON list)."""
     return f"est_{name}"

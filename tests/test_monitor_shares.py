@@ -73,3 +73,15 @@ def test_the_table_of_a_replayed_trajectory_matches_its_rounds_csv(job: Path) ->
             first = t if first is None and streak >= 2 else first
         assert group[m]["acknowledged_round"] == [first]
     assert "| g10/ce | released |" in bench.markdown(report)
+
+
+@pytest.mark.skipif(not (ROOT / "reference" / "mnist" / "losses").is_dir(), reason="no reference set in this checkout")
+def test_the_acknowledged_round_is_the_one_the_runs_recorded() -> None:
+    """The reference jobs acknowledged on their default estimator (pooled): the table's round is metrics.json's."""
+    bench = _bench()
+    folders = sorted((ROOT / "reference" / "mnist" / "losses" / "mnist" / "g10").glob("*/seed*"))
+    report = bench.build_report(folders, [], ["pooled"], "data")
+    for key, group in report["groups"].items():
+        want = [json.loads((ROOT / "reference" / "mnist" / "losses" / "mnist" / key / f"seed{k}" / "metrics.json").read_text())
+                ["acknowledged_round"] for k in range(group["jobs"])]
+        assert group["pooled"]["acknowledged_round"] == want, key

@@ -85,3 +85,23 @@ def test_the_acknowledged_round_is_the_one_the_runs_recorded() -> None:
         want = [json.loads((ROOT / "reference" / "mnist" / "losses" / "mnist" / key / f"seed{k}" / "metrics.json").read_text())
                 ["acknowledged_round"] for k in range(group["jobs"])]
         assert group["pooled"]["acknowledged_round"] == want, key
+
+
+def test_the_bias_solve_with_the_real_clients_residuals_recovers_a_ce_round(tmp_path: Path) -> None:
+    """benchmarks/monitor_bias.py on a live CE job: the round's clients retrained from G_t give the residuals under
+    which ``recovered_counts`` reads the averaged bias change back as the true composition (sign, scale, momentum
+    and weight decay of ``update_target`` checked on real training)."""
+    spec = importlib.util.spec_from_file_location("monitor_bias", ROOT / "benchmarks" / "monitor_bias.py")
+    bias = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bias)
+    from fedbalance.replay import load_trajectory, replay_setup
+
+    job = configured_job(load_config(ROOT / "config" / "quick.yaml"), Job("losses", "mnist", "g10", "ce", 0))
+    job["partition"].update(num_clients=4, majority_samples=40)
+    job["monitor"] = {**job["monitor"], "aux_per_class": 16}
+    job.update(clients_per_round=4, rounds=2, batch_size=32, lr=0.005, local_epochs=3, save_trajectory=True)
+    run_job(job, tmp_path / "job", device="cpu")
+    traj = load_trajectory(tmp_path / "job" / "trajectory.pt")
+    row = bias.round_row(replay_setup(traj), traj, 1, [2, 4, 7])
+    assert row["tv"]["clients"] < 0.03
+    assert row["tv"]["clients"] < row["tv"]["static"]

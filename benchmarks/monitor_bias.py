@@ -123,8 +123,8 @@ def round_row(setup: tuple, traj: dict[str, Any], t: int, minority: list[int]) -
     steps = max(1, round(sum(client_steps(totals, cfg)) / len(totals)))
     chosen = select_clients(spec.required("selection"), parts["main"].num_clients, spec.required("clients_per_round"),
                             spec.seed, t)
-    data = [(ds.x_train[torch.as_tensor(parts["main"].clients[j])], ds.y_train[torch.as_tensor(parts["main"].clients[j])])
-            for j in chosen]
+    indices = [torch.tensor(parts["main"].clients[j], dtype=torch.long) for j in chosen]
+    data = [(ds.x_train[i], ds.y_train[i]) for i in indices]
     p_true = torch.tensor(truth, dtype=torch.float64) / sum(truth)
     residuals = {
         "static": float(momentum_weights(steps, cfg.momentum).mean()) * class_gradients(model, monitor.aux_x, monitor.aux_y, q)[:, :, -1],

@@ -44,6 +44,7 @@ import copy
 import json
 import math
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -64,6 +65,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 import fedbalance.sgd  # noqa: E402
+from fedbalance import jobfolder  # noqa: E402
+from fedbalance.config import load_config, resolve_job  # noqa: E402
+from fedbalance.records import Job  # noqa: E402
 import fedbalance.vectorised  # noqa: E402
 from fedbalance.cost import cpu_name  # noqa: E402
 from fedbalance.estimators import Observer  # noqa: E402
@@ -124,6 +128,8 @@ def _parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=None, help="rounds of the job section (default: the config's; --smoke: 2)")
     p.add_argument("--slots", default=None, help="comma list of concurrent jobs N (default 1,2,4,8; --smoke: 1,2)")
     p.add_argument("--throughput-rounds", type=int, default=None, help="rounds of each throughput job (default 3; --smoke: 1)")
+    p.add_argument("--mps", action="store_true", help="throughput again under NVIDIA MPS (the control daemon started for it, "
+                   "then quit)")
     p.add_argument("--assume-free-gib", type=float, default=78.0, help="free memory of the assumed 80 GB H100 in the memory section")
     p.add_argument("--budget-s", type=float, default=None, help="start nothing after this many seconds (default 420; --smoke: none)")
     p.add_argument("--out", type=Path, default=None, help="also write the JSON here, after every measurement")
@@ -526,40 +532,93 @@ def section_job(args: argparse.Namespace, device: torch.device, report: Report, 
     return res
 
 
+@contextlib.contextmanager
+def mps_daemon(tmp: Path) -> Iterator[dict[str, str] | str]:
+    """NVIDIA's Multi-Process Service for the block: yields the environment its clients need, or why it is not
+    available. The control daemon is started in ``tmp`` and quit afterwards; the GPU's compute mode is left as it is."""
+    control = shutil.which("nvidia-cuda-mps-control")
+    if control is None:
+        yield "nvidia-cuda-mps-control not found"
+        return
+    env = {"CUDA_MPS_PIPE_DIRECTORY": str(tmp / "mps-pipe"), "CUDA_MPS_LOG_DIRECTORY": str(tmp / "mps-log")}
+    for d in env.values():
+        Path(d).mkdir(parents=True, exist_ok=True)
+    full = {**os.environ, **env}
+    started = subprocess.run([control, "-d"], env=full, capture_output=True, text=True)
+    if started.returncode != 0:
+        yield f"nvidia-cuda-mps-control -d failed: {started.stderr.strip()[-300:]}"
+        return
+    try:
+        yield env
+    finally:
+        subprocess.run([control], input="quit\n", env=full, capture_output=True, text=True)
+
+
+def _round_seconds(out: Path) -> float:
+    """The summed per-round seconds of a finished job (rounds.csv's ``seconds``): its time less start-up."""
+    return sum(float(r["seconds"] or 0.0) for r in jobfolder.round_records(out))
+
+
+def _throughput_row(n: int, threads: int, wall: float, outs: list[Path], errors: list[str], full_rounds: int) -> dict[str, Any]:
+    """One row: jobs/hour of the shortened jobs, and extrapolated to ``full_rounds`` (start-up + rounds x the mean
+    seconds of a round, every job of the N sharing the device)."""
+    done = [o for o in outs if (o / "metrics.json").is_file()]
+    info = [_read_job(o) for o in done]
+    row: dict[str, Any] = {
+        "jobs": n, "threads_per_job": threads, "wall_s": round(wall, 3), "completed": len(done),
+        "rounds_each": sorted({d["rounds"] for d in info}),
+        "jobs_per_hour": round(len(done) / wall * 3600, 2),
+        "rounds_per_hour": round(sum(d["rounds"] for d in info) / wall * 3600, 1),
+        **({"errors": errors} if errors else {}),
+    }
+    if done:
+        round_s = sum(_round_seconds(o) / d["rounds"] for o, d in zip(done, info)) / len(done)
+        startup_s = max(0.0, wall - max(_round_seconds(o) for o in done))
+        full_job_s = startup_s + full_rounds * round_s
+        row.update(round_s=round(round_s, 4), startup_s=round(startup_s, 3), full_rounds=full_rounds,
+                   full_job_s=round(full_job_s, 2), full_jobs_per_hour=round(len(done) * 3600 / full_job_s, 1))
+    return row
+
+
 def section_throughput(args: argparse.Namespace, device: torch.device, report: Report, tmp: Path) -> dict[str, Any]:
-    """N copies of the job at once on the device: jobs/hour for each N (a row per N, saved as it comes)."""
+    """N copies of the job at once on the device: jobs/hour for each N (a row per N, saved as it comes), shortened to
+    ``--throughput-rounds`` and extrapolated to the config's rounds; with ``--mps`` each N again under NVIDIA's
+    Multi-Process Service (kernels of the N processes run at once instead of in turns)."""
     config, data = job_config(args, tmp, args.throughput_rounds)
+    full_rounds = resolve_job(load_config(job_config(args, tmp, None)[0]), Job(*JOB, 0)).rounds
     cores = os.cpu_count() or 1
     out: dict[str, Any] = {"job": "/".join(JOB), "rounds": args.throughput_rounds, "data": data, "rows": []}
     report.data["throughput"] = out
     rows = out["rows"]
-    for n in args.slots:
-        if not report.time_left():
-            rows.append({"jobs": n, "skipped": "time budget"})
-            continue
-        threads = 1 if device.type == "cpu" else max(1, min(4, cores // n))
-        outs = [tmp / f"tp{n}" / f"seed{k}" for k in range(n)]
-        logs = [tmp / f"tp{n}-seed{k}.log" for k in range(n)]
-        t0 = time.perf_counter()
-        procs = []
-        for k, (o, log) in enumerate(zip(outs, logs)):
-            with log.open("w") as fh:
-                procs.append(subprocess.Popen(_train_cmd(config, o, k, device.type, threads), env=_env(), cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT))
-        codes = [p.wait() for p in procs]
-        wall = time.perf_counter() - t0
-        errors = [log.read_text()[-500:] for code, log in zip(codes, logs) if code != 0]
-        done = [_read_job(o) for o in outs if (o / "metrics.json").is_file()]
-        rows.append({
-            "jobs": n, "threads_per_job": threads, "wall_s": round(wall, 3), "completed": len(done),
-            "rounds_each": sorted({d["rounds"] for d in done}),
-            "jobs_per_hour": round(len(done) / wall * 3600, 2), "rounds_per_hour": round(sum(d["rounds"] for d in done) / wall * 3600, 1),
-            **({"errors": errors} if errors else {}),
-        })
-        base = rows[0].get("jobs_per_hour") if rows[0]["jobs"] == 1 else None
-        for r in rows:
-            if "jobs_per_hour" in r:
-                r["speedup_vs_1"] = round(r["jobs_per_hour"] / base, 3) if base else None
-        report.save()
+    modes = ["time-slicing"] + (["mps"] if args.mps else [])
+    for mode in modes:
+        with (mps_daemon(tmp / "mps") if mode == "mps" and device.type == "cuda" else contextlib.nullcontext(
+                {} if mode != "mps" else "MPS needs a CUDA device")) as mps_env:
+            for n in args.slots:
+                if isinstance(mps_env, str):
+                    rows.append({"jobs": n, "sharing": mode, "skipped": mps_env})
+                    continue
+                if not report.time_left():
+                    rows.append({"jobs": n, "sharing": mode, "skipped": "time budget"})
+                    continue
+                threads = 1 if device.type == "cpu" else max(1, min(4, cores // n))
+                outs = [tmp / f"tp-{mode}-{n}" / Job(*JOB, k).path for k in range(n)]  # job folders as laid out
+                logs = [tmp / f"tp-{mode}-{n}-seed{k}.log" for k in range(n)]
+                t0 = time.perf_counter()
+                procs = []
+                for k, (o, log) in enumerate(zip(outs, logs)):
+                    with log.open("w") as fh:
+                        procs.append(subprocess.Popen(_train_cmd(config, o, k, device.type, threads), env={**_env(), **mps_env},
+                                                      cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT))
+                codes = [p.wait() for p in procs]
+                wall = time.perf_counter() - t0
+                errors = [log.read_text()[-500:] for code, log in zip(codes, logs) if code != 0]
+                rows.append({"sharing": mode, **_throughput_row(n, threads, wall, outs, errors, full_rounds)})
+                base = next((r.get("jobs_per_hour") for r in rows if r["jobs"] == 1 and r["sharing"] == mode), None)
+                for r in rows:
+                    if "jobs_per_hour" in r and r["sharing"] == mode:
+                        r["speedup_vs_1"] = round(r["jobs_per_hour"] / base, 3) if base else None
+                report.save()
     return out
 
 

@@ -27,7 +27,7 @@ def _suite():
 def smoke(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("suite") / "suite.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)}
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_suite.py"), "--smoke", "--out", str(out)],
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_suite.py"), "--smoke", "--mps", "--out", str(out)],
                           cwd=ROOT, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     printed = json.loads(proc.stdout)
@@ -113,10 +113,19 @@ def test_job_and_throughput(smoke):
     assert job["startup_s"] == pytest.approx(job["wall_s"] - job["job_wall_s"], abs=2e-3)
     assert 0 <= job["acc"] <= 1
     tp = smoke["throughput"]
-    assert [r["jobs"] for r in tp["rows"]] == [1, 2] and tp["rounds"] == 1
-    for r in tp["rows"]:
+    sliced = [r for r in tp["rows"] if r["sharing"] == "time-slicing"]
+    assert [r["jobs"] for r in sliced] == [1, 2] and tp["rounds"] == 1
+    # --mps off CUDA: each N's row says why it did not run
+    assert [(r["jobs"], r["skipped"]) for r in tp["rows"] if r["sharing"] == "mps"] == \
+        [(1, "MPS needs a CUDA device"), (2, "MPS needs a CUDA device")]
+    for r in sliced:
         assert r["completed"] == r["jobs"] and r["rounds_each"] == [1] and "errors" not in r
         assert r["jobs_per_hour"] == pytest.approx(r["completed"] / r["wall_s"] * 3600, rel=1e-3)
+        # extrapolated to the config's rounds of the job (quick.yaml's losses family: 16)
+        assert r["full_rounds"] == 16
+        assert r["full_job_s"] == pytest.approx(r["startup_s"] + 16 * r["round_s"], abs=0.02)
+        assert r["full_jobs_per_hour"] == pytest.approx(r["jobs"] * 3600 / r["full_job_s"], rel=1e-2)
+        assert 0 < r["round_s"] <= r["wall_s"]
     assert tp["rows"][0]["speedup_vs_1"] == 1.0
 
 

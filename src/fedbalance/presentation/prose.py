@@ -287,7 +287,8 @@ def seeds_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
 def shrinkage_context(rounds: pd.DataFrame) -> dict[str, Any]:
     """What docs/monitor.md states of ``shrunk``'s test on the reference jobs."""
     r = shrinkage_ratios(rounds)
-    rand, same = r[~r.same], r[r.same]
+    # the random-selection runs are the monitor family's: the t_ra family's jobs are derived from the same runs
+    rand, same = r[~r.same & (r.experiment == "monitor")], r[r.same]
     imbalanced = same[same.setting != "g1"]
     below = imbalanced[imbalanced.ratio <= EVIDENCE]
     balanced = same[same.setting == "g1"]

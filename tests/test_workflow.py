@@ -24,10 +24,12 @@ SNAKEFILE = REPO / "Snakefile"
 FULL = REPO / "config" / "config.yaml"
 QUICK = REPO / "config" / "quick.yaml"
 QUICK_JOBS = 47  # jobs of config/quick.yaml (README's Quick start says so too)
-QUICK_TWINS = 7  # of them written from a twin (rule reuse), so 44 are trained
+QUICK_TWINS = 8  # of them written from a twin (rule reuse)
+QUICK_DERIVED = 1  # and derived from a trajectory (rule derive): t_ra/t2, so 38 are trained
 
 sys.path.insert(0, str(REPO / "src"))
 from fedbalance.config import jobs, load_config, twins  # noqa: E402
+from fedbalance.reuse import derived  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
 
@@ -66,13 +68,14 @@ def test_dry_run_full_protocol_plans_every_job(tmp_path):
     r = in_tmp(tmp_path, "-n", "--quiet", "rules", "--configfile", str(FULL))
     assert r.returncode == 0, r.stdout + r.stderr
     counts = job_stats(r.stdout + r.stderr)
-    n_twins = len(twins(cfg))
-    # a twin is trained nowhere else: its source is trained, not itself a twin
-    assert all(src not in twins(cfg) for src in twins(cfg).values())
+    twin_of, derived_of = twins(cfg), derived(cfg)
+    # a twin is trained nowhere else: its source is trained, not itself a twin; a derived job's source is trained
+    assert all(src not in twin_of for src in twin_of.values())
+    assert all(src not in twin_of and src not in derived_of for src in derived_of.values())
     assert len(expected) == 2876  # 2490 of the paper + 350 of beyond + 36 of ratio_stability
-    assert counts["train"] + counts["reuse"] == len(expected) and counts["reuse"] == n_twins > 0
-    twin_of = twins(cfg)
-    partitions = {(j.experiment, j.dataset, j.setting, j.seed) for j in expected if j not in twin_of}
+    assert counts["train"] + counts["reuse"] + counts["derive"] == len(expected)
+    assert counts["reuse"] == len(twin_of) > 0 and counts["derive"] == len(derived_of) > 0
+    partitions = {(j.experiment, j.dataset, j.setting, j.seed) for j in expected if j not in twin_of and j not in derived_of}
     assert counts["partition"] == len(partitions)
     assert counts["prepare_data"] == len(cfg["datasets"])
     for rule in ("aggregate", "claims", "paper_tables", "fidelity", "all"):
@@ -89,7 +92,8 @@ def test_dry_run_quick_protocol(tmp_path):
     counts = job_stats(r.stdout + r.stderr)
     assert len(jobs(load_config(QUICK))) == QUICK_JOBS
     assert counts["reuse"] == len(twins(load_config(QUICK))) == QUICK_TWINS
-    assert counts["train"] == QUICK_JOBS - QUICK_TWINS
+    assert counts["derive"] == len(derived(load_config(QUICK))) == QUICK_DERIVED
+    assert counts["train"] == QUICK_JOBS - QUICK_TWINS - QUICK_DERIVED
     assert counts["prepare_data"] == 1
     assert_one_job_per_table_and_figure(counts)
 

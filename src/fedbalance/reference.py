@@ -36,10 +36,12 @@ def finished(root: str | Path, job: Job) -> bool:
 
 
 def reference_jobs(cfg: Mapping[str, Any], root: str | Path) -> tuple[list[Job], dict[Job, Job]]:
-    """(jobs of the study that ``root`` holds, twins of them -> the held job each is copied from).
+    """(jobs of the study that ``root`` holds, jobs it does not hold that one of them covers -> that job).
 
-    A twin (``config.twins``) is copied from its trained job when ``root`` holds that; else a twin that
-    ``root`` holds is taken as it is, and the twins it covers (``jobspec.covers``) are copied from it.
+    Every job the set holds is taken as it is, except a twin (``config.twins``) whose trained job the set holds too
+    (it is copied from that job, as a run would). A job the set does not hold is copied from a held job that covers
+    it (``jobspec.covers``: the same training, no more recorded), its trained job when the set holds that: whichever
+    of two such jobs the config's order trains, the set renders both.
     """
     tw = twins(cfg)
     done = [j for j in jobs(cfg) if finished(root, j)]
@@ -50,11 +52,11 @@ def reference_jobs(cfg: Mapping[str, Any], root: str | Path) -> tuple[list[Job],
     for j in held:
         by_key.setdefault(training_key(specs[j]), []).append(j)
     copied: dict[Job, Job] = {}
-    for j, source in tw.items():
-        if j in held:
+    for j in jobs(cfg):
+        if j in specs:
             continue
-        if source in specs:
-            copied[j] = source
+        if tw.get(j) in specs:
+            copied[j] = tw[j]
             continue
         spec = resolve_job(cfg, j)
         other = next((h for h in by_key.get(training_key(spec), []) if covers(specs[h], spec)), None)
@@ -63,14 +65,14 @@ def reference_jobs(cfg: Mapping[str, Any], root: str | Path) -> tuple[list[Job],
     return held, copied
 
 
-class ReferenceSetError(ValueError):
-    """A reference set that cannot be rendered; the message names the folder and what to do."""
-
-
 def _sets_below(cfg: Mapping[str, Any], root: Path) -> list[str]:
     """The folders right below ``root`` that hold jobs of ``cfg`` (a reference set's parent named by mistake)."""
     below = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
     return [f"{p} ({len(reference_jobs(cfg, p)[0])} jobs)" for p in below if reference_jobs(cfg, p)[0]]
+
+
+class ReferenceSetError(ValueError):
+    """A reference set that cannot be rendered; the message names the folder and what to do."""
 
 
 def render_jobs(cfg: Mapping[str, Any], root: str | Path) -> tuple[list[Job], dict[Job, Job]]:

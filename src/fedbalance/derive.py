@@ -22,22 +22,10 @@ import torch
 from fedbalance import jobfolder
 from fedbalance.data import Dataset, load_dataset
 from fedbalance.estimators import Observer
-from fedbalance.fl import (
-    TAG_MONITOR,
-    RoundState,
-    build_acknowledger,
-    build_monitor,
-    client_keys,
-    monitor_round,
-    select_clients,
-    sgd_config,
-    torch_generator,
-)
-from fedbalance.jobs import auxiliary_data, build_partitions
+from fedbalance.fl import TAG_MONITOR, RoundState, build_acknowledger, client_keys, monitor_round, select_clients, torch_generator
 from fedbalance.jobspec import ConfigError, JobSpec, as_spec, derivable
-from fedbalance.models import build_model, device_layout
 from fedbalance.records import JOB_KEYS, is_monitor_column
-from fedbalance.replay import load_trajectory
+from fedbalance.replay import load_trajectory, replay_setup
 
 
 def derive_rows(
@@ -45,11 +33,8 @@ def derive_rows(
 ) -> tuple[list[dict[str, Any]], int | None]:
     """(``spec``'s rounds, its first acknowledged round): ``rows``' training columns, the monitor's run again with
     ``spec``'s keys on the trajectory's models (the round's G_t, then G_{t+1}: the next round's or the final one)."""
-    parts = build_partitions(spec, dataset)
-    aux_x, aux_y = auxiliary_data(spec, dataset, parts)
+    _, _, parts, model, monitor = replay_setup(dict(trajectory), dataset=dataset, spec=spec)
     q = dataset.num_classes
-    model = device_layout(build_model(spec.model, dataset.in_channels, q, dataset.image_size), "cpu")
-    monitor = build_monitor(spec, aux_x, aux_y, q, sgd_config(spec))
     observer, ack = Observer(monitor, spec.monitor.estimators), build_acknowledger(spec)
     lead = spec.monitor.estimators[0]
     ones = torch.ones(q, dtype=torch.float64)

@@ -44,10 +44,12 @@ def add_measures(row: dict[str, Any], truth: Sequence[float]) -> dict[str, Any]:
 
 
 def replay_setup(
-    trajectory: dict[str, Any], *, dataset: Dataset | None = None, data_dir: str | Path = "data"
+    trajectory: dict[str, Any], *, dataset: Dataset | None = None, data_dir: str | Path = "data",
+    spec: JobSpec | None = None,
 ) -> tuple[JobSpec, Dataset, dict[str, Any], torch.nn.Module, Monitor]:
-    """(spec, dataset, partitions, a model to load each G_t into, the job's monitor) of a saved trajectory."""
-    spec = as_spec(trajectory["spec"])
+    """(spec, dataset, partitions, a model to load each G_t into, the job's monitor) of a saved trajectory; ``spec``:
+    another job of the same training, whose monitor is built instead (``fedbalance.derive``)."""
+    spec = as_spec(trajectory["spec"]) if spec is None else spec
     ds = dataset if dataset is not None else load_dataset(spec.source, data_dir, **dict(spec.options))
     parts = build_partitions(spec, ds)
     aux_x, aux_y = auxiliary_data(spec, ds, parts)

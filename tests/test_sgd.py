@@ -69,3 +69,39 @@ def test_functional_sgd_does_not_import_dynamo() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONPATH": SRC}, check=True)
     assert out.stdout.strip() == "False"
+
+
+def _flags() -> tuple[bool, bool]:
+    return torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+
+
+@pytest.mark.parametrize("mode, warn_only", [(True, False), (True, True), (False, False)])
+def test_deterministic_flags_equal_torchs(mode: bool, warn_only: bool) -> None:
+    from fedbalance.sgd import use_deterministic_algorithms
+
+    before = _flags()
+    try:
+        torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+        want = _flags()
+        torch.use_deterministic_algorithms(not mode)
+        use_deterministic_algorithms(mode, warn_only=warn_only)
+        assert _flags() == want == (mode, warn_only and mode)
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
+def test_a_deterministic_job_block_does_not_import_inductor_and_compile_is_told() -> None:
+    code = (
+        "import sys, torch\n"
+        "from fedbalance.jobs import deterministic_kernels\n"
+        "from fedbalance.sgd import compile_deterministic\n"
+        "with deterministic_kernels(torch.device('cpu'), True):\n"
+        "    on = torch.are_deterministic_algorithms_enabled()\n"
+        "    before = 'torch._inductor.config' in sys.modules\n"
+        "    compile_deterministic(lambda x: x + 1)\n"
+        "    import torch._inductor.config as c\n"
+        "    told = c.deterministic\n"
+        "print(on, before, told, torch.are_deterministic_algorithms_enabled())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONPATH": SRC}, check=True)
+    assert out.stdout.split() == ["True", "False", "True", "False"]

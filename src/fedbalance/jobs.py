@@ -61,6 +61,7 @@ from fedbalance.losses import get_loss
 from fedbalance.metrics import evaluate
 from fedbalance.models import build_model, device_layout
 from fedbalance.atomic import atomic_write
+from fedbalance.sgd import use_deterministic_algorithms
 from fedbalance.jobfolder import CHECKPOINT, LOCK, METRICS, ROUNDS, TRAJECTORY, clean, monitor_summary, rounds_text
 from fedbalance.jobfolder import write as write_folder
 from fedbalance.partition import (  # noqa: F401  (save/load re-exported for callers of the job API)
@@ -189,11 +190,11 @@ def deterministic_kernels(device: torch.device, enabled: bool) -> Iterator[None]
             warnings.warn("CUDA was initialised before fedbalance.jobs set CUBLAS_WORKSPACE_CONFIG: cuBLAS may "
                           "not be deterministic; set CUBLAS_WORKSPACE_CONFIG=:4096:8 before starting Python", stacklevel=3)
         torch.backends.cudnn.benchmark = False
-    torch.use_deterministic_algorithms(enabled)
+    use_deterministic_algorithms(enabled)
     try:
         yield
     finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        use_deterministic_algorithms(before[0], warn_only=before[1])
         torch.backends.cudnn.benchmark = before[2]
 
 

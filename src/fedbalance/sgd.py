@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -28,6 +29,27 @@ class SGDConfig:
 
 PRECISIONS = ("fp32", "tf32")
 """The float32 precision policies of a job (config key ``precision``; docs/performance.md, "Precision policy")."""
+
+
+def use_deterministic_algorithms(mode: bool, *, warn_only: bool = False) -> None:
+    """``torch.use_deterministic_algorithms``, without importing ``torch._inductor`` when nothing has.
+
+    torch's function imports ``torch._inductor.config`` (1.2 s of CPU, a fifth of a short job's start-up)
+    only to pass the flag on to ``torch.compile``; the kernels read ``torch._C``'s flag, set here alike.
+    A caller that compiles afterwards passes the flag on with ``compile_deterministic``.
+    """
+    if "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+    else:
+        torch._C._set_deterministic_algorithms(mode, warn_only=warn_only)
+
+
+def compile_deterministic(fn: Callable) -> Callable:
+    """``torch.compile(fn)`` under the process's deterministic-algorithms setting (which
+    ``use_deterministic_algorithms`` may not have passed on to inductor)."""
+    torch.use_deterministic_algorithms(torch.are_deterministic_algorithms_enabled(),
+                                       warn_only=torch.is_deterministic_algorithms_warn_only_enabled())
+    return torch.compile(fn)
 
 
 @contextmanager

@@ -29,7 +29,7 @@ from torch.utils._pytree import tree_leaves
 
 from fedbalance import losses
 from fedbalance.models import to_float
-from fedbalance.sgd import SGDConfig, batch_schedule, client_counts, precision
+from fedbalance.sgd import SGDConfig, batch_schedule, client_counts, compile_deterministic, precision
 
 MaskedLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -269,7 +269,7 @@ def _make_step(
         return new_params, new_buffers, new_momenta, torch.where(active, loss, torch.zeros_like(loss))
 
     step = vmap(one, randomness="error")
-    return torch.compile(step) if options.compile else step
+    return compile_deterministic(step) if options.compile else step
 
 
 @dataclass

@@ -93,12 +93,19 @@ def schema() -> dict:
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     """Merge ``override`` into a copy of ``base``; nested mappings merge key by key."""
     out = copy.deepcopy(dict(base))
+    _merge_into(out, override)
+    return out
+
+
+def _merge_into(out: dict[str, Any], override: Mapping[str, Any]) -> None:
+    """``deep_merge`` into ``out``, a copy the caller owns (each base mapping is copied once, not per level)."""
     for k, v in override.items():
         if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
-            out[k] = deep_merge(out[k], v)
+            if not isinstance(out[k], dict):
+                out[k] = dict(out[k])
+            _merge_into(out[k], v)
         else:
             out[k] = copy.deepcopy(v)
-    return out
 
 
 def _set_dotted(d: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
@@ -150,13 +157,33 @@ def resolve_job(cfg: Mapping[str, Any], job: Job) -> JobSpec:
     return JobSpec.from_config(configured_job(cfg, job))
 
 
-def configured_job(cfg: Mapping[str, Any], job: Job) -> dict[str, Any]:
-    """The merged configured dict of one job (the schema's ``job``), before typing: what ``validate`` checks."""
+def resolve_jobs(cfg: Mapping[str, Any], which: Collection[Job]) -> dict[Job, JobSpec]:
+    """``resolve_job`` of each of ``which``, each experiment's settings built once. The specs of the last few
+    configs (by content) are kept, so the twins, derived jobs and costs of one config resolve its jobs once."""
+    key = json.dumps(cfg, sort_keys=True, default=str)
+    known = _RESOLVED.pop(key, {})
+    _RESOLVED[key] = known  # the most recent last
+    while len(_RESOLVED) > _RESOLVED_CONFIGS:
+        del _RESOLVED[next(iter(_RESOLVED))]
+    todo = [j for j in which if j not in known]
+    overrides = {name: settings(cfg, name) for name in {j.experiment for j in todo}}
+    for job in todo:
+        known[job] = JobSpec.from_config(configured_job(cfg, job, overrides[job.experiment]))
+    return {j: known[j] for j in which}
+
+
+_RESOLVED: dict[str, dict[Job, JobSpec]] = {}
+_RESOLVED_CONFIGS = 4
+
+
+def configured_job(cfg: Mapping[str, Any], job: Job, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The merged configured dict of one job (the schema's ``job``), before typing: what ``validate`` checks.
+    ``overrides``: ``settings(cfg, job.experiment)``, when the caller has it."""
     exp = cfg["experiments"][job.experiment]
     spec = deep_merge(cfg.get("defaults", {}), cfg["datasets"][job.dataset])
     spec = deep_merge(spec, exp.get("params", {}))
     spec = deep_merge(spec, exp.get("dataset_params", {}).get(job.dataset, {}))
-    spec = deep_merge(spec, settings(cfg, job.experiment)[job.setting])
+    spec = deep_merge(spec, (overrides if overrides is not None else settings(cfg, job.experiment))[job.setting])
     variant = (cfg.get("loss_variants") or {}).get(job.loss)
     if variant is not None:
         spec = deep_merge(spec, variant.get("params", {}))
@@ -200,10 +227,10 @@ def earlier_sources(
     order = {name: i for i, name in enumerate(cfg["experiments"])}
     kept: dict[str, list[tuple[Job, JobSpec]]] = {}
     out: dict[Job, Job] = {}
-    for job in sorted(jobs(cfg, experiments), key=lambda j: (order[j.experiment], j)):
-        if job in skip:
-            continue
-        spec = resolve_job(cfg, job)
+    todo = [j for j in sorted(jobs(cfg, experiments), key=lambda j: (order[j.experiment], j)) if j not in skip]
+    specs = resolve_jobs(cfg, todo)
+    for job in todo:
+        spec = specs[job]
         group = kept.setdefault(training_key(spec), [])
         source = next((j for j, s in group if match(s, spec)), None)
         if source is not None:

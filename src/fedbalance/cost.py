@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from fedbalance.config import jobs, partition_key, resolve_job, twins
+from fedbalance.config import jobs, partition_key, resolve_jobs, twins
 from fedbalance.partition import partition_args
 from fedbalance.jobspec import JobSpec, as_spec
 from fedbalance.records import Job
@@ -211,10 +211,8 @@ def study_work(
     twin_of = {**twins(cfg, chosen), **derived(cfg, chosen)}
     cache: dict[str, dict[str, list[int]]] = {}
     out = []
-    for job in jobs(cfg, chosen):
-        if job in twin_of:
-            continue
-        spec = resolve_job(cfg, job)
+    trained = [j for j in jobs(cfg, chosen) if j not in twin_of]
+    for job, spec in resolve_jobs(cfg, trained).items():
         q = int(dataset_info(spec.source, **dict(spec.options))["num_classes"])
         key = partition_key(spec) + f"/seed{spec.seed}"
         if key not in cache:

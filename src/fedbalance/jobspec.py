@@ -262,14 +262,20 @@ MONITOR_FED_LOSSES = frozenset({"ratio", "la", "bsm"})
 
 
 def _without(configured: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
-    """A deep copy of ``configured`` less the dotted ``keys`` (an emptied mapping is dropped too)."""
-    out = copy.deepcopy(dict(configured))
+    """``configured`` less the dotted ``keys``, for reading (the mappings on a removed key's path are copied,
+    the rest shared with ``configured``)."""
+    out = dict(configured)
     for key in keys:
         *head, last = key.split(".")
-        node: Any = out
+        node: dict[str, Any] | None = out
         for part in head:
-            node = node.get(part) if isinstance(node, Mapping) else None
-        if isinstance(node, dict):
+            child = node.get(part)
+            if not isinstance(child, Mapping):
+                node = None
+                break
+            node[part] = dict(child)
+            node = node[part]
+        if node is not None:
             node.pop(last, None)
     return out
 
@@ -283,7 +289,7 @@ def runs_monitor(spec: Mapping[str, Any] | JobSpec) -> bool:
 def training_key(spec: Mapping[str, Any] | JobSpec) -> str:
     """What a job's training depends on: its configured dict less ``IDENTITY_KEYS``, ``OUTPUT_KEYS`` and, for a
     loss that does not train on the monitor's outputs, every ``monitor`` key. Equal keys, equal trained models."""
-    configured = spec.as_dict() if isinstance(spec, JobSpec) else dict(spec)
+    configured = spec.configured if isinstance(spec, JobSpec) else spec
     rest = _without(configured, IDENTITY_KEYS + OUTPUT_KEYS)
     if base_loss(configured) not in MONITOR_FED_LOSSES:
         rest.pop("monitor", None)
@@ -295,7 +301,7 @@ def monitor_key(spec: Mapping[str, Any] | JobSpec) -> str | None:
     ``monitor.record``; None when the monitor does not run."""
     if not runs_monitor(spec):
         return None
-    configured = spec.as_dict() if isinstance(spec, JobSpec) else dict(spec)
+    configured = spec.configured if isinstance(spec, JobSpec) else spec
     return json.dumps(_without(configured, OUTPUT_KEYS).get("monitor", {}), sort_keys=True, default=str)
 
 

@@ -186,3 +186,31 @@ def test_schema_lists_exactly_the_recorded_estimators() -> None:
     # the recorded built-ins, one diagnostic, and the estimators registered for replays only
     assert set(REGISTRY) == set(ESTIMATORS) | {"paper_signed"} | set(REPLAY_ESTIMATORS)
     assert not set(REPLAY_ESTIMATORS) & set(ESTIMATORS)
+
+
+def test_resolve_jobs_equals_resolve_job_and_follows_the_configs_content() -> None:
+    """The bulk resolution (cached by content) gives each job's spec as resolving it alone does, and an edited
+    config (same object, other content) gets specs of its own."""
+    from fedbalance.config import resolve_job, resolve_jobs
+
+    cfg = load_config(ROOT / "config" / "quick.yaml")
+    every = jobs(cfg)
+    bulk = resolve_jobs(cfg, every)
+    assert list(bulk) == every
+    assert all(bulk[j].as_dict() == resolve_job(cfg, j).as_dict() for j in every)
+    assert resolve_jobs(cfg, every[:3])[every[0]] is bulk[every[0]]  # the second call reads the first's specs
+    cfg["defaults"]["lr"] = 0.123
+    again = resolve_jobs(cfg, every)
+    assert {s.lr for s in again.values()} == {0.123} != {s.lr for s in bulk.values()}
+    assert all(again[j].as_dict() == resolve_job(cfg, j).as_dict() for j in every)
+
+
+def test_deep_merge_leaves_both_sides_untouched() -> None:
+    base = {"a": {"b": {"c": 1, "d": [1]}}, "e": 1}
+    over = {"a": {"b": {"c": 2}, "f": {"g": 3}}}
+    before = copy.deepcopy((base, over))
+    out = deep_merge(base, over)
+    assert out == {"a": {"b": {"c": 2, "d": [1]}, "f": {"g": 3}}, "e": 1}
+    out["a"]["b"]["d"].append(2)
+    out["a"]["f"]["g"] = 4
+    assert (base, over) == before

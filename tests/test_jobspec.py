@@ -106,3 +106,18 @@ def test_every_shipped_job_resolves(path: str) -> None:
         spec = resolve_job(cfg, job)
         assert spec.as_dict() == raw and run_key(spec) == run_key(raw)
         assert spec.rounds == raw["rounds"] and spec.model == raw["model"] and spec.mode == raw["mode"]
+
+
+def test_training_and_monitor_keys_leave_the_spec_as_it_was() -> None:
+    """The keys drop dotted keys from a view of the configured dict; the spec keeps them all."""
+    from pathlib import Path
+
+    from fedbalance.jobspec import monitor_key, training_key
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / "config" / "quick.yaml")
+    spec = resolve_job(cfg, Job("monitor", "mnist", "default", "ce", 0))
+    before = spec.as_dict()
+    assert before["monitor"]["record"] is True and "save_trajectory" in before
+    training_key(spec), monitor_key(spec), training_key(before), monitor_key(before)
+    assert spec.as_dict() == before and before["monitor"]["record"] is True
+    assert '"record"' not in monitor_key(spec) and '"save_trajectory"' not in training_key(spec)

@@ -1,7 +1,8 @@
-"""Helpers shared by the test modules: synthetic job folders (``write_job``)."""
+"""Helpers shared by the test modules: synthetic job folders (``write_job``); the checkout the tests run on."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -73,7 +74,26 @@ def torch_one_thread():
     torch.set_num_threads(old)
 
 
+SRC = Path(__file__).resolve().parents[1] / "src"
 REFERENCE_SETS = Path(__file__).resolve().parents[1] / "reference"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The tests test this checkout: ``fedbalance`` comes from its src/ (pyproject's ``pythonpath``), in the test
+    processes and in the ones they start (``PYTHONPATH``), never from another clone installed in the same
+    environment. A pytest-xdist worker runs torch on one thread (two workers share the two cores)."""
+    import fedbalance
+
+    where = Path(fedbalance.__file__).resolve().parent
+    if where != SRC / "fedbalance":
+        raise pytest.UsageError(f"the tests import fedbalance from {where}, not this checkout's {SRC}: run pytest "
+                                "from the checkout's root (pyproject.toml puts src/ first)")
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != SRC]
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(SRC), *paths])
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
 
 
 def reference_digest() -> dict[str, int]:

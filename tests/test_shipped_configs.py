@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -19,8 +20,11 @@ from typing import Any
 import pytest
 import yaml
 
-from fedbalance.config import jobs, load_config, read_yaml, twins
+from fedbalance.config import jobs, load_config, read_yaml, resolve_job, run_key, twins
+from fedbalance.reuse import twin_config
 from fedbalance.records import Job
+
+from test_workflow import in_tmp, job_stats
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = {"mnist": REPO / "config" / "mnist.yaml", "config": REPO / "config" / "config.yaml"}
@@ -100,22 +104,54 @@ def test_shrink_keeps_families_settings_losses_and_twins(name):
     assert small["device"] == original["device"] == "auto"
 
 
+def _run_shrunk(name: str, folder: Path) -> tuple[dict[str, Any], Any]:
+    """Run ``name``'s shrunk study in ``folder`` through every rule; (its config, the snakemake result)."""
+    cfg = shrink(SHIPPED[name])
+    (folder / "study.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    t0 = time.perf_counter()
+    r = in_tmp(folder, "--cores", "2", "--configfile", str(folder / "study.yaml"), timeout=40 * 60)
+    print(f"\nshrunk {SHIPPED[name].name}: {len(jobs(load_config(cfg)))} jobs, {time.perf_counter() - t0:.0f} s on 2 cores")
+    return cfg, r
+
+
+@pytest.fixture(scope="module")
+def mnist_study(tmp_path_factory) -> Path:
+    """config/mnist.yaml's shrunk study, run once in a folder of its own (config.yaml's test starts from a copy)."""
+    folder = tmp_path_factory.mktemp("shrunk_mnist")
+    _, r = _run_shrunk("mnist", folder)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
+    return folder
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SHIPPED))
-def test_shipped_config_runs_to_the_end(name, tmp_path):
-    from test_workflow import in_tmp
-
+def test_shipped_config_runs_to_the_end(name, tmp_path, mnist_study):
+    """Every job of the shrunk study ends and every rule after it runs. config.yaml's study starts from a copy of
+    mnist.yaml's finished one (its results and Snakemake's records of them): Snakemake trains again every job whose
+    spec (the rule's params) or inputs differ and reuses the rest, which are the same jobs, trained already."""
     from fedbalance.presentation.tables import table_labels
 
-    cfg = shrink(SHIPPED[name])
-    (tmp_path / "study.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    small = load_config(cfg)
-    t0 = time.perf_counter()
-    r = in_tmp(tmp_path, "--cores", "2", "--configfile", str(tmp_path / "study.yaml"), timeout=40 * 60)
-    print(f"\nshrunk {SHIPPED[name].name}: {len(jobs(small))} jobs, {time.perf_counter() - t0:.0f} s on 2 cores")
-    assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
-    res = tmp_path / "results"
+    small = load_config(shrink(SHIPPED[name]))
     tw = twins(small)
+    if name == "mnist":
+        folder = mnist_study
+    else:
+        folder = tmp_path
+        for part in ("results", ".snakemake"):
+            shutil.copytree(mnist_study / part, folder / part, symlinks=True)
+        shutil.rmtree(folder / ".snakemake" / "locks", ignore_errors=True)
+        started = time.time()
+        _, r = _run_shrunk(name, folder)
+        assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
+        # every job that mnist.yaml's study does not hold with the same spec is trained; most others are not
+        # (Snakemake also retrains the jobs of a partition it writes again)
+        before = load_config(shrink(SHIPPED["mnist"]))
+        held = {run_key(resolve_job(before, j)) for j in jobs(before)}
+        own = [j for j in jobs(small) if j not in tw]
+        new = {j for j in own if run_key(resolve_job(small, j)) not in held}
+        trained = {j for j in own if (folder / "results" / j.path / "metrics.json").stat().st_mtime > started}
+        assert new and new <= trained and len(trained) == job_stats(r.stdout + r.stderr)["train"] < len(own) / 4
+    res = folder / "results"
     for job in jobs(small):
         m = json.loads((res / job.path / "metrics.json").read_text())
         assert m["job"]["experiment"] == job.experiment and m["config"]["path"] == "auto", job.path
@@ -123,6 +159,7 @@ def test_shipped_config_runs_to_the_end(name, tmp_path):
             assert m["reused_from"].endswith(tw[job].path), job.path
         else:
             assert m["path"] == "sequential" and "reused_from" not in m, job.path
+            twin_config(m, resolve_job(small, job), job.path)  # trained with the spec this config gives it
     for label in table_labels():
         assert (res / "tables" / f"{label}.tex").read_text().strip(), label
     assert "| 1 |" in (res / "claims.md").read_text()

@@ -230,7 +230,7 @@ DATASET=$("$PY" -c "import yaml,sys; print(next(iter(yaml.safe_load(open(sys.arg
 TARGET=results/aggregate/final.csv
 for run in slurm wrong local gpu; do
   mkdir -p "$W/$run"
-  for f in Snakefile workflow profiles src envs report; do ln -s "$REPO/$f" "$W/$run/$f"; done
+  for f in workflow profiles src; do ln -s "$REPO/$f" "$W/$run/$f"; done
   mkdir -p "$W/$run/config" && cp "$W/smoke.yaml" "$W/$run/config/smoke.yaml"
   ln -s "$REPO/config/config.yaml" "$W/$run/config/config.yaml"
 done

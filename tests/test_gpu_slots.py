@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+SNAKEFILE = REPO / "workflow" / "Snakefile"
 
 pytestmark = pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
 
@@ -18,8 +19,8 @@ pytestmark = pytest.mark.skipif(shutil.which("snakemake") is None, reason="snake
 def train_resources(tmp: Path, device: str) -> list[dict[str, str]]:
     """The resources of every planned train job (dry run of the quick protocol)."""
     r = subprocess.run(
-        ["snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp), "-n", "--configfile", str(REPO / "config" / "quick.yaml"),
-         "--config", f"device={device}"],
+        ["snakemake", "-s", str(SNAKEFILE), "--directory", str(tmp), "-n",
+         "--configfile", str(REPO / "config" / "quick.yaml"), "--config", f"device={device}"],
         cwd=REPO, capture_output=True, text=True, timeout=900,
     )
     assert r.returncode == 0, r.stdout + r.stderr

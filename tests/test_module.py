@@ -100,13 +100,13 @@ def check_results(study: Path) -> None:
 
 @pytest.mark.slow
 def test_module_from_a_local_path(release, tmp_path):
-    """`module ... snakefile: "<clone>/Snakefile"` from an empty folder with the user's own config: the
+    """`module ... snakefile: "<clone>/workflow/Snakefile"` from an empty folder with the user's own config: the
     clone's src/ and report captions are found from the module's own files, and nothing is written into it."""
     before = files(release)
     study = tmp_path / "my-study"
     write_shrunk_quick(study / "config" / "config.yaml")
     (study / "workflow").mkdir()
-    (study / "workflow" / "Snakefile").write_text(MODULE_SNAKEFILE.format(snakefile=release / "Snakefile"))
+    (study / "workflow" / "Snakefile").write_text(MODULE_SNAKEFILE.format(snakefile=release / "workflow" / "Snakefile"))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     out = run_snakemake(study, ["--cores", "2"], env)
     check_results(study)
@@ -125,7 +125,7 @@ def readme_module_commands() -> list[str]:
                     is None, reason="snakedeploy comes with the test extra on Python 3.11-3.12")
 def test_snakedeploy_from_a_git_host(release, tmp_path):
     """The README's commands: `snakedeploy deploy-workflow https://github.com/OWNER/fedbalance my-study --tag TAG`
-    writes `module ... github(..., path="Snakefile", tag=TAG)`; then `cd my-study && snakemake ...`, the
+    writes `module ... github(..., path="workflow/Snakefile", tag=TAG)`; then `cd my-study && snakemake ...`, the
     workflow fetched by Snakemake (no src/ on disk: the installed library; _common.py from the source cache)."""
     install, deploy, run = readme_module_commands()
     assert install.startswith('pip install "fedbalance @ git+https://github.com/OWNER/fedbalance@TAG"')
@@ -145,7 +145,7 @@ def test_snakedeploy_from_a_git_host(release, tmp_path):
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     study = tmp_path / "my-study"
     snakefile = (study / "workflow" / "Snakefile").read_text()
-    assert f'github("owner/fedbalance", path="Snakefile", tag="{TAG}")' in snakefile
+    assert f'github("owner/fedbalance", path="workflow/Snakefile", tag="{TAG}")' in snakefile
     assert "use rule * from fedbalance" in snakefile
     assert {"config.yaml", "quick.yaml", "mnist.yaml"} <= {p.name for p in (study / "config").iterdir()}
 

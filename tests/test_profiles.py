@@ -23,6 +23,7 @@ from fedbalance.config import jobs, load_config, twins
 from fedbalance.reuse import derived
 
 REPO = Path(__file__).resolve().parents[1]
+SNAKEFILE = REPO / "workflow" / "Snakefile"
 QUICK = REPO / "config" / "quick.yaml"
 
 pytest.importorskip("snakemake_executor_plugin_slurm", reason="the test extra brings snakemake-executor-plugin-slurm")
@@ -88,7 +89,7 @@ def test_profile_pitfall_is_real(monkeypatch):
 
 def _output_until_first_job(argv: list[str], workdir: Path) -> str:
     """Snakemake's output from its start until its first job starts (onstart has run by then); then it is stopped."""
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir), *argv]
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "--directory", str(workdir), *argv]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     try:
@@ -179,7 +180,7 @@ def test_readme_slurm_commands_plan_the_train_jobs(kind, tmp_path):
     """Dry run of the README command on the quick config: a GPU only for device=cuda, the partition's
     memory request is the rule's, every training job is planned."""
     argv = filled(readme_commands()[kind])
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), "-n"]
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "--directory", str(tmp_path), "-n"]
     cmd += argv[:-1] if argv[-1] == "--" else argv
     cmd += ["--configfile", str(QUICK)]  # quick.yaml says device: cpu; the command's --config wins
     r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)

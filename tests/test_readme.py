@@ -20,6 +20,7 @@ import pytest
 from conftest import write_job
 
 REPO = Path(__file__).resolve().parents[1]
+SNAKEFILE = REPO / "workflow" / "Snakefile"
 README = REPO / "README.md"
 
 # prefix of a README command -> where it is tested
@@ -73,7 +74,7 @@ def test_full_protocol_command_plans(tmp_path: Path) -> None:
     args = shlex.split(_command("snakemake --cores all --use-conda"))
     if shutil.which("conda") is None:
         args.remove("--use-conda")
-    r = subprocess.run(args + ["-n", "--quiet", "rules", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path)],
+    r = subprocess.run(args + ["-n", "--quiet", "rules", "-s", str(SNAKEFILE), "--directory", str(tmp_path)],
                        cwd=REPO, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     assert re.search(r"^train\s+\d+$", r.stdout + r.stderr, re.M), (r.stdout + r.stderr)[-3000:]
@@ -86,7 +87,7 @@ def test_mnist_command_plans(tmp_path: Path) -> None:
     from fedbalance.reuse import derived
 
     args = shlex.split(_command("snakemake --cores all --configfile config/mnist.yaml"))
-    r = subprocess.run(args + ["-n", "--quiet", "rules", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path)],
+    r = subprocess.run(args + ["-n", "--quiet", "rules", "-s", str(SNAKEFILE), "--directory", str(tmp_path)],
                        cwd=REPO, capture_output=True, text=True, timeout=900)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]

@@ -1,6 +1,6 @@
 """The Snakemake workflow: lint, dry-run plans, config errors before the DAG, and the quick DAG end to end.
 
-Every call runs `snakemake` as a subprocess with `-s <repo>/Snakefile --directory <tmp>`, so nothing is
+Every call runs `snakemake` as a subprocess with `-s <repo>/workflow/Snakefile --directory <tmp>`, so nothing is
 written into the repository (except .snakemake/ by the lint, which git ignores).
 """
 
@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-SNAKEFILE = REPO / "Snakefile"
+SNAKEFILE = REPO / "workflow" / "Snakefile"
 FULL = REPO / "config" / "config.yaml"
 QUICK = REPO / "config" / "quick.yaml"
 QUICK_JOBS = 47  # jobs of config/quick.yaml (README's Quick start says so too)

@@ -178,11 +178,11 @@ def figure_inputs(wildcards):
     return {**{k: TIDY[k] for k in spec.inputs}, "code": code}
 
 
-# report/ beside this file's workflow, not the main Snakefile's (workflow.basedir is the user's folder when this
-# workflow is a module), read through Snakemake's source cache (a module may come from a git host).
-REPORT_DIR = workflow.current_basedir.join("../../report")
+# workflow/report/ beside this file's rules/, not the main Snakefile's (workflow.basedir is the user's folder when
+# this workflow is a module), read through Snakemake's source cache (a module may come from a git host).
+REPORT_DIR = workflow.current_basedir.join("../report")
 
 
 def caption_text(kind):
-    """The caption of table/figure ``name`` (report/<name>.rst), rendered by report/<kind>.rst."""
+    """The caption of table/figure ``name`` (workflow/report/<name>.rst), rendered by workflow/report/<kind>.rst."""
     return lambda wc: Path(workflow.sourcecache.get_path(REPORT_DIR.join(f"{getattr(wc, kind)}.rst"))).read_text()

@@ -1,4 +1,4 @@
-"""Several training jobs per GPU: train jobs ask one `gpu_slots` each, the default profile offers the slots."""
+"""Several training jobs per GPU: train jobs ask one `gpu_slots` each, profiles/local (opt-in) offers the slots."""
 
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ def test_train_jobs_ask_a_gpu_and_a_slot(tmp_path, device, wanted):
 
 
 def test_profiles_offer_slots_locally_and_leave_the_gpu_to_the_rule():
-    default = yaml.safe_load((REPO / "profiles" / "default" / "config.yaml").read_text())
-    assert "gpu_slots=2" in default["resources"]
-    assert not any(r.startswith("gpu=") for r in default["resources"])  # no global cap of one GPU job
+    local = yaml.safe_load((REPO / "profiles" / "local" / "config.yaml").read_text())
+    assert "gpu_slots=2" in local["resources"]
+    assert not any(r.startswith("gpu=") for r in local["resources"])  # no global cap of one GPU job
     slurm = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
     assert "gpu" not in str(slurm.get("set-resources", {}))  # the train rule asks gpu=1 under device: cuda

@@ -125,8 +125,9 @@ def readme_module_commands() -> list[str]:
                     is None, reason="snakedeploy comes with the test extra on Python 3.11-3.12")
 def test_snakedeploy_from_a_git_host(release, tmp_path):
     """The README's commands: `snakedeploy deploy-workflow https://github.com/OWNER/fedbalance my-study --tag TAG`
-    writes `module ... github(..., path="workflow/Snakefile", tag=TAG)`; then `cd my-study && snakemake ...`, the
-    workflow fetched by Snakemake (no src/ on disk: the installed library; _common.py from the source cache)."""
+    writes `module ... github(..., path="workflow/Snakefile", tag=TAG)` and copies config/ and profiles/; then
+    `cd my-study && snakemake ...`, the workflow fetched by Snakemake (no src/ on disk: the installed library;
+    _common.py from the source cache), with no profile loaded behind the user's back (none is named)."""
     install, deploy, run = readme_module_commands()
     assert install.startswith('pip install "fedbalance @ git+https://github.com/OWNER/fedbalance@TAG"')
     home = tmp_path / "home"
@@ -148,6 +149,7 @@ def test_snakedeploy_from_a_git_host(release, tmp_path):
     assert f'github("owner/fedbalance", path="workflow/Snakefile", tag="{TAG}")' in snakefile
     assert "use rule * from fedbalance" in snakefile
     assert {"config.yaml", "quick.yaml", "mnist.yaml"} <= {p.name for p in (study / "config").iterdir()}
+    assert {p.name for p in (study / "profiles").iterdir()} == {"local", "slurm"}
 
     cd, _, command = run.partition(" && ")
     assert cd == "cd my-study"
@@ -156,6 +158,7 @@ def test_snakedeploy_from_a_git_host(release, tmp_path):
     write_shrunk_quick(study / "config" / "quick.yaml")  # the user's edit of their copy
     out = run_snakemake(study, argv[1:], env)
     assert "Cloning github.com/owner/fedbalance" in out
+    assert "Using workflow specific profile" not in out  # a copied profiles/default would be loaded here
     import fedbalance
 
     assert f"{Path(fedbalance.__file__).parent}/presentation/tables.py" in out  # the installed library

@@ -117,8 +117,8 @@ def _uses_gpu():
 
 USE_GPU = _uses_gpu()
 # A GPU training job asks one `gpu` (on SLURM the plugin turns it into --gpus=1) and one of the
-# machine's `gpu_slots`: locally the profile offers N slots per GPU (profiles/default: gpu_slots=2;
-# `--resources gpu_slots=N` overrides) and sets no global `gpu` cap, so N jobs share the GPU;
+# machine's `gpu_slots`: locally `--resources gpu_slots=N` (or profiles/local: gpu_slots=2) offers N slots
+# per GPU, with no global `gpu` cap, so N jobs share the GPU (without either nothing caps them);
 # gpu_slots is scoped "local", so on a cluster it caps one submission, never the workflow.
 TRAIN_GPUS = 1 if USE_GPU else 0
 TRAIN_GPU_SLOTS = 1 if USE_GPU else 0

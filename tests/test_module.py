@@ -164,16 +164,3 @@ def test_snakedeploy_from_a_git_host(release, tmp_path):
     assert f"{Path(fedbalance.__file__).parent}/presentation/tables.py" in out  # the installed library
     assert not (study / "src").exists() and not (study / "Snakefile").exists()
     check_results(study)
-
-
-def test_catalog_usage_gives_the_readme_commands() -> None:
-    """.snakemake-workflow-catalog.yml holds only the keys the catalog reads, and the README's install and
-    deployment commands; it offers no --use-conda (the conda environments do not hold the library)."""
-    usage = yaml.safe_load((REPO / ".snakemake-workflow-catalog.yml").read_text())["usage"]
-    assert set(usage) == {"mandatory-flags", "software-stack-deployment", "report"}
-    desc = " ".join(usage["mandatory-flags"]["desc"].split())
-    install, deploy, _ = readme_module_commands()
-    assert install.removesuffix(" snakedeploy") in desc and deploy in desc
-    assert usage["mandatory-flags"]["flags"] == "--configfile config/quick.yaml"
-    assert usage["software-stack-deployment"] == {"conda": False, "singularity": False, "singularity+conda": False}
-    assert usage["report"] is True

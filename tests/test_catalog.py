@@ -9,6 +9,12 @@ The generator skips a repository without `workflow/Snakefile` (or a root `Snakef
 `workflow/rules/*.smk` that does. Its page shows `snakedeploy deploy-workflow`, then config/README.md
 ("configure workflow"), then one command `snakemake --cores all <method flags> <mandatory flags>` per
 deployment method set true, then `snakemake --report report.zip`; it does not show mandatory-flags.desc.
+
+The tools are this project's (the test extra: Snakemake 9, snakefmt 2.1.0), not the generator's: at the
+commit read (2cac294, February 2025) its environment.yml pins snakemake 8.25.5 and snakefmt 0.10.2, under
+which both QC columns would read failed (Snakemake 8 stops at the Snakefile's min_version("9.0"); snakefmt
+0.10.2 cannot parse the `resource_scopes:` directive of workflow/rules/common.smk, a TypeError). Neither
+keeps the workflow out of the listing.
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ def train_resources(tmp: Path, device: str) -> list[dict[str, str]]:
         cwd=REPO, capture_output=True, text=True, timeout=900,
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    blocks = re.findall(r"^rule train:\n(.*?)(?:\n\n|\Z)", r.stdout + r.stderr, re.S | re.M)
+    # a job's block: the indented lines below its "rule train:" (what follows it depends on printshellcmds)
+    blocks = re.findall(r"^rule train:\n((?:[ \t]+.*\n?)*)", r.stdout + r.stderr, re.M)
     return [dict(kv.split("=", 1) for kv in re.search(r"resources: (.*)", b).group(1).split(", ")) for b in blocks]
 
 

@@ -167,7 +167,7 @@ def test_smoke_test_names_the_slurm_extra_and_the_venv_form(tmp_path):
 
 
 def _train_resources(out: str) -> list[str]:
-    blocks = re.findall(r"^rule train:\n(.*?)(?:\n\n|\Z)", out, flags=re.S | re.M)
+    blocks = re.findall(r"^rule train:\n((?:[ \t]+.*\n?)*)", out, flags=re.M)  # the job's indented lines
     return [re.search(r"resources: (.*)", b).group(1) for b in blocks]
 
 

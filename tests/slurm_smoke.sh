@@ -19,18 +19,20 @@
 #    then submits a held job of "someone else's", which must be there, untouched, at the end;
 # 3. CPU form: the README's CPU-only command on a 3-job target of a tiny config (config/quick.yaml
 #    shrunk: 3 losses x 1 setting x 1 seed, 6 rounds). It checks that only profiles/slurm is
-#    loaded, that every submitted job asks for no GPU, for the rule's memory and time (twice both on
-#    the retry) and runs with --latency-wait 60, that a running job's log shows per-round progress,
-#    and, after `scancel`ling that job mid-run, that Snakemake notices (squeue status command) and
-#    the retry resumes from its checkpoint and finishes;
+#    loaded (no profile is loaded unless named), that every submitted job asks for no GPU, for the
+#    rule's memory and time (twice both on the retry) and runs with --latency-wait 60, that a
+#    running job's log shows per-round progress, and, after `scancel`ling that job mid-run, that
+#    Snakemake notices (squeue status command) and the retry resumes from its checkpoint and
+#    finishes;
 # 4. runs the same target locally (--cores 2, and --set-threads train=2: the reservation changes,
 #    the torch thread count must not) and compares every job's metrics.json and rounds.csv;
 # 5. GPU form: the README's GPU command; every job asks for one GPU (--gpus=1), runs with
 #    --latency-wait 60, and more than one holds a GPU at the same time (this machine has no CUDA,
 #    so the jobs then fail: expected);
-# 6. the wrong form, the GPU command with `--profile profiles/slurm` in place of
-#    `--workflow-profile profiles/slurm`: the workflow must warn, its jobs indeed run with
-#    profiles/default's --latency-wait 5, and still more than one GPU job runs at a time;
+# 6. the other form, the GPU command with `--profile profiles/slurm` in place of
+#    `--workflow-profile profiles/slurm`: no workflow profile is loaded beside it (profiles/local is
+#    opt-in), its jobs run with profiles/slurm's --latency-wait 60, and still more than one GPU job
+#    runs at a time;
 # 7. cancels the jobs it submitted and stops the daemons it started, by id (also on failure), after
 #    checking that the foreign job is still there.
 # Every check prints "ok:" or "FAILED:"; the script exits 1 when one failed, 2 when it refused.
@@ -228,9 +230,9 @@ yaml.safe_dump(cfg, open(sys.argv[2], "w"), sort_keys=False)
 EOF
 DATASET=$("$PY" -c "import yaml,sys; print(next(iter(yaml.safe_load(open(sys.argv[1]))['datasets'])))" "$W/smoke.yaml")
 TARGET=results/aggregate/final.csv
-for run in slurm wrong local gpu; do
+for run in slurm profile local gpu; do
   mkdir -p "$W/$run"
-  for f in Snakefile workflow profiles src envs report; do ln -s "$REPO/$f" "$W/$run/$f"; done
+  for f in workflow profiles src; do ln -s "$REPO/$f" "$W/$run/$f"; done
   mkdir -p "$W/$run/config" && cp "$W/smoke.yaml" "$W/$run/config/smoke.yaml"
   ln -s "$REPO/config/config.yaml" "$W/$run/config/config.yaml"
 done
@@ -277,12 +279,11 @@ no_gpu() { ! grep -Eq 'gres[/:]gpu' "$W/jobs/$1.show"; }
 one_gpu() { grep -Eq 'gres[/:]gpu[:=]1\b' "$W/jobs/$1.show"; }
 waits() { grep -Eq -- "--latency-wait $2([^0-9]|$)" "$W/jobs/$1.script"; }
 waits60() { waits "$1" 60; }
-waits5() { waits "$1" 5; }
-only_slurm_profile() {
-  grep -q "^Using workflow specific profile profiles/slurm for setting default command line arguments" "$1" \
-    && ! grep -q "profiles/default" "$1"
+only_slurm_profile() {  # the one workflow profile loaded is profiles/slurm
+  [ "$(grep -c "^Using workflow specific profile" "$1")" -eq 1 ] \
+    && grep -q "^Using workflow specific profile profiles/slurm for setting default command line arguments" "$1"
 }
-unwarned() { ! grep -q "profiles/default is in effect" "$1"; }
+no_workflow_profile() { ! grep -q "^Using workflow specific profile" "$1"; }
 job_field() { grep -o "$2=[^ ]*" "$W/jobs/$1.show" | cut -d= -f2-; }
 
 # 3a. CPU form --------------------------------------------------------------------------------
@@ -316,11 +317,10 @@ record_jobs "$W/slurm.log"
 say "CPU form finished: exit $rc in $((SECONDS - t0)) s"
 [ "$rc" -eq 0 ] || { tail -40 "$W/slurm.log"; fail "SLURM run failed"; }
 [ -n "$cancelled" ] || fail "never found the running focal job to cancel"
-check "CPU form: only profiles/slurm is loaded (--workflow-profile; profiles/default stays out)" \
+check "CPU form: only profiles/slurm is loaded (no other profile is loaded unless named)" \
   only_slurm_profile "$W/slurm.log"
-check "CPU form: no warning about profiles/default" unwarned "$W/slurm.log"
 check "CPU form: no submitted job asks for a GPU (device=cpu)" all_jobs "$W/slurm.log" no_gpu
-check "CPU form: every job runs with --latency-wait 60 (profiles/slurm's, not profiles/default's 5)" \
+check "CPU form: every job runs with --latency-wait 60 (profiles/slurm's, not Snakemake's default 5)" \
   all_jobs "$W/slurm.log" waits60
 check "per-round progress line in $JOBLOG while the job ran" test -n "$seen_line"
 check "Snakemake noticed the scancel of job $cancelled (squeue reports CANCELLED)" \
@@ -419,20 +419,15 @@ stop_run() {  # stop_run PID LOG
 
 gpu_run gpu "${GPU_ARGS[@]}"
 check "GPU form: only profiles/slurm is loaded" only_slurm_profile "$W/gpu.log"
-check "GPU form: no warning about profiles/default" unwarned "$W/gpu.log"
 check "GPU form: every submitted job asks for one GPU (--gpus=1)" all_jobs "$W/gpu.log" one_gpu
 check "GPU form: every job runs with --latency-wait 60" all_jobs "$W/gpu.log" waits60
 check "GPU form: $MAX_GPU_JOBS training jobs held a GPU at the same time (no cap of one)" test "$MAX_GPU_JOBS" -ge 2
 
-# 6. the wrong form: --profile profiles/slurm ---------------------------------------------------
-gpu_run wrong "${GPU_ARGS[@]/--workflow-profile/--profile}"
-say "wrong form's warning: $(grep -m1 -o 'WARNING: profiles/default is in effect[^:]*' "$W/wrong.log" || echo none)"
-check "wrong form: the workflow warns that profiles/default is in effect" \
-  grep -q "WARNING: profiles/default is in effect beside the SLURM executor" "$W/wrong.log"
-check "wrong form: its jobs do run with profiles/default's --latency-wait 5 (as the warning says)" \
-  all_jobs "$W/wrong.log" waits5
-check "wrong form: still $MAX_GPU_JOBS GPU jobs at the same time (gpu_slots caps nothing on SLURM)" \
-  test "$MAX_GPU_JOBS" -ge 2
+# 6. the other form: --profile profiles/slurm ---------------------------------------------------
+gpu_run profile "${GPU_ARGS[@]/--workflow-profile/--profile}"
+check "--profile form: no workflow profile is loaded beside profiles/slurm" no_workflow_profile "$W/profile.log"
+check "--profile form: its jobs run with profiles/slurm's --latency-wait 60" all_jobs "$W/profile.log" waits60
+check "--profile form: still $MAX_GPU_JOBS GPU jobs at the same time" test "$MAX_GPU_JOBS" -ge 2
 check "the foreign job $FOREIGN is untouched" foreign_alive
 
 # 7. the jobs submitted here, and only those ---------------------------------------------------

@@ -1,4 +1,4 @@
-"""Several training jobs per GPU: train jobs ask one `gpu_slots` each, the default profile offers the slots."""
+"""Several training jobs per GPU: train jobs ask one `gpu_slots` each, profiles/local (opt-in) offers the slots."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+SNAKEFILE = REPO / "workflow" / "Snakefile"
 
 pytestmark = pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
 
@@ -18,12 +19,13 @@ pytestmark = pytest.mark.skipif(shutil.which("snakemake") is None, reason="snake
 def train_resources(tmp: Path, device: str) -> list[dict[str, str]]:
     """The resources of every planned train job (dry run of the quick protocol)."""
     r = subprocess.run(
-        ["snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp), "-n", "--configfile", str(REPO / "config" / "quick.yaml"),
-         "--config", f"device={device}"],
+        ["snakemake", "-s", str(SNAKEFILE), "--directory", str(tmp), "-n",
+         "--configfile", str(REPO / "config" / "quick.yaml"), "--config", f"device={device}"],
         cwd=REPO, capture_output=True, text=True, timeout=900,
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    blocks = re.findall(r"^rule train:\n(.*?)(?:\n\n|\Z)", r.stdout + r.stderr, re.S | re.M)
+    # a job's block: the indented lines below its "rule train:" (what follows it depends on printshellcmds)
+    blocks = re.findall(r"^rule train:\n((?:[ \t]+.*\n?)*)", r.stdout + r.stderr, re.M)
     return [dict(kv.split("=", 1) for kv in re.search(r"resources: (.*)", b).group(1).split(", ")) for b in blocks]
 
 
@@ -40,8 +42,8 @@ def test_train_jobs_ask_a_gpu_and_a_slot(tmp_path, device, wanted):
 
 
 def test_profiles_offer_slots_locally_and_leave_the_gpu_to_the_rule():
-    default = yaml.safe_load((REPO / "profiles" / "default" / "config.yaml").read_text())
-    assert "gpu_slots=2" in default["resources"]
-    assert not any(r.startswith("gpu=") for r in default["resources"])  # no global cap of one GPU job
+    local = yaml.safe_load((REPO / "profiles" / "local" / "config.yaml").read_text())
+    assert "gpu_slots=2" in local["resources"]
+    assert not any(r.startswith("gpu=") for r in local["resources"])  # no global cap of one GPU job
     slurm = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
     assert "gpu" not in str(slurm.get("set-resources", {}))  # the train rule asks gpu=1 under device: cuda

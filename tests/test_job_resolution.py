@@ -21,6 +21,7 @@ from fedbalance.config import ConfigError, dataset_spec, load_config, configured
 from fedbalance.records import Job
 
 ROOT = Path(__file__).resolve().parents[1]
+SNAKEFILE = ROOT / "workflow" / "Snakefile"
 QUICK = ROOT / "config" / "quick.yaml"
 
 
@@ -261,7 +262,7 @@ def test_other_errors_are_not_called_a_full_disk(tmp_path: Path) -> None:
 
 def _snakemake(tmp: Path, cfg: dict, *args: str) -> subprocess.CompletedProcess:
     (tmp / "c.yaml").write_text(yaml.safe_dump(cfg))
-    return subprocess.run(["snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(tmp), "--configfile",
+    return subprocess.run(["snakemake", "-s", str(SNAKEFILE), "--directory", str(tmp), "--configfile",
                            str(tmp / "c.yaml"), *args], capture_output=True, text=True, timeout=600)
 
 

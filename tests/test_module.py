@@ -100,13 +100,13 @@ def check_results(study: Path) -> None:
 
 @pytest.mark.slow
 def test_module_from_a_local_path(release, tmp_path):
-    """`module ... snakefile: "<clone>/Snakefile"` from an empty folder with the user's own config: the
+    """`module ... snakefile: "<clone>/workflow/Snakefile"` from an empty folder with the user's own config: the
     clone's src/ and report captions are found from the module's own files, and nothing is written into it."""
     before = files(release)
     study = tmp_path / "my-study"
     write_shrunk_quick(study / "config" / "config.yaml")
     (study / "workflow").mkdir()
-    (study / "workflow" / "Snakefile").write_text(MODULE_SNAKEFILE.format(snakefile=release / "Snakefile"))
+    (study / "workflow" / "Snakefile").write_text(MODULE_SNAKEFILE.format(snakefile=release / "workflow" / "Snakefile"))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     out = run_snakemake(study, ["--cores", "2"], env)
     check_results(study)
@@ -125,8 +125,9 @@ def readme_module_commands() -> list[str]:
                     is None, reason="snakedeploy comes with the test extra on Python 3.11-3.12")
 def test_snakedeploy_from_a_git_host(release, tmp_path):
     """The README's commands: `snakedeploy deploy-workflow https://github.com/OWNER/fedbalance my-study --tag TAG`
-    writes `module ... github(..., path="Snakefile", tag=TAG)`; then `cd my-study && snakemake ...`, the
-    workflow fetched by Snakemake (no src/ on disk: the installed library; _common.py from the source cache)."""
+    writes `module ... github(..., path="workflow/Snakefile", tag=TAG)` and copies config/ and profiles/; then
+    `cd my-study && snakemake ...`, the workflow fetched by Snakemake (no src/ on disk: the installed library;
+    _common.py from the source cache), with no profile loaded behind the user's back (none is named)."""
     install, deploy, run = readme_module_commands()
     assert install.startswith('pip install "fedbalance @ git+https://github.com/OWNER/fedbalance@TAG"')
     home = tmp_path / "home"
@@ -145,9 +146,10 @@ def test_snakedeploy_from_a_git_host(release, tmp_path):
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     study = tmp_path / "my-study"
     snakefile = (study / "workflow" / "Snakefile").read_text()
-    assert f'github("owner/fedbalance", path="Snakefile", tag="{TAG}")' in snakefile
+    assert f'github("owner/fedbalance", path="workflow/Snakefile", tag="{TAG}")' in snakefile
     assert "use rule * from fedbalance" in snakefile
     assert {"config.yaml", "quick.yaml", "mnist.yaml"} <= {p.name for p in (study / "config").iterdir()}
+    assert {p.name for p in (study / "profiles").iterdir()} == {"local", "slurm"}
 
     cd, _, command = run.partition(" && ")
     assert cd == "cd my-study"
@@ -156,21 +158,9 @@ def test_snakedeploy_from_a_git_host(release, tmp_path):
     write_shrunk_quick(study / "config" / "quick.yaml")  # the user's edit of their copy
     out = run_snakemake(study, argv[1:], env)
     assert "Cloning github.com/owner/fedbalance" in out
+    assert "Using workflow specific profile" not in out  # a copied profiles/default would be loaded here
     import fedbalance
 
     assert f"{Path(fedbalance.__file__).parent}/presentation/tables.py" in out  # the installed library
     assert not (study / "src").exists() and not (study / "Snakefile").exists()
     check_results(study)
-
-
-def test_catalog_usage_gives_the_readme_commands() -> None:
-    """.snakemake-workflow-catalog.yml holds only the keys the catalog reads, and the README's install and
-    deployment commands; it offers no --use-conda (the conda environments do not hold the library)."""
-    usage = yaml.safe_load((REPO / ".snakemake-workflow-catalog.yml").read_text())["usage"]
-    assert set(usage) == {"mandatory-flags", "software-stack-deployment", "report"}
-    desc = " ".join(usage["mandatory-flags"]["desc"].split())
-    install, deploy, _ = readme_module_commands()
-    assert install.removesuffix(" snakedeploy") in desc and deploy in desc
-    assert usage["mandatory-flags"]["flags"] == "--configfile config/quick.yaml"
-    assert usage["software-stack-deployment"] == {"conda": False, "singularity": False, "singularity+conda": False}
-    assert usage["report"] is True

@@ -23,6 +23,7 @@ from fedbalance.config import jobs, load_config, twins
 from fedbalance.reuse import derived
 
 REPO = Path(__file__).resolve().parents[1]
+SNAKEFILE = REPO / "workflow" / "Snakefile"
 QUICK = REPO / "config" / "quick.yaml"
 
 pytest.importorskip("snakemake_executor_plugin_slurm", reason="the test extra brings snakemake-executor-plugin-slurm")
@@ -57,7 +58,7 @@ def test_readme_slurm_commands_use_only_profiles_slurm(kind, monkeypatch):
     argv = filled(readme_commands()[kind]) + ["results/aggregate/final.csv"]
     args = parse(argv, monkeypatch)
     assert args.executor == "slurm"
-    # profiles/default is not loaded: its resources gpu=1 and latency-wait 5 must not win
+    # no other profile is loaded: profiles/slurm's latency-wait, and no resources
     assert args.latency_wait == 60
     assert not args.resources, args.resources
     assert args.slurm_status_command == "squeue"
@@ -75,47 +76,44 @@ def test_readme_slurm_commands_use_only_profiles_slurm(kind, monkeypatch):
     assert device == ["device=cpu" if kind == "cpu" else "device=cuda"]
 
 
-def test_profile_pitfall_is_real(monkeypatch):
-    """Why the README says --workflow-profile: with --profile, profiles/default is loaded too and wins
-    (latency-wait 5, cores all, gpu_slots), while profiles/slurm's executor and jobs stay."""
+def test_no_profile_is_loaded_unless_named(monkeypatch):
+    """Snakemake loads profiles/default by itself, as the workflow profile whose keys win over --profile's: the
+    repository has none, so a plain command gets Snakemake's defaults and `--profile profiles/slurm` gets exactly
+    profiles/slurm's settings (with a profiles/default: its latency-wait 5, cores and gpu_slots)."""
+    assert not (REPO / "profiles" / "default").exists() and not (REPO / "workflow" / "profiles").exists()
+    plain = parse(["-n"], monkeypatch)
+    assert plain.latency_wait == 5 and not plain.resources and plain.cores is None and not plain.keep_going
     args = parse(["--profile", "profiles/slurm", "-n"], monkeypatch)
-    default = yaml.safe_load((REPO / "profiles" / "default" / "config.yaml").read_text())
-    assert args.latency_wait == default["latency-wait"] == 5
-    assert args.executor == "slurm" and args.jobs == 100
+    slurm = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
+    assert args.latency_wait == slurm["latency-wait"] == 60
+    assert args.executor == "slurm" and args.jobs == 100 and args.retries == 2
+    assert not args.resources and args.cores is None
+
+
+def test_profiles_local_is_opt_in(monkeypatch):
+    """`--workflow-profile profiles/local`: all cores, two GPU slots, keep going."""
+    args = parse(["--workflow-profile", "profiles/local", "-n"], monkeypatch)
     assert args.cores == os.cpu_count() or args.cores == len(os.sched_getaffinity(0))
-    assert set(args.resources) == {"gpu_slots"}
+    assert set(args.resources) == {"gpu_slots"} and args.keep_going and args.latency_wait == 5
 
 
-def _output_until_first_job(argv: list[str], workdir: Path) -> str:
-    """Snakemake's output from its start until its first job starts (onstart has run by then); then it is stopped."""
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir), *argv]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = []
-    try:
-        for line in proc.stdout:
-            lines.append(line)
-            if line.startswith("localrule "):
-                break
-    finally:
-        proc.kill()
-        proc.wait(timeout=60)
-    return "".join(lines)
+def test_a_deployed_study_loads_no_profile(tmp_path, monkeypatch):
+    """snakedeploy copies profiles/ into the user's folder, where Snakemake looks for profiles/default from the
+    working directory: nothing is loaded there either, and `--profile profiles/slurm` keeps its latency-wait."""
+    study = tmp_path / "my-study"
+    shutil.copytree(REPO / "profiles", study / "profiles")
+    shutil.copytree(REPO / "config", study / "config")
+    (study / "workflow").mkdir()
+    (study / "workflow" / "Snakefile").write_text(
+        f'configfile: "config/config.yaml"\n\n\nmodule fedbalance:\n    snakefile:\n        "{REPO}/workflow/Snakefile"\n'
+        "    config:\n        config\n\n\nuse rule * from fedbalance\n")
+    from snakemake.cli import parse_args
 
-
-@pytest.mark.parametrize("form", ["--profile", "--workflow-profile"])
-def test_profile_misuse_warns_at_start(form, tmp_path):
-    """Run for real (the SLURM executor needs no cluster to start; the first job is a local rule):
-    `--profile profiles/slurm` warns and says what it does, `--workflow-profile profiles/slurm` does not."""
-    argv = [form, "profiles/slurm", "--slurm-no-account", "--configfile", str(QUICK), "--", "results/data/mnist.json"]
-    out = _output_until_first_job(argv, tmp_path)
-    assert "localrule prepare_data:" in out, out[-3000:]
-    warning = re.search(r"WARNING: profiles/default is in effect beside the SLURM executor \(latency-wait 5, "
-                        r"resources gpu_slots=2, cores (\d+)\).*each job's outputs get 5 s, not profiles/slurm's "
-                        r"60 s.*no job gets more threads than (\d+).*--workflow-profile profiles/slurm", out)
-    if form == "--profile":
-        assert warning and warning.group(1) == warning.group(2), out[-3000:]
-    else:
-        assert warning is None and "profiles/default" not in out, out[-3000:]
+    monkeypatch.chdir(study)
+    plain = parse_args(["-n"])[1]
+    assert not plain.resources and plain.latency_wait == 5 and plain.cores is None
+    args = parse_args(["--profile", "profiles/slurm", "-n"])[1]
+    assert args.latency_wait == 60 and not args.resources
 
 
 SMOKE = REPO / "tests" / "slurm_smoke.sh"
@@ -169,7 +167,7 @@ def test_smoke_test_names_the_slurm_extra_and_the_venv_form(tmp_path):
 
 
 def _train_resources(out: str) -> list[str]:
-    blocks = re.findall(r"^rule train:\n(.*?)(?:\n\n|\Z)", out, flags=re.S | re.M)
+    blocks = re.findall(r"^rule train:\n((?:[ \t]+.*\n?)*)", out, flags=re.M)  # the job's indented lines
     return [re.search(r"resources: (.*)", b).group(1) for b in blocks]
 
 
@@ -179,13 +177,13 @@ def test_readme_slurm_commands_plan_the_train_jobs(kind, tmp_path):
     """Dry run of the README command on the quick config: a GPU only for device=cuda, the partition's
     memory request is the rule's, every training job is planned."""
     argv = filled(readme_commands()[kind])
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), "-n"]
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "--directory", str(tmp_path), "-n"]
     cmd += argv[:-1] if argv[-1] == "--" else argv
     cmd += ["--configfile", str(QUICK)]  # quick.yaml says device: cpu; the command's --config wins
     r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
-    assert "Using workflow specific profile profiles/slurm" in out and "profiles/default" not in out
+    assert "Using workflow specific profile profiles/slurm" in out and out.count("Using workflow specific profile") == 1
     res = _train_resources(out)
     quick = load_config(QUICK)
     # twins are copied by the local rule reuse, derived jobs written by rule derive

@@ -20,6 +20,7 @@ import pytest
 from conftest import write_job
 
 REPO = Path(__file__).resolve().parents[1]
+SNAKEFILE = REPO / "workflow" / "Snakefile"
 README = REPO / "README.md"
 
 # prefix of a README command -> where it is tested
@@ -33,7 +34,8 @@ COVERED = {
     "snakedeploy deploy-workflow https://github.com/OWNER/fedbalance my-study --tag TAG":
         "test_module::test_snakedeploy_from_a_git_host",
     "cd my-study && snakemake --cores all --configfile config/quick.yaml": "test_module::test_snakedeploy_from_a_git_host",
-    "snakemake --cores all --use-conda --configfile config/config.yaml": "test_full_protocol_command_plans",
+    "snakemake --workflow-profile profiles/local --use-conda --configfile config/config.yaml":
+        "test_full_protocol_command_plans",
     "snakemake --workflow-profile profiles/slurm": "test_profiles::test_readme_slurm_commands_plan_the_train_jobs",
     "snakemake --cores all --configfile config/mnist.yaml": "test_mnist_command_plans",
     "python -m fedbalance cost --config config/config.yaml": "test_cost_command_prints_a_table",
@@ -71,14 +73,17 @@ def test_every_readme_command_is_covered() -> None:
 
 @pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
 def test_full_protocol_command_plans(tmp_path: Path) -> None:
-    """The full-paper command, as a dry run in a scratch directory (--use-conda only where conda exists)."""
-    args = shlex.split(_command("snakemake --cores all --use-conda"))
+    """The full-paper command, as a dry run in a scratch directory (--use-conda only where conda exists): the
+    profile it names, profiles/local, is the only one loaded."""
+    args = shlex.split(_command("snakemake --workflow-profile profiles/local --use-conda"))
     if shutil.which("conda") is None:
         args.remove("--use-conda")
-    r = subprocess.run(args + ["-n", "--quiet", "rules", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path)],
+    r = subprocess.run(args + ["-n", "--quiet", "rules", "-s", str(SNAKEFILE), "--directory", str(tmp_path)],
                        cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    assert re.search(r"^train\s+\d+$", r.stdout + r.stderr, re.M), (r.stdout + r.stderr)[-3000:]
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    assert re.search(r"^train\s+\d+$", out, re.M), out[-3000:]
+    assert re.findall(r"^Using workflow specific profile (\S+)", out, re.M) == ["profiles/local"], out[:3000]
 
 
 @pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
@@ -88,7 +93,7 @@ def test_mnist_command_plans(tmp_path: Path) -> None:
     from fedbalance.reuse import derived
 
     args = shlex.split(_command("snakemake --cores all --configfile config/mnist.yaml"))
-    r = subprocess.run(args + ["-n", "--quiet", "rules", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path)],
+    r = subprocess.run(args + ["-n", "--quiet", "rules", "-s", str(SNAKEFILE), "--directory", str(tmp_path)],
                        cwd=REPO, capture_output=True, text=True, timeout=900)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]

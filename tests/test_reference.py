@@ -22,6 +22,7 @@ from fedbalance.records import Job
 from fedbalance.reference import compare, compare_markdown, reference_jobs, verdict
 
 REPO = Path(__file__).resolve().parents[1]
+SNAKEFILE = REPO / "workflow" / "Snakefile"
 REFERENCE = REPO / "reference" / "mnist"
 MNIST = REPO / "config" / "mnist.yaml"
 
@@ -160,7 +161,7 @@ def test_render_from_the_reference_set(tmp_path: Path) -> None:
     cfg.update(reference_dir=str(ref), results_dir="results_reference")
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
     t0 = time.perf_counter()
-    r = subprocess.run(["snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--cores", "2",
+    r = subprocess.run(["snakemake", "-s", str(SNAKEFILE), "--directory", str(tmp_path), "--cores", "2",
                         "--configfile", str(tmp_path / "c.yaml")], capture_output=True, text=True, timeout=1200)
     print(f"\nrendered {len(metrics)} reference jobs in {time.perf_counter() - t0:.0f} s")
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]

@@ -20,6 +20,7 @@ from fedbalance.jobfolder import JobFolderError
 from fedbalance.reference import ReferenceSetError, render_jobs
 
 REPO = Path(__file__).resolve().parents[1]
+SNAKEFILE = REPO / "workflow" / "Snakefile"
 MNIST = REPO / "config" / "mnist.yaml"
 JOBS = ["losses/mnist/g10/ce/seed0", "losses/mnist/g10/ratio/seed0", "losses/mnist/g50/ce/seed1"]
 
@@ -132,7 +133,7 @@ def test_a_hostile_render_is_refused_before_any_job_and_leaves_the_set_as_it_was
              (["reference_dir=reference", "results_dir=results_reference"], "holds no finished job of this config"),
              (["reference_dir="], "reference_dir: empty (--config reference_dir=)")]
     for extra, words in cases:
-        r = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+        r = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "--directory", str(tmp_path),
                             "--cores", "1", "--configfile", str(MNIST), "--config", *extra],
                            capture_output=True, text=True, timeout=600)
         out = r.stdout + r.stderr

@@ -17,6 +17,7 @@ from fedbalance.config import SCHEMA_PATH, ConfigError, load_config, configured_
 from fedbalance.records import Job
 
 ROOT = Path(__file__).resolve().parents[1]
+SNAKEFILE = ROOT / "workflow" / "Snakefile"
 QUICK = ROOT / "config" / "quick.yaml"
 LR_TEXT = next(line.split(":", 1)[1].strip() for line in QUICK.read_text().splitlines() if line.startswith("  lr:"))
 LR_LINE = f"  lr: {LR_TEXT}\n"  # the quick config's learning-rate line, edited by the tests below
@@ -184,7 +185,7 @@ def _snakemake_dry(tmp: Path, config_text: str) -> subprocess.CompletedProcess:
     path = tmp / "cfg.yaml"
     path.write_text(config_text)
     return subprocess.run(
-        ["snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(tmp / "run"), "-n", "--configfile", str(path)],
+        ["snakemake", "-s", str(SNAKEFILE), "--directory", str(tmp / "run"), "-n", "--configfile", str(path)],
         capture_output=True, text=True, timeout=600,
     )
 
@@ -493,7 +494,7 @@ def test_aggregate_runs_this_checkout_even_with_another_fedbalance_first(tmp_pat
     poison.mkdir(parents=True)
     (poison / "__init__.py").write_text("raise ImportError('another installed copy of fedbalance')\n")
     r = subprocess.run(
-        ["snakemake", "results/aggregate/final.csv", "-s", str(ROOT / "Snakefile"), "--directory", str(run),
+        ["snakemake", "results/aggregate/final.csv", "-s", str(SNAKEFILE), "--directory", str(run),
          "--configfile", str(QUICK), "--cores", "1", "--workflow-profile", "none", "--allowed-rules", "aggregate"],
         capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(poison.parent)},
     )

@@ -134,9 +134,9 @@ def test_torch_free_rules_run_in_the_report_env() -> None:
     """The rules whose scripts import no torch (partition, reuse, from_reference) do not ask for the torch env."""
     blocks = _rule_blocks()
     for rule in ("partition", "reuse", "from_reference", "aggregate", "table", "figure"):
-        assert 'conda:\n        "../../envs/report.yaml"' in blocks[rule], rule
+        assert 'conda:\n        "../envs/report.yaml"' in blocks[rule], rule
     for rule in ("train", "prepare_data"):
-        assert 'conda:\n        "../../envs/torch.yaml"' in blocks[rule], rule
+        assert 'conda:\n        "../envs/torch.yaml"' in blocks[rule], rule
 
 
 def test_job_specs_are_read_through_the_typed_spec() -> None:

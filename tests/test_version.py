@@ -85,15 +85,16 @@ def test_workflow_stops_on_another_release(tmp_path: Path) -> None:
     """A module fetched at a tag that is not the installed library's release stops before planning; the override runs on."""
     wf = tmp_path / "wf"
     subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{REPO}", str(wf)], check=True)
-    shutil.copy2(REPO / "Snakefile", wf / "Snakefile")  # this working tree's check
-    for args in (["add", "Snakefile"], ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty",
-                                        "-m", "t"], ["tag", "v9.9.9"]):
+    shutil.copy2(REPO / "workflow" / "Snakefile", wf / "workflow" / "Snakefile")  # this working tree's check
+    for args in (["add", "workflow/Snakefile"],
+                 ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "t"],
+                 ["tag", "v9.9.9"]):
         _git(*args, cwd=wf)
     study = tmp_path / "study"
     study.mkdir()
     (study / "Snakefile").write_text(
         f'configfile: "{REPO}/config/quick.yaml"\n\n\nmodule fedbalance:\n    snakefile:\n'
-        f'        gitfile("{wf}", path="Snakefile", tag="v9.9.9")\n    config:\n        config\n\n\n'
+        f'        gitfile("{wf}", path="workflow/Snakefile", tag="v9.9.9")\n    config:\n        config\n\n\n'
         "use rule * from fedbalance\n")
     cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1"]
     env = {k: val for k, val in os.environ.items() if k != v.ALLOW_MISMATCH_ENV}

@@ -1,6 +1,6 @@
 """The Snakemake workflow: lint, dry-run plans, config errors before the DAG, and the quick DAG end to end.
 
-Every call runs `snakemake` as a subprocess with `-s <repo>/Snakefile --directory <tmp>`, so nothing is
+Every call runs `snakemake` as a subprocess with `-s <repo>/workflow/Snakefile --directory <tmp>`, so nothing is
 written into the repository (except .snakemake/ by the lint, which git ignores).
 """
 
@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-SNAKEFILE = REPO / "Snakefile"
+SNAKEFILE = REPO / "workflow" / "Snakefile"
 FULL = REPO / "config" / "config.yaml"
 QUICK = REPO / "config" / "quick.yaml"
 QUICK_JOBS = 47  # jobs of config/quick.yaml (README's Quick start says so too)
@@ -100,7 +100,7 @@ def test_dry_run_quick_protocol(tmp_path):
 
 def assert_one_job_per_table_and_figure(counts: dict[str, int]) -> None:
     """Rule table runs once per paper table, rule figure once per figure (spec and registry counted by hand)."""
-    captions = {p.stem for p in (REPO / "report").glob("*.rst")}
+    captions = {p.stem for p in (REPO / "workflow" / "report").glob("*.rst")}
     summaries = {"claims", "paper_tables", "workflow", "Fidelity", "table", "figure"}
     both = {"Monitor_under_imbalance", "Beyond_paper"}  # a table and a figure of the same name
     tables = (captions - summaries - FIGURE_NAMES) | both
@@ -109,7 +109,7 @@ def assert_one_job_per_table_and_figure(counts: dict[str, int]) -> None:
     assert "tables" not in counts and "figures" not in counts
 
 
-# the figures of the paper and ours, as report/ captions them (independent of the registry)
+# the figures of the paper and ours, as workflow/report/ captions them (independent of the registry)
 FIGURE_NAMES = {
     "fig_monitoring", "Res_mismatch", "Sup_empirical_sim", "Sup_empirical_mul", "Sup_client_num_CIFAR10",
     "Sup_client_num_FEMNIST", "Sup_curve_cifar_ratio", "Sup_curve_femnist_ratio", "Sup_curve_cifar_four_losses",

@@ -76,7 +76,8 @@ def release(version: str) -> str:
 def workflow_release_problem(*, src: Path | None, tag: str | None, origin: str) -> str | None:
     """Why the imported library is not the workflow's release, or None when it is (or cannot be told).
 
-    ``src``: the ``src/`` folder beside a local Snakefile (the library there must be the one imported);
+    ``src``: the ``src/`` folder of a local workflow's repository, beside its ``workflow/`` (the library there must be
+    the one imported);
     ``tag``: the tag a module's Snakefile was fetched at (``github(..., tag=...)``, ``gitfile(..., tag=...)``),
     which must name this release. A module fetched at a branch or commit (or a ref that is no version, such as
     ``main``) names no release and is not checked.

@@ -22,7 +22,7 @@ rule aggregate:
     benchmark:
         result("benchmarks", "aggregate.tsv")
     conda:
-        "../../envs/report.yaml"
+        "../envs/report.yaml"
     threads: 1
     resources:
         mem_mb=4000,

@@ -117,8 +117,8 @@ def _uses_gpu():
 
 USE_GPU = _uses_gpu()
 # A GPU training job asks one `gpu` (on SLURM the plugin turns it into --gpus=1) and one of the
-# machine's `gpu_slots`: locally the profile offers N slots per GPU (profiles/default: gpu_slots=2;
-# `--resources gpu_slots=N` overrides) and sets no global `gpu` cap, so N jobs share the GPU;
+# machine's `gpu_slots`: locally `--resources gpu_slots=N` (or profiles/local: gpu_slots=2) offers N slots
+# per GPU, with no global `gpu` cap, so N jobs share the GPU (without either nothing caps them);
 # gpu_slots is scoped "local", so on a cluster it caps one submission, never the workflow.
 TRAIN_GPUS = 1 if USE_GPU else 0
 TRAIN_GPU_SLOTS = 1 if USE_GPU else 0
@@ -178,11 +178,11 @@ def figure_inputs(wildcards):
     return {**{k: TIDY[k] for k in spec.inputs}, "code": code}
 
 
-# report/ beside this file's workflow, not the main Snakefile's (workflow.basedir is the user's folder when this
-# workflow is a module), read through Snakemake's source cache (a module may come from a git host).
-REPORT_DIR = workflow.current_basedir.join("../../report")
+# workflow/report/ beside this file's rules/, not the main Snakefile's (workflow.basedir is the user's folder when
+# this workflow is a module), read through Snakemake's source cache (a module may come from a git host).
+REPORT_DIR = workflow.current_basedir.join("../report")
 
 
 def caption_text(kind):
-    """The caption of table/figure ``name`` (report/<name>.rst), rendered by report/<kind>.rst."""
+    """The caption of table/figure ``name`` (workflow/report/<name>.rst), rendered by workflow/report/<kind>.rst."""
     return lambda wc: Path(workflow.sourcecache.get_path(REPORT_DIR.join(f"{getattr(wc, kind)}.rst"))).read_text()

@@ -25,7 +25,7 @@ rule derive:
     wildcard_constraints:
         derived=_paths(DERIVED),
     conda:
-        "../../envs/torch.yaml"
+        "../envs/torch.yaml"
     threads: TRAIN_THREADS
     params:
         spec=lambda wc: twin_spec(wc.derived),

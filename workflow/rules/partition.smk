@@ -18,7 +18,7 @@ rule partition:
     benchmark:
         result("benchmarks", "partition", "{experiment}", "{dataset}", "{setting}", "seed{seed}.tsv")
     conda:
-        "../../envs/report.yaml"
+        "../envs/report.yaml"
     threads: 1
     resources:
         mem_mb=data_mem_mb,

@@ -1,6 +1,6 @@
 # Stage 5: one job per LaTeX table (+ std, + comparison with the published numbers), one per
 # figure (PDF + PNG), claims.md and paper_tables.tex, every one registered for `snakemake --report`
-# with its caption (report/<name>.rst, through report/table.rst and report/figure.rst) in a category
+# with its caption (workflow/report/<name>.rst, through table.rst and figure.rst there) in a category
 # named after the experiment family it comes from (the table's spec, the figure's registry entry).
 # The library always writes every table and figure: cells whose jobs the config does not run are
 # rendered as '–', so the file lists below do not depend on the config. Each job declares what it
@@ -43,7 +43,7 @@ rule table:
         [
             report(
                 f"{TABLES_DIR}/{{label}}{suffix}",
-                caption="../../report/table.rst",
+                caption="../report/table.rst",
                 category=lambda wildcards: TABLES[wildcards.label].family,
                 subcategory="Tables",
             )
@@ -52,7 +52,7 @@ rule table:
     log:
         result("logs", "tables", "{label}.log"),
     conda:
-        "../../envs/report.yaml"
+        "../envs/report.yaml"
     threads: 1
     resources:
         mem_mb=2000,
@@ -72,7 +72,7 @@ rule figure:
         [
             report(
                 f"{FIGURES_DIR}/{{name}}.{ext}",
-                caption="../../report/figure.rst",
+                caption="../report/figure.rst",
                 category=lambda wildcards: FIGURES[wildcards.name].family,
                 subcategory="Figures",
             )
@@ -81,7 +81,7 @@ rule figure:
     log:
         result("logs", "figures", "{name}.log"),
     conda:
-        "../../envs/report.yaml"
+        "../envs/report.yaml"
     threads: 1
     resources:
         mem_mb=2000,
@@ -101,11 +101,11 @@ rule claims:
         rounds=TIDY["rounds"],
         code=[str(PRESENTATION / "claims.py"), *TABLES_CODE, str(TEMPLATES / "claims.md.j2")],
     output:
-        report(result("claims.md"), caption="../../report/claims.rst", category="summary"),
+        report(result("claims.md"), caption="../report/claims.rst", category="summary"),
     log:
         result("logs", "claims.log"),
     conda:
-        "../../envs/report.yaml"
+        "../envs/report.yaml"
     threads: 1
     resources:
         mem_mb=4000,
@@ -122,11 +122,11 @@ rule paper_tables:
         tables=[f"{TABLES_DIR}/{label}{suffix}" for label in TABLES for suffix in (".tex", "_std.tex", "_vs_paper.tex")],
         code=[*TABLES_CODE, str(TEMPLATES / "paper_tables.tex.j2")],
     output:
-        report(result("paper_tables.tex"), caption="../../report/paper_tables.rst", category="summary"),
+        report(result("paper_tables.tex"), caption="../report/paper_tables.rst", category="summary"),
     log:
         result("logs", "paper_tables.log"),
     conda:
-        "../../envs/report.yaml"
+        "../envs/report.yaml"
     threads: 1
     resources:
         mem_mb=1000,
@@ -145,12 +145,12 @@ rule fidelity:
         rounds=TIDY["rounds"],
         code=[str(PRESENTATION / "fidelity.py"), *TABLES_CODE],
     output:
-        markdown=report(f"{TABLES_DIR}/Fidelity.md", caption="../../report/Fidelity.rst", category="summary"),
+        markdown=report(f"{TABLES_DIR}/Fidelity.md", caption="../report/Fidelity.rst", category="summary"),
         csv=f"{TABLES_DIR}/Fidelity.csv",
     log:
         result("logs", "fidelity.log"),
     conda:
-        "../../envs/report.yaml"
+        "../envs/report.yaml"
     threads: 1
     resources:
         mem_mb=2000,

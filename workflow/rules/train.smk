@@ -16,7 +16,7 @@ rule train:
     benchmark:
         result("benchmarks", "train", "{experiment}", "{dataset}", "{setting}", "{loss}", "seed{seed}.tsv")
     conda:
-        "../../envs/torch.yaml"
+        "../envs/torch.yaml"
     threads: TRAIN_THREADS
     resources:
         gpu=TRAIN_GPUS,
@@ -53,7 +53,7 @@ rule reuse:
         twin=_paths(TWINS),
     localrule: True
     conda:
-        "../../envs/report.yaml"
+        "../envs/report.yaml"
     params:
         spec=lambda wc: twin_spec(wc.twin),
     script:
@@ -73,7 +73,7 @@ rule from_reference:
         ref=_paths(REFERENCE_JOBS),
     localrule: True
     conda:
-        "../../envs/report.yaml"
+        "../envs/report.yaml"
     params:
         spec=lambda wc: twin_spec(wc.ref),
     script:

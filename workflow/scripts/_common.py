@@ -1,10 +1,11 @@
 """Shared by the thin scripts of workflow/scripts/.
 
-Importing this module puts the src/ of the workflow it belongs to (two folders above this file, found
-from its own location, not the working directory) first on sys.path, so `import fedbalance` imports
-that copy and works in any environment, including the `--use-conda` ones (envs/*.yaml hold the
-dependencies, not the project), and from a user's folder that uses the workflow as a module. A
-workflow fetched from a git host has no src/ on disk: the installed fedbalance is used. Snakemake adds
+Importing this module puts the src/ of the workflow it belongs to (the repository's, two folders above this
+file, found from its own location, not the working directory) first on sys.path, so `import fedbalance`
+imports that copy and works in any environment, including the `--use-conda` ones (workflow/envs/*.yaml hold
+the dependencies, not the project), and from a user's folder that uses the workflow as a module. A
+workflow fetched from a git host has no src/ on disk: the fedbalance installed beside Snakemake is used (in a
+`--use-conda` job too: Snakemake's script preamble appends its own sys.path to the job's). Snakemake adds
 this directory (or, for a fetched workflow, the source cache's copy of it) to sys.path before it runs
 a script, hence each script starts with `import _common`.
 """

@@ -28,7 +28,7 @@ COVERED = {
     "pip install -e . && snakemake --cores all --configfile config/quick.yaml": "test_workflow::test_quick_dag_end_to_end",
     "pip install -e '.[test]' && python -m pytest -q": "CI (.ci/run runs exactly this, in a fresh venv)",
     "python -m pytest -q -m slow": "CI (.ci/run runs it after the fast tier) + test_the_two_test_tiers",
-    "python -m pytest -q": "CI (.ci/run runs exactly this, in a fresh venv) + test_the_two_test_tiers",
+    "python -m pytest -q": "CI (.ci/run runs this, with --durations, in a fresh venv) + test_the_two_test_tiers",
     'pip install "fedbalance @ git+https://github.com/OWNER/fedbalance@TAG" snakedeploy':
         "test_non_editable_install_renders_tables (the package, not editable) + test_module (snakedeploy)",
     "snakedeploy deploy-workflow https://github.com/OWNER/fedbalance my-study --tag TAG":

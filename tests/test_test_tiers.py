@@ -40,7 +40,7 @@ def test_the_two_test_tiers() -> None:
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
     assert any(re.match(r"pytest-xdist\b", d) for d in extras)
     ci = (REPO / ".ci" / "run").read_text()
-    assert re.search(r'for args in "" "-m slow"; do', ci) and "python -m pytest -q $args" in ci
+    assert re.search(r'for args in "" "-m slow"; do', ci) and "python -m pytest -q --durations=20 $args" in ci
 
     r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-p", "no:cacheprovider",
                         "-m", "slow"], cwd=REPO, capture_output=True, text=True, timeout=600)

@@ -16,6 +16,8 @@ Reads finished job folders (``--recorded``, seconds: the recorded estimates plus
 * ``acknowledged_round``: per job, the round the job's acknowledgment rule (threshold, consecutive rounds)
   fires on the estimator's estimates from round 0 on, None when it never does.
 
+``--save-replays DIR`` writes each replay as JSON as it finishes; ``--replayed FILE...`` reads such files instead
+of replaying (so replays can run in several processes and be tabulated together).
 ``--reference DIR`` reads the issue's groups of a reference set: ``losses/mnist/g{10,50,100}/{ce,ratio}``.
 Prints one JSON document; ``--markdown`` prints the table instead.
 """
@@ -30,6 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fedbalance.atomic import write_json
 from fedbalance.estimators import REGISTRY
 from fedbalance.jobspec import as_spec
 from fedbalance.monitor import Acknowledger
@@ -102,16 +105,32 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def replay_record(path: Path, estimators: Sequence[str], data_dir: str) -> dict[str, Any]:
+    """A replayed trajectory as ``--save-replays`` writes it: {"trajectory", "estimators", "spec", "rows"}."""
+    traj = load_trajectory(path)
+    rows = replay(traj, estimators, data_dir=data_dir)
+    return {"trajectory": str(path), "estimators": list(estimators), "spec": traj["spec"], "rows": rows}
+
+
 def build_report(folders: Sequence[Path], trajectories: Sequence[Path], estimators: Sequence[str], data_dir: str,
-                 first: int = 1) -> dict[str, Any]:
-    """The groups' measures (``group_summary``) of recorded job folders and replayed trajectories."""
+                 first: int = 1, replayed: Sequence[dict[str, Any]] = (), save: Path | None = None) -> dict[str, Any]:
+    """The groups' measures (``group_summary``) of recorded job folders, replayed trajectories and earlier replays
+    (``replayed``: records of ``replay_record``); each new replay is written to ``save`` as it finishes."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for folder in folders:
         key, entry = job_entry(recorded(folder), json.loads((folder / "metrics.json").read_text())["config"])
         groups[key].append(entry)
-    for path in trajectories:
-        traj = load_trajectory(path)
-        key, entry = job_entry(replay(traj, estimators, data_dir=data_dir), traj["spec"])
+    records = list(replayed)
+    for i, path in enumerate(trajectories):
+        records.append(replay_record(path, estimators, data_dir))
+        if save is not None:
+            save.mkdir(parents=True, exist_ok=True)
+            write_json(records[-1], save / f"{i:03d}-{'-'.join(path.parent.parts[-4:])}.json")
+    for rec in records:
+        missing = [m for m in estimators if est_column(m) not in rec["rows"][0]]
+        if missing:
+            raise SystemExit(f"{rec['trajectory']}: replayed without {missing}; replay it with them or leave them out")
+        key, entry = job_entry(rec["rows"], rec["spec"])
         groups[key].append(entry)
     return {"from_round": first, "goal": {"tv": GOAL_TV, "factor": GOAL_FACTOR},
             "groups": {f"{s}/{loss}": group_summary(jobs, estimators, first) for (s, loss), jobs in groups.items()}}
@@ -122,6 +141,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--recorded", nargs="*", default=[], help="finished job folders")
     ap.add_argument("--reference", default=None, help="a reference set's dataset folder (reads the issue's groups)")
     ap.add_argument("--trajectory", nargs="*", default=[], help="trajectory.pt files to replay")
+    ap.add_argument("--save-replays", default=None, help="write each replay here as JSON, as it finishes")
+    ap.add_argument("--replayed", nargs="*", default=[], help="replays written by --save-replays, read instead of replaying")
     ap.add_argument("--estimators", nargs="+", default=[e for e in ESTIMATORS if e != "simulated"], choices=sorted(REGISTRY))
     ap.add_argument("--data-dir", default="data")
     ap.add_argument("--from-round", type=int, default=1)
@@ -131,9 +152,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.reference:
         root = Path(args.reference)
         folders += sorted(p for s, loss in REFERENCE_GROUPS for p in (root / "losses" / "mnist" / s / loss).glob("seed*"))
-    if not folders and not args.trajectory:
-        ap.error("give --recorded folders, --reference or --trajectory files")
-    report = build_report(folders, [Path(p) for p in args.trajectory], args.estimators, args.data_dir, args.from_round)
+    if not folders and not args.trajectory and not args.replayed:
+        ap.error("give --recorded folders, --reference, --trajectory or --replayed files")
+    replayed = [json.loads(Path(p).read_text()) for p in args.replayed]
+    report = build_report(folders, [Path(p) for p in args.trajectory], args.estimators, args.data_dir, args.from_round,
+                          replayed, None if args.save_replays is None else Path(args.save_replays))
     print(markdown(report) if args.markdown else json.dumps(report, indent=1, default=float))
 
 

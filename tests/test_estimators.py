@@ -162,3 +162,52 @@ def test_track_estimates_computes_history_only() -> None:
     out = track_estimates(track, ["pooled", "shrunk", "released"])
     assert set(out) == {"pooled", "shrunk"}
     torch.testing.assert_close(out["pooled"].counts, pooled_counts(torch.tensor(track.series("released")), [[0, 1]] * 2, [60.0, 40.0]))
+
+
+def test_observer_groups_share_a_required_estimator_by_hand() -> None:
+    from fedbalance.replay import observer_groups
+
+    assert observer_groups(["released", "pooled", "shrunk", "paper"]) == [("released", "pooled", "shrunk"), ("paper",)]
+    assert observer_groups(["rlu_pooled", "rlu", "pooled"]) == [("rlu", "rlu_pooled"), ("pooled",)]
+    assert observer_groups(["shrunk"]) == [("shrunk",)]
+    with pytest.raises(ValueError, match="unknown composition estimator"):
+        observer_groups(["released", "bogus"])
+
+
+def test_a_replay_runs_a_shared_requirement_once_and_gives_each_estimator_its_run_value(tmp_path: Path) -> None:
+    """A per-round estimator counted per call: replaying it with a history estimator that requires it calls it once
+    a round, and both columns equal the replay of each alone."""
+    from fedbalance.jobs import run_job
+    from fedbalance.monitor import pooled_counts
+    from fedbalance.replay import load_trajectory, replay
+    from fedbalance.estimators import _as_estimate, _client_index
+
+    calls = []
+
+    @estimator("counted")
+    def counted(r) -> Estimate:
+        calls.append(1)
+        counts = torch.as_tensor(TOY_SHARE / TOY_SHARE.sum() * sum(r.totals), dtype=torch.float64) + len(calls) % 3
+        return Estimate(counts=counts, kept=torch.ones(10, dtype=torch.long), method="counted", dropped=0)
+
+    @estimator("counted_pooled", history=True, requires=("counted",))
+    def counted_pooled(track: Track) -> Estimate:
+        selected, n = _client_index(track)
+        return _as_estimate(pooled_counts(track.series("counted"), selected, n), "counted_pooled")
+
+    try:
+        torch.set_num_threads(1)
+        run_job(_tiny_spec(["released"], rounds=3), tmp_path, device="cpu", progress=False)
+        traj = load_trajectory(tmp_path / "trajectory.pt")
+        together = replay(traj, ["counted_pooled", "counted"])
+        assert len(calls) == 3
+        calls.clear()
+        alone = replay(traj, ["counted"])
+        calls.clear()
+        pooled_alone = replay(traj, ["counted_pooled"])
+        for a, b, c in zip(together, alone, pooled_alone, strict=True):
+            assert a["est_counted"] == b["est_counted"]
+            assert a["est_counted_pooled"] == c["est_counted_pooled"]
+            assert a["seconds_counted"] == a["seconds_counted_pooled"]
+    finally:
+        del REGISTRY["counted"], REGISTRY["counted_pooled"]

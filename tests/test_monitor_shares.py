@@ -105,3 +105,15 @@ def test_the_bias_solve_with_the_real_clients_residuals_recovers_a_ce_round(tmp_
     row = bias.round_row(replay_setup(traj), traj, 1, [2, 4, 7])
     assert row["tv"]["clients"] < 0.03
     assert row["tv"]["clients"] < row["tv"]["static"]
+
+
+def test_saved_replays_give_the_table_of_the_replay_and_a_missing_estimator_is_refused(job: Path, tmp_path: Path) -> None:
+    bench = _bench()
+    direct = bench.build_report([], [job / "trajectory.pt"], ["released", "nnls"], "data", save=tmp_path / "saved")
+    (saved,) = sorted((tmp_path / "saved").glob("*.json"))
+    record = json.loads(saved.read_text())
+    assert record["estimators"] == ["released", "nnls"] and record["trajectory"] == str(job / "trajectory.pt")
+    again = bench.build_report([], [], ["released", "nnls"], "data", replayed=[record])
+    assert json.dumps(again, default=float) == json.dumps(direct, default=float)
+    with pytest.raises(SystemExit, match=r"replayed without \['paper'\]"):
+        bench.build_report([], [], ["released", "paper"], "data", replayed=[record])

@@ -17,7 +17,7 @@ import torch
 
 from fedbalance.jobspec import JobSpec, as_spec
 from fedbalance.data import Dataset, load_dataset
-from fedbalance.estimators import REGISTRY, Observer, Track
+from fedbalance.estimators import REGISTRY, Observer, Track, plan
 from fedbalance.fl import TAG_MONITOR, build_monitor, client_keys, select_clients, sgd_config, torch_generator
 from fedbalance.jobfolder import read_metrics, round_records
 from fedbalance.jobs import auxiliary_data, build_partitions
@@ -57,6 +57,24 @@ def replay_setup(
     return spec, ds, parts, model, build_monitor(spec, aux_x, aux_y, ds.num_classes, sgd_config(spec))
 
 
+def observer_groups(estimators: Sequence[str]) -> list[tuple[str, ...]]:
+    """``estimators`` split into the groups one ``Observer`` each runs in a replay: a history estimator joins the
+    group of the listed per-round estimator it requires (so ``rlu`` runs once for ``rlu`` and ``rlu_pooled``);
+    every other estimator is a group of its own. Each estimator is in exactly one group; ValueError (``plan``) on
+    an unknown name."""
+    plan(estimators)
+    groups: dict[str, list[str]] = {m: [m] for m in estimators if not REGISTRY[m].history}
+    for m in estimators:
+        requires = REGISTRY[m].requires
+        if not REGISTRY[m].history:
+            continue
+        if len(requires) == 1 and requires[0] in groups:
+            groups[requires[0]].append(m)
+        else:
+            groups[m] = [m]
+    return [tuple(g) for g in groups.values()]
+
+
 def replay(
     trajectory: dict[str, Any],
     estimators: Sequence[str],
@@ -68,15 +86,16 @@ def replay(
     measures beside CS (``add_measures``).
 
     The monitor runs with the job's own settings (optimiser, aux data, seeds) and ``estimators``
-    (any registered in ``fedbalance.estimators``), through the ``Observer`` the run uses; a history
-    estimator's seconds include those of the per-round estimators it requires.
+    (any registered in ``fedbalance.estimators``), through the ``Observer`` the run uses, one per group of
+    ``observer_groups``: a history estimator listed with the per-round estimator it requires shares its
+    computation, and the group's seconds are each member's (a history estimator's include its requirement's).
     """
     spec, ds, parts, model, monitor = replay_setup(trajectory, dataset=dataset, data_dir=data_dir)
     q = ds.num_classes
     rounds = trajectory["rounds"]
     nxt = [r["model"] for r in rounds[1:]] + [trajectory["final"]]
     num_clients, k, seed = parts["main"].num_clients, spec.required("clients_per_round"), spec.seed
-    observers = {m: Observer(monitor, (m,)) for m in estimators}
+    observers = {group: Observer(monitor, group) for group in observer_groups(estimators)}
     rows = []
     for r, state_t1, true in zip(rounds, nxt, trajectory["true_composition"], strict=True):
         t = int(r["round"])
@@ -87,13 +106,15 @@ def replay(
         dW = monitor.updates(model, gen)
         after_dW = gen.get_state()  # each estimator draws from where the run's would (after dW)
         clients = client_keys(spec, t, select_clients(spec.required("selection"), num_clients, k, seed, t))
-        for m, obs in observers.items():
+        for group, obs in observers.items():
             start = time.perf_counter()
             gen.set_state(after_dW)
-            est = obs.observe(model, state_t1, r["totals"], gen, clients=clients, dW=dW)["estimates"][m]
-            row[f"seconds_{m}"] = time.perf_counter() - start
-            row[est_column(m)] = [float(v) for v in est.counts]
-            row[cs_column(m)] = cosine_similarity(est.counts, truth)
+            found = obs.observe(model, state_t1, r["totals"], gen, clients=clients, dW=dW)["estimates"]
+            seconds = time.perf_counter() - start
+            for m in group:
+                row[f"seconds_{m}"] = seconds
+                row[est_column(m)] = [float(v) for v in found[m].counts]
+                row[cs_column(m)] = cosine_similarity(found[m].counts, truth)
         rows.append(add_measures(row, truth.tolist()))
     return rows
 

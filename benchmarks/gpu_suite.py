@@ -130,6 +130,8 @@ def _parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--throughput-rounds", type=int, default=None, help="rounds of each throughput job (default 3; --smoke: 1)")
     p.add_argument("--mps", action="store_true", help="throughput again under NVIDIA MPS (the control daemon started for it, "
                    "then quit)")
+    p.add_argument("--capture", action="store_true", help="the round section also times the captured step (vectorised.run_captured) "
+                   "and checks it against the eager one; the throughput section's jobs run with --capture")
     p.add_argument("--assume-free-gib", type=float, default=78.0, help="free memory of the assumed 80 GB H100 in the memory section")
     p.add_argument("--budget-s", type=float, default=None, help="start nothing after this many seconds (default 420; --smoke: none)")
     p.add_argument("--out", type=Path, default=None, help="also write the JSON here, after every measurement")
@@ -317,20 +319,22 @@ def section_round(args: argparse.Namespace, device: torch.device, report: Report
         for loss_name in ("ce", "ratio"):
             loss_fn = get_loss(loss_name, q, **({"weight": torch.linspace(1.0, 1.5, q)} if loss_name == "ratio" else {})).to(device)
             results: dict[str, dict[str, Any]] = {}
-            for path in ("sequential", "vectorised"):
+            for variant in ("sequential", "vectorised", *(["captured"] if args.capture else [])):
+                path = "sequential" if variant == "sequential" else "vectorised"
                 row: dict[str, Any] = {"model": name, "shape": shape_name, "classes": q, "image": list(size), "loss": loss_name,
-                                       "path": path, "epochs": epochs, **s}
+                                       "path": path, "capture": variant == "captured", "epochs": epochs, **s}
                 out["rows"].append(row)
                 if not report.time_left():
                     row["skipped"] = "time budget"
                     continue
                 try:
-                    plan = job_plan(device, args.precision)
+                    plan = job_plan(device, args.precision, variant == "captured")
                     monitor = Observer(Monitor(aux_x, aux_y, q, cfg, path=path), METHODS) if loss_name == "ratio" else None
                     # warm-up (kernels, lazy imports): a one-batch round, with a one-epoch monitor for Ratio Loss
                     warm_monitor = Observer(Monitor(aux_x, aux_y, q, warm_cfg, path=path), METHODS) if monitor is not None else None
                     warm = [(x[: s["batch_size"]], y[: s["batch_size"]]) for x, y in clients[:2]]
-                    _round(model, loss_fn, warm, warm_monitor, warm_cfg, path, args.seed, device, job_plan(device, args.precision))
+                    _round(model, loss_fn, warm, warm_monitor, warm_cfg, path, args.seed, device,
+                           job_plan(device, args.precision, variant == "captured"))
                     t_est = time.perf_counter()
                     if path == "vectorised":  # the chunks (a job chooses them once, at its first round), outside the timing
                         plan.chunk_size(model, clients, loss_fn, cfg)
@@ -346,7 +350,7 @@ def section_round(args: argparse.Namespace, device: torch.device, report: Report
                         torch.cuda.empty_cache()
                     report.save()
                     continue
-                results[path] = res
+                results[variant] = res
                 total = res["clients_s"] + res["monitor_s"]
                 clients_s, monitor_s = round(res["clients_s"], 4), round(res["monitor_s"], 4)
                 row.update(
@@ -366,7 +370,10 @@ def section_round(args: argparse.Namespace, device: torch.device, report: Report
             try:
                 aux_one = (aux_x, aux_y) if loss_name == "ratio" else None
                 exact = _exact(name, model, loss_fn, clients, aux_one, q, s["batch_size"], args.seed, device)
-                check.update(_check(name, loss_name, exact, results if len(results) == 2 else None))
+                paths = ("sequential", "vectorised")
+                check.update(_check(name, loss_name, exact, {p: results[p] for p in paths} if set(paths) <= set(results) else None))
+                if {"vectorised", "captured"} <= set(results):
+                    check["captured_vs_eager"] = _diffs(results["vectorised"], results["captured"], relative=True)
             except Exception as err:  # noqa: BLE001 - recorded, the suite goes on
                 check.update(error=_error(err), agree=False)
             report.save()
@@ -495,10 +502,11 @@ def job_config(args: argparse.Namespace, tmp: Path, rounds: int | None) -> tuple
     return path, data
 
 
-def _train_cmd(config: Path, out: Path, seed: int, device: str, threads: int) -> list[str]:
+def _train_cmd(config: Path, out: Path, seed: int, device: str, threads: int, capture: bool = False) -> list[str]:
     experiment, dataset, setting, loss = JOB
     return [sys.executable, "-m", "fedbalance", "train", "--config", str(config), "--experiment", experiment, "--dataset", dataset,
-            "--setting", setting, "--loss", loss, "--seed", str(seed), "--out", str(out), "--device", device, "--threads", str(threads)]
+            "--setting", setting, "--loss", loss, "--seed", str(seed), "--out", str(out), "--device", device, "--threads", str(threads),
+            *(["--capture"] if capture else [])]
 
 
 def _env() -> dict[str, str]:
@@ -608,12 +616,12 @@ def section_throughput(args: argparse.Namespace, device: torch.device, report: R
                 procs = []
                 for k, (o, log) in enumerate(zip(outs, logs)):
                     with log.open("w") as fh:
-                        procs.append(subprocess.Popen(_train_cmd(config, o, k, device.type, threads), env={**_env(), **mps_env},
+                        procs.append(subprocess.Popen(_train_cmd(config, o, k, device.type, threads, args.capture), env={**_env(), **mps_env},
                                                       cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT))
                 codes = [p.wait() for p in procs]
                 wall = time.perf_counter() - t0
                 errors = [log.read_text()[-500:] for code, log in zip(codes, logs) if code != 0]
-                rows.append({"sharing": mode, **_throughput_row(n, threads, wall, outs, errors, full_rounds)})
+                rows.append({"sharing": mode, "capture": args.capture, **_throughput_row(n, threads, wall, outs, errors, full_rounds)})
                 base = next((r.get("jobs_per_hour") for r in rows if r["jobs"] == 1 and r["sharing"] == mode), None)
                 for r in rows:
                     if "jobs_per_hour" in r and r["sharing"] == mode:

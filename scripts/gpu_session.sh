@@ -9,7 +9,8 @@
 # of everything, the archive included. WORKERS: reference jobs at once. SUITE_S: the suite's budget
 # (0 skips it). JOBSPEC: experiment:settings:losses:seeds, as `scripts/reference_jobs.py run --jobs`.
 # DEVICE (default cuda) and CONFIG (default config/mnist.yaml) override the jobs' device and config, RUNS
-# (default /tmp/refruns) the folder the jobs run in.
+# (default /tmp/refruns) the folder the jobs run in; CAPTURE=1 trains the jobs with the captured step (the
+# suite's round section times it beside the eager step either way).
 # MNIST comes from data/MNIST/raw or, gzipped, from data/mnist-gz (a machine without network).
 set -u
 out=$1 commit=$2 window=$3 workers=$4 suite=$5
@@ -26,7 +27,7 @@ done
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1
 python3 -c "import torch, sys; print(sys.version, torch.__version__, torch.version.cuda, torch.cuda.get_device_name())" >"$out/versions.txt" 2>&1
 if [ "$suite" != 0 ]; then
-  timeout $((suite + 60)) python3 benchmarks/gpu_suite.py --sections memory,round,centralised --budget-s "$suite" \
+  timeout $((suite + 60)) python3 benchmarks/gpu_suite.py --sections memory,round,centralised --capture --budget-s "$suite" \
     --out "$out/gpu_suite.json" >"$out/gpu_suite.log" 2>&1
   echo "suite rc=$? after $(($(date +%s) - start)) s"
 fi
@@ -37,7 +38,7 @@ echo "jobs: $left s, $workers at once"
 (while sleep 20; do nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader; done) >"$out/gpu_util.txt" 2>&1 &
 watch=$!
 python3 scripts/reference_jobs.py run --checkout . --commit "$commit" --out "$runs" --device "${DEVICE:-cuda}" --config "${CONFIG:-config/mnist.yaml}" \
-  --workers "$workers" --deadline-s "$left" "${specs[@]}" >"$out/runner.log" 2>&1
+  --workers "$workers" --deadline-s "$left" ${CAPTURE:+--capture} "${specs[@]}" >"$out/runner.log" 2>&1
 kill $watch 2>/dev/null
 tar czf "$out/refruns.tgz" -C "$runs" --exclude='*.pt.tmp' --exclude='trajectory*' --exclude='.lock' .
 echo "done after $(($(date +%s) - start)) s"; tail -n 40 "$out/runner.log"

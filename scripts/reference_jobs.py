@@ -232,7 +232,7 @@ def run_one(args: argparse.Namespace, job: tuple[str, str, str, str, int], windo
         "--out", str(out.resolve()), "--threads", "1",
     ]
     if source is None:
-        cmd += ["--device", args.device]
+        cmd += ["--device", args.device, *(["--capture"] if args.capture else [])]
     else:
         src = job_dir(args.out, source)
         if not (src / METRICS).is_file():
@@ -584,6 +584,7 @@ def main() -> int:
     run.add_argument("--deadline-s", type=float, default=None, help="start no job that would not end within this many "
                      "seconds (the median finished job's time); stop running ones then, keeping their checkpoints")
     run.add_argument("--commit", default=None, help="the commit of --checkout when it is a copy without git")
+    run.add_argument("--capture", action="store_true", help="train with the captured step (fedbalance train --capture)")
     run.set_defaults(func=cmd_run)
     col = sub.add_parser("collect")
     col.add_argument("--out", type=path, required=True)

@@ -192,3 +192,18 @@ def test_trajectory_replays_the_monitor_inputs(quick, tmp_path):
     key = next(iter(traj["final"]))
     assert not torch.equal(traj["rounds"][0]["model"][key], traj["rounds"][1]["model"][key])
     assert metrics["rounds"] == spec["rounds"]
+
+
+def test_a_captured_job_is_the_eager_job_and_says_so(quick, tmp_path):
+    """``capture=True`` on the vectorised path: the same rows and final numbers (the CPU runs the same kernels),
+    ``"capture": true`` in metrics.json; without it metrics.json has no such key. A bad value is refused first."""
+    spec = tiny(quick, path="vectorised")
+    eager = run_job(spec, tmp_path / "eager", device="cpu", progress=False)
+    captured = run_job(spec, tmp_path / "captured", device="cpu", progress=False, capture=True)
+    assert "capture" not in eager and captured["capture"] is True
+    assert captured["final"] == eager["final"] and captured["monitor"] == eager["monitor"]
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]  # noqa: E731
+    assert strip(_rows(tmp_path / "captured")) == strip(_rows(tmp_path / "eager"))
+    with pytest.raises(JobError, match="capture must be true or false"):
+        run_job(spec, tmp_path / "bad", device="cpu", progress=False, capture="yes")
+    assert not [p for p in (tmp_path / "bad").iterdir() if p.name != ".lock"]  # nothing written but the lock

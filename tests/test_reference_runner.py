@@ -112,13 +112,13 @@ def test_status_counts_seeds_commits_and_minutes_per_device(tmp_path: Path) -> N
 
 
 def test_gpu_session_script_runs_jobs_until_its_window_closes_and_archives_them(tmp_path: Path) -> None:
-    """scripts/gpu_session.sh on the CPU (DEVICE=cpu, config/quick.yaml, no suite): the finished job comes back in the
-    archive with its provenance; a job that the window cannot hold is not started."""
+    """scripts/gpu_session.sh on the CPU (DEVICE=cpu, config/quick.yaml, no suite, CAPTURE=1): the finished job comes
+    back in the archive with its provenance (trained with --capture); a job that the window cannot hold is not started."""
     import os
     import subprocess
     import tarfile
 
-    env = {**os.environ, "DEVICE": "cpu", "CONFIG": "config/quick.yaml", "RUNS": str(tmp_path / "runs")}
+    env = {**os.environ, "DEVICE": "cpu", "CONFIG": "config/quick.yaml", "RUNS": str(tmp_path / "runs"), "CAPTURE": "1"}
     out = tmp_path / "out"
     proc = subprocess.run(["bash", "scripts/gpu_session.sh", str(out), "abc1234", "600", "1", "0", "monitor:default:ce:0,1"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
@@ -127,7 +127,7 @@ def test_gpu_session_script_runs_jobs_until_its_window_closes_and_archives_them(
         names = set(tar.getnames())
         prov = json.load(tar.extractfile("./monitor/mnist/default/ce/seed0/provenance.json"))
     assert {"./monitor/mnist/default/ce/seed0/metrics.json", "./monitor/mnist/default/ce/seed0/rounds.csv"} <= names
-    assert prov["commit"] == "abc1234" and prov["runtime"]["device"] == "cpu" and "--device cpu" in prov["command"]
+    assert prov["commit"] == "abc1234" and prov["runtime"]["device"] == "cpu" and "--device cpu --capture" in prov["command"]
     assert "./monitor/mnist/default/ce/seed1/metrics.json" in names  # 600 s hold both quick jobs
     assert not any(n.endswith("trajectory.pt") or n.endswith(".lock") for n in names)
     assert "2 jobs to train, 0 to derive from their trajectories, 1 workers" in (out / "runner.log").read_text()

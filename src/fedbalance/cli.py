@@ -87,6 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
         "the numbers depend on it)",
     )
     train.add_argument(
+        "--capture",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="vectorised path: capture each chunk's batched step once and replay it (a CUDA graph on CUDA; "
+        "default: the config's capture)",
+    )
+    train.add_argument(
         "--threads",
         type=int,
         default=None,
@@ -235,6 +242,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         device=device,
         deterministic=cfg["deterministic"] if args.deterministic is None else args.deterministic,
         precision=cfg["precision"] if args.precision is None else args.precision,
+        capture=cfg["capture"] if args.capture is None else args.capture,
         download=bool(cfg["download"]),
         partitions=parts,
     )

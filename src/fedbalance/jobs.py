@@ -394,6 +394,7 @@ def _job_metrics(
         "deterministic": rt["deterministic"],
         "precision": rt["precision"],
         "chunking": plan.record() if plan.memory_budget is not None and path == "vectorised" else None,
+        **({"capture": True} if plan.capture and path == "vectorised" else {}),
         "wall_time_s": wall_time(),
         "rounds": len(state.rows),
     }
@@ -420,6 +421,7 @@ def run_job(
     device: str = "auto",
     deterministic: bool = False,
     precision: str = "fp32",
+    capture: bool = False,
     download: bool = False,
     partitions: Mapping[str, Partition] | None = None,
     progress: bool | None = None,
@@ -430,7 +432,8 @@ def run_job(
     The job holds ``out_dir/.lock`` while it runs (JobError if another job holds it). It runs under
     its ``deterministic`` setting and ``precision`` policy (``sgd.precision``: fp32 = TF32 off), both
     restored afterwards; on CUDA the vectorised path trains in chunks that fit the free memory
-    (``train.CopyPlan``).
+    (``train.CopyPlan``). ``capture``: the vectorised path's step captured once per chunk and replayed (a CUDA
+    graph on CUDA; ``vectorised.run_captured``), recorded as ``"capture": true`` in metrics.json.
 
     ``partitions``: as loaded from a partition file written by the workflow, else built from the
     spec. ``progress``: a tqdm bar over rounds; None: the bar when stderr is a terminal, else one
@@ -442,6 +445,8 @@ def run_job(
     dev = resolve_device(device)
     if precision not in PRECISIONS:
         raise JobError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if not isinstance(capture, bool):
+        raise JobError(f"capture must be true or false, got {capture!r}")
     spec = as_spec(spec)
     spec = spec.with_path(resolve_path(spec.path, dev))
     with deterministic_kernels(dev, deterministic), precision_policy(precision):
@@ -453,7 +458,7 @@ def run_job(
         fp, rt = fingerprint(spec, parts), runtime(dev, deterministic, precision)
         _remove_stale_temporaries(out)
         state, chunks = _load_checkpoint(out / CHECKPOINT, fp, rt)
-        plan = job_plan(dev, precision)
+        plan = job_plan(dev, precision, capture)
         plan.chunks.update(chunks)
         checkpoint = _Checkpointer(spec, out / CHECKPOINT, fp, rt, state, progress, on_round, start, plan)
         runner = run_centralised if spec.mode == "centralised" else run_fedavg

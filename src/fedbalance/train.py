@@ -35,7 +35,8 @@ from fedbalance.sgd import (  # noqa: F401  (re-exported: the training API in on
 @dataclass
 class CopyPlan:
     """How ``train_copies`` runs: ``precision`` (``sgd.PRECISIONS``) on both paths and, on the
-    vectorised one, ``memory_budget`` bytes per call (None: all copies in one vmap call, as on the CPU).
+    vectorised one, ``memory_budget`` bytes per call (None: all copies in one vmap call, as on the CPU) and
+    ``capture`` (each chunk's step captured once and replayed: ``vectorised.run_captured``).
 
     ``chunks`` records the chunk size chosen for each call shape ("<copies>x<batch>"), the first
     time that shape is seen; later calls of the shape reuse it, so a job keeps its chunks (a resume
@@ -44,6 +45,7 @@ class CopyPlan:
 
     precision: str = "fp32"
     memory_budget: int | None = None
+    capture: bool = False
     chunks: dict[str, int] = field(default_factory=dict)
     estimates: dict[str, dict[str, float]] = field(default_factory=dict)
 
@@ -90,13 +92,14 @@ def copy_plan(plan: CopyPlan) -> Iterator[CopyPlan]:
         _PLAN.pop()
 
 
-def job_plan(device: torch.device, precision: str = "fp32") -> CopyPlan:
-    """A job's plan: ``precision`` and, on CUDA, the budget of the memory free now (``vectorised.memory_budget``)."""
+def job_plan(device: torch.device, precision: str = "fp32", capture: bool = False) -> CopyPlan:
+    """A job's plan: ``precision``, ``capture`` and, on CUDA, the budget of the memory free now
+    (``vectorised.memory_budget``)."""
     if device.type != "cuda":
-        return CopyPlan(precision=precision)
+        return CopyPlan(precision=precision, capture=capture)
     from fedbalance.vectorised import memory_budget
 
-    return CopyPlan(precision=precision, memory_budget=memory_budget(device))
+    return CopyPlan(precision=precision, memory_budget=memory_budget(device), capture=capture)
 
 
 _DEFAULT: dict[str, CopyPlan] = {}
@@ -138,7 +141,8 @@ def train_copies(
     if path == "vectorised":
         from fedbalance.vectorised import VectorisedOptions, train_copies_vectorised
 
-        options = VectorisedOptions(chunk_size=plan.chunk_size(model, datasets, loss_fn, cfg), allow_tf32=plan.precision == "tf32")
+        options = VectorisedOptions(chunk_size=plan.chunk_size(model, datasets, loss_fn, cfg), allow_tf32=plan.precision == "tf32",
+                                    capture=plan.capture)
         return train_copies_vectorised(model, datasets, loss_fn, cfg, generators, options)
     start = {k: v.detach().clone() for k, v in model.state_dict().items()}
     states, losses = [], []

@@ -44,6 +44,9 @@ class VectorisedOptions:
     ``allow_tf32``: the round's precision policy (``sgd.precision``): TF32 matmuls and cuDNN when
     True (changes numbers; CUDA only), strict fp32 (TF32 off) when False.
     ``compile``: ``torch.compile`` the batched step (same maths; compile time on first use).
+    ``capture``: run each chunk's steps as one captured step replayed (``run_captured``): a CUDA graph on CUDA,
+    the same static-buffer step eagerly elsewhere; the round's schedules and masks stay on the device (same maths:
+    batch norm always takes its masked form).
     """
 
     chunk_size: int | None = None
@@ -51,6 +54,7 @@ class VectorisedOptions:
     autocast_bf16: bool = False
     allow_tf32: bool = False
     compile: bool = False
+    capture: bool = False
 
 
 class _Context:
@@ -303,6 +307,78 @@ def _stacked(tensors: dict[str, torch.Tensor], names: list[str], copies: int) ->
     return {k: tensors[k].detach().unsqueeze(0).repeat(copies, *[1] * tensors[k].dim()) for k in names}
 
 
+@dataclass
+class ChunkInputs:
+    """A chunk's round on the device: the padded data xs [K, N, ...], ys [K, N], its schedule idx [S, C, B], sample
+    mask [S, C, B] and active flags [S, C], the copies' label counts [C, ...] and their rows in xs ([C, 1])."""
+
+    xs: torch.Tensor
+    ys: torch.Tensor
+    idx: torch.Tensor
+    mask: torch.Tensor
+    active: torch.Tensor
+    counts: torch.Tensor
+    rows: torch.Tensor
+
+
+def step_counter(device: torch.device) -> torch.Tensor:
+    """The captured step's index into the round's schedule: a one-element tensor on the device, advanced in place."""
+    return torch.zeros(1, dtype=torch.long, device=device)
+
+
+CAPTURE_WARMUP = 3
+"""Steps run eagerly (on a side stream) before a CUDA graph is captured, as CUDA graph capture asks."""
+
+
+def run_captured(
+    setup: _Setup,
+    params: dict[str, torch.Tensor],
+    buffers: dict[str, torch.Tensor],
+    momenta: dict[str, torch.Tensor],
+    total: torch.Tensor,
+    chunk: ChunkInputs,
+    steps: int,
+) -> None:
+    """``steps`` batched SGD steps of a chunk, updating ``params``, ``buffers``, ``momenta`` and ``total`` in place.
+
+    One step reads its batch through a step counter on the device (no host work between steps) and writes the
+    step's results into the same tensors, so every step is the same launch sequence on the same memory: on CUDA it
+    is captured once as a CUDA graph after ``CAPTURE_WARMUP`` eager steps and replayed; elsewhere it runs eagerly.
+    Batch norm takes its masked form in every step (the eager loop switches to torch's on full batches).
+    """
+    device = chunk.xs.device
+    counter = step_counter(device)
+    setup.ctx.full = False
+
+    def step() -> None:
+        sel = chunk.idx.index_select(0, counter)[0]
+        new_p, new_b, new_m, loss = setup.step(
+            params, buffers, momenta, chunk.xs[chunk.rows, sel], chunk.ys[chunk.rows, sel],
+            chunk.mask.index_select(0, counter)[0], chunk.active.index_select(0, counter)[0], chunk.counts,
+        )
+        for held, new in ((params, new_p), (buffers, new_b), (momenta, new_m)):
+            for k, v in new.items():
+                held[k].copy_(v)
+        total.add_(loss)
+        counter.add_(1)
+
+    if device.type != "cuda" or steps <= CAPTURE_WARMUP:
+        for _ in range(steps):
+            step()
+        return
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(CAPTURE_WARMUP):
+            step()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for _ in range(steps - CAPTURE_WARMUP):
+        graph.replay()
+
+
 def train_copies_vectorised(
     model: nn.Module,
     datasets: list[tuple[torch.Tensor, torch.Tensor]],
@@ -347,7 +423,10 @@ def train_copies_vectorised(
             momenta = {k: torch.zeros_like(v) for k, v in params.items()} if cfg.momentum != 0 else {}
             total = torch.zeros(c, device=device)
             rows = torch.arange(lo, hi, device=device).unsqueeze(1)
-            for s in range(max(n_steps[lo:hi])):
+            if options.capture:
+                chunk_inputs = ChunkInputs(xs, ys, idx[:, lo:hi], mask[:, lo:hi], active[:, lo:hi], counts[lo:hi], rows)
+                run_captured(setup, params, buffers, momenta, total, chunk_inputs, max(n_steps[lo:hi]))
+            for s in range(0 if options.capture else max(n_steps[lo:hi])):
                 sel = idx[s, lo:hi]
                 setup.ctx.full = all(full[s][lo:hi])
                 params, buffers, momenta, loss = setup.step(

@@ -29,6 +29,7 @@ rule train:
         device=config["device"],
         deterministic=config["deterministic"],
         precision=config["precision"],
+        capture=config["capture"],
         threads=TRAIN_THREADS,
     script:
         "../scripts/train.py"

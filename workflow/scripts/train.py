@@ -25,6 +25,7 @@ with _common.logged(smk):
         device=smk.params.device,
         deterministic=smk.params.deterministic,
         precision=smk.params.precision,
+        capture=smk.params.capture,
         partitions=load_partitions(smk.input.partition),
     )
     for name in ("metrics", "rounds"):

@@ -42,7 +42,7 @@ from fedbalance.models import build_model
 from fedbalance.monitor import Monitor, simulated_updates
 from fedbalance.sgd import PRECISIONS, local_sgd, precision
 from fedbalance.train import CopyPlan, SGDConfig, copy_plan, train_copies
-from fedbalance.vectorised import make_masked_loss, takes_client_counts
+from fedbalance.vectorised import VectorisedOptions, make_masked_loss, takes_client_counts, train_copies_vectorised
 
 ROOT = Path(__file__).resolve().parents[1]
 DEVICE = torch.device("lazy", 0)
@@ -303,6 +303,29 @@ def test_sequential_sgd_moves_the_schedule_once(epochs: int) -> None:
         traffic.reset()
         local_sgd(model, x, y, _loss("ce").to(DEVICE), SGDConfig(lr=0.05, batch_size=8, epochs=epochs), torch.Generator().manual_seed(0))
         assert (traffic.h2d, traffic.syncs) == (1, 1), (traffic.h2d, traffic.syncs, 5 * epochs, "steps")
+
+
+def _captured_round(device: torch.device | str, epochs: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    model = _model().to(device)
+    x, y = _data(45, seed=1)
+    x, y = x.to(device), y.to(device)
+    sets = [(x[:20], y[:20]), (x[20:33], y[20:33]), (x[33:], y[33:])]
+    gens = [torch.Generator().manual_seed(k) for k in range(3)]
+    cfg = SGDConfig(lr=0.05, batch_size=8, epochs=epochs, momentum=0.9)
+    return train_copies_vectorised(model, sets, _loss("ratio").to(device), cfg, gens, VectorisedOptions(capture=True))
+
+
+def test_the_captured_round_runs_on_the_device_with_no_traffic_per_step() -> None:
+    """The captured step on the stand-in device: the CPU's numbers, and the same host<->device traffic whatever the
+    number of steps (the schedule, masks and step counter live on the device; nothing goes to the host per step)."""
+    traffic_of = []
+    for epochs in (1, 3):
+        cpu_states, cpu_losses = _captured_round("cpu", epochs)
+        with on_device() as traffic:
+            states, losses = _captured_round(DEVICE, epochs)
+            traffic_of.append((traffic.h2d, traffic.syncs))
+        assert all(torch.equal(host(states[k]), cpu_states[k]) for k in states) and torch.equal(losses, cpu_losses)
+    assert traffic_of[0] == traffic_of[1], traffic_of
 
 
 def test_simulated_client_moves_its_batches_once() -> None:

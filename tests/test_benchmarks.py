@@ -123,7 +123,8 @@ def test_job_and_throughput(smoke):
         assert r["jobs_per_hour"] == pytest.approx(r["completed"] / r["wall_s"] * 3600, rel=1e-3)
         # extrapolated to the config's rounds of the job (quick.yaml's losses family: 16)
         assert r["full_rounds"] == 16
-        assert r["full_job_s"] == pytest.approx(r["startup_s"] + 16 * r["round_s"], abs=0.02)
+        assert r["first_round_s"] == r["round_s"]  # one round each: it is the first
+        assert r["full_job_s"] == pytest.approx(r["startup_s"] + r["first_round_s"] + 15 * r["round_s"], abs=0.02)
         assert r["full_jobs_per_hour"] == pytest.approx(r["jobs"] * 3600 / r["full_job_s"], rel=1e-2)
         assert 0 < r["round_s"] <= r["wall_s"]
     assert tp["rows"][0]["speedup_vs_1"] == 1.0

@@ -32,6 +32,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from fedbalance.atomic import write_json
 from fedbalance.estimators import REGISTRY
 from fedbalance.jobspec import as_spec
@@ -147,7 +149,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--data-dir", default="data")
     ap.add_argument("--from-round", type=int, default=1)
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads of the replays (default 1, as the jobs)")
     args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
     folders = [Path(f) for f in args.recorded]
     if args.reference:
         root = Path(args.reference)

@@ -52,7 +52,7 @@ def checkout(tmp_path: Path) -> Path:
 
 def _args(checkout: Path, out: Path, workers: int = 1) -> argparse.Namespace:
     return argparse.Namespace(checkout=checkout, out=out, config="config/mnist.yaml", dataset="mnist",
-                              workers=workers, device="cuda", commit="abc1234", deadline_s=None)
+                              workers=workers, device="cuda", commit="abc1234", deadline_s=None, capture=False)
 
 
 def test_jobs_run_with_the_given_commit_and_record_it(checkout: Path, tmp_path: Path, monkeypatch) -> None:

@@ -1,4 +1,4 @@
-"""``python -m fedbalance`` / ``fedbalance``: run one job, write a partition, prepare data, list jobs, estimate the cost.
+"""``python -m fedbalance`` / ``fedbalance``: run one job or a pack of jobs, write a partition, prepare data, list jobs, estimate the cost.
 
 Every subcommand reads the study configuration (``--config``, e.g. config/quick.yaml). Bad
 arguments or configuration (unknown experiment, dataset, setting or loss, missing files, invalid
@@ -101,6 +101,28 @@ def build_parser() -> argparse.ArgumentParser:
         "the numbers depend on it)",
     )
     train.set_defaults(func=cmd_train)
+
+    pk = sub.add_parser(
+        "pack",
+        help="run several jobs of one shape as one pack (their clients trained together)",
+        description="Run the --job jobs (same model, batch size, local epochs and optimiser; any loss, seed or setting) "
+        "in one process, their clients' copies trained together on the vectorised path (fedbalance.pack); each job "
+        "writes metrics.json, rounds.csv and its checkpoint into <results>/<job>, as 'fedbalance train' would. A pack "
+        "interrupted earlier resumes every job from its checkpoint; a job already finished is not trained again.",
+    )
+    pk.add_argument("--config", required=True, type=path_argument, help="study configuration YAML (e.g. config/quick.yaml)")
+    pk.add_argument("--job", required=True, action="append", metavar="EXPERIMENT/DATASET/SETTING/LOSS/seedK",
+                    help="a job of the config, as 'fedbalance jobs' prints it (repeatable: one per job of the pack)")
+    pk.add_argument("--results", type=path_argument, default=None, help="results folder (default: the config's results_dir)")
+    pk.add_argument("--data-dir", type=path_argument, default=None, help="dataset folder (default: the config's data_dir)")
+    pk.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None, help="device (default: the config's device)")
+    pk.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=None,
+                    help="deterministic kernels (default: the config's deterministic)")
+    pk.add_argument("--precision", choices=("fp32", "tf32"), default=None, help="float32 policy on CUDA (default: the config's)")
+    pk.add_argument("--capture", action=argparse.BooleanOptionalAction, default=None,
+                    help="capture each chunk's batched step once and replay it (default: the config's capture)")
+    pk.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the config's `threads`)")
+    pk.set_defaults(func=cmd_pack)
 
     der = sub.add_parser(
         "derive",
@@ -249,6 +271,55 @@ def cmd_train(args: argparse.Namespace) -> int:
     f = metrics["final"]
     acc_m, auc = ("n/a" if f[k] is None else f"{f[k]:.4f}" for k in ("acc_minority", "auc_micro"))
     print(f"{args.out}: acc {f['acc']:.4f}, Ac.M {acc_m}, AUC {auc}, {metrics['wall_time_s']:.1f} s")
+    return 0
+
+
+def pack_jobs(cfg: dict[str, Any], names: Sequence[str], results: Path) -> tuple[list[JobSpec], list[Path]]:
+    """The specs and output folders of ``fedbalance pack``'s ``--job`` names; ConfigError naming a bad one."""
+    specs, outs = [], []
+    for name in names:
+        try:
+            job = Job.from_path(name)
+        except ValueError as exc:
+            raise ConfigError(f"--job {exc}") from None
+        specs.append(job_spec(cfg, job.experiment, job.dataset, job.setting, job.loss, job.seed))
+        out = results / job.path
+        if out.exists() and not out.is_dir():
+            raise ConfigError(f"--job {name}: {out} is a file; a job's output must be a folder")
+        if (out / PROVENANCE).exists():
+            raise ConfigError(f"--job {name}: {out} holds {PROVENANCE}: a job of a reference set, which nothing writes over")
+        outs.append(out)
+    return specs, outs
+
+
+def cmd_pack(args: argparse.Namespace) -> int:
+    """``fedbalance pack``."""
+    import torch
+
+    from fedbalance.pack import run_pack
+
+    cfg = load_config(args.config)
+    results = args.results if args.results is not None else Path(cfg["results_dir"])
+    specs, outs = pack_jobs(cfg, args.job, results)
+    threads = args.threads if args.threads is not None else int(cfg["threads"])
+    check_threads(threads, "--threads")
+    torch.set_num_threads(threads)
+    done = run_pack(
+        specs,
+        outs,
+        data_dir=_data_dir(cfg, args),
+        device=args.device or cfg["device"],
+        deterministic=cfg["deterministic"] if args.deterministic is None else args.deterministic,
+        precision=cfg["precision"] if args.precision is None else args.precision,
+        capture=cfg["capture"] if args.capture is None else args.capture,
+        download=bool(cfg["download"]),
+    )
+    for i, (out, metrics) in enumerate(zip(outs, done.metrics, strict=True)):
+        f = metrics["final"]
+        acc_m = "n/a" if f["acc_minority"] is None else f"{f['acc_minority']:.4f}"
+        how = "finished before, not trained" if i in done.skipped else f"{metrics['wall_time_s']:.1f} s"
+        print(f"{out}: acc {f['acc']:.4f}, Ac.M {acc_m}, {how}")
+    print(f"pack of {len(outs)} jobs: {done.calls} training rounds served {done.trained} requests")
     return 0
 
 

@@ -425,15 +425,20 @@ class FedAvgStep(RoundStep):
         chosen = select_clients(self.spec.required("selection"), self.num_clients, self.spec.required("clients_per_round"), self.seed, t)
         return RoundData(chosen, [indices[j] for j in chosen], counts[chosen].sum(0))
 
+    def train_clients(self, datasets: list[tuple[Tensor, Tensor]], generators: list[torch.Generator]) -> tuple[dict[str, Tensor], Tensor]:
+        """The selected clients' local training from G_t: their stacked states and mean losses (``train_copies``;
+        a pack's step hands it to the pack's trainer instead)."""
+        return train_copies(self.model, datasets, self.loss_fn, self.cfg, generators, path=self.spec.path)
+
     def train(self, t: int, batch: RoundData, state: RoundState) -> Trained:
-        """Local training of every selected client (``train_copies``), then ``mean``/``weighted`` averaging."""
+        """Local training of every selected client (``train_clients``), then ``mean``/``weighted`` averaging."""
         model, data, totals = self.model, self.data, batch.totals
         if self.spec.save_trajectory:
             snapshot = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
             state.trajectory.append({"round": t, "model": snapshot, "totals": totals})
         datasets = [(data.x_train[i], data.y_train[i]) for i in batch.indices]
         gens = [torch_generator(self.seed, TAG_CLIENT, t, int(j)) for j in batch.clients]
-        stacked, losses = train_copies(model, datasets, self.loss_fn, self.cfg, gens, path=self.spec.path)
+        stacked, losses = self.train_clients(datasets, gens)
         w = torch.tensor(totals, dtype=torch.float64) if self.spec.aggregation == "weighted" else None
         new_state = average_stacked(stacked, None if w is None else w.to(_device(model)))
         train_loss = float((losses.double() * (w / w.sum() if w is not None else 1 / len(totals))).sum())

@@ -35,6 +35,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -443,33 +444,81 @@ def run_job(
     start = time.perf_counter()
     out = Path(out_dir)
     dev = resolve_device(device)
-    if precision not in PRECISIONS:
-        raise JobError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    if not isinstance(capture, bool):
-        raise JobError(f"capture must be true or false, got {capture!r}")
+    check_run_options(precision, capture)
     spec = as_spec(spec)
     spec = spec.with_path(resolve_path(spec.path, dev))
     with deterministic_kernels(dev, deterministic), precision_policy(precision):
         dataset = load_dataset(spec.source, data_dir, download=download, **dict(spec.options))
         parts = dict(partitions) if partitions is not None else build_partitions(spec, dataset)
-        _check_partitions(spec, parts, dataset)
-        data = _job_data(spec, dataset, parts, dev)
-        model, loss_fn = _model_and_loss(spec, dataset, dev)
-        fp, rt = fingerprint(spec, parts), runtime(dev, deterministic, precision)
-        _remove_stale_temporaries(out)
-        state, chunks = _load_checkpoint(out / CHECKPOINT, fp, rt)
-        plan = job_plan(dev, precision, capture)
-        plan.chunks.update(chunks)
-        checkpoint = _Checkpointer(spec, out / CHECKPOINT, fp, rt, state, progress, on_round, start, plan)
+        job = prepare_job(spec, out, dataset, parts, dev, runtime(dev, deterministic, precision), capture=capture,
+                          progress=progress, on_round=on_round, start=start)
         runner = run_centralised if spec.mode == "centralised" else run_fedavg
         try:
-            with copy_plan(plan):
-                state = runner(spec, model, loss_fn, data, parts, state=state, on_round=checkpoint)
+            with copy_plan(job.plan):
+                state = runner(spec, job.model, job.loss_fn, job.data, parts, state=job.state, on_round=job.checkpoint)
         finally:
-            checkpoint.bar.close()
-        metrics = _job_metrics(spec, state, model, data, dataset, parts, dev, rt, checkpoint.wall_time, plan)
-    _write_outputs(out, spec, state, metrics)
+            job.checkpoint.bar.close()
+        metrics = job.metrics(state)
+    job.write(state, metrics)
     return metrics
+
+
+def check_run_options(precision: str, capture: Any) -> None:
+    """JobError naming ``precision`` or ``capture`` when it is not a value a run takes."""
+    if precision not in PRECISIONS:
+        raise JobError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if not isinstance(capture, bool):
+        raise JobError(f"capture must be true or false, got {capture!r}")
+
+
+@dataclass
+class PreparedJob:
+    """A job ready to run in ``out``: its data, initial model and loss on the device, the round state of its checkpoint
+    (None: from round 0), the ``on_round`` that writes the checkpoint and the copy plan it runs by."""
+
+    spec: JobSpec
+    out: Path
+    dataset: Dataset
+    parts: dict[str, Partition]
+    dev: torch.device
+    rt: dict[str, Any]
+    data: JobData
+    model: torch.nn.Module
+    loss_fn: torch.nn.Module
+    state: RoundState | None
+    checkpoint: _Checkpointer
+    plan: CopyPlan
+
+    def metrics(self, state: RoundState) -> dict[str, Any]:
+        """metrics.json's content for the finished run ``state`` (the model holds its final weights)."""
+        return _job_metrics(self.spec, state, self.model, self.data, self.dataset, self.parts, self.dev, self.rt,
+                            self.checkpoint.wall_time, self.plan)
+
+    def write(self, state: RoundState, metrics: Mapping[str, Any]) -> None:
+        """The job's outputs, each atomically; the checkpoint goes last."""
+        _write_outputs(self.out, self.spec, state, metrics)
+
+
+def prepare_job(
+    spec: JobSpec, out: Path, dataset: Dataset, parts: dict[str, Partition], dev: torch.device, rt: dict[str, Any], *,
+    capture: bool = False, plan: CopyPlan | None = None, progress: bool | None = None,
+    on_round: RoundCallback | None = None, start: float | None = None,
+) -> PreparedJob:
+    """Check the partitions, build the job's data, model and loss on ``dev``, clear stale temporaries in ``out``, read
+    its checkpoint and make its checkpointer (``spec``: its path resolved; ``rt``: ``runtime``). The job runs by
+    ``plan`` (a pack's, shared) or, by default, its own ``job_plan`` made once its tensors are on ``dev`` (the free
+    memory it budgets is what they leave); the chunks its checkpoint recorded join the plan's."""
+    start = time.perf_counter() if start is None else start
+    _check_partitions(spec, parts, dataset)
+    data = _job_data(spec, dataset, parts, dev)
+    model, loss_fn = _model_and_loss(spec, dataset, dev)
+    fp = fingerprint(spec, parts)
+    _remove_stale_temporaries(out)
+    state, chunks = _load_checkpoint(out / CHECKPOINT, fp, rt)
+    plan = job_plan(dev, rt["precision"], capture) if plan is None else plan
+    plan.chunks.update(chunks)
+    checkpoint = _Checkpointer(spec, out / CHECKPOINT, fp, rt, state, progress, on_round, start, plan)
+    return PreparedJob(spec, out, dataset, parts, dev, rt, data, model, loss_fn, state, checkpoint, plan)
 
 
 def progress_line(

@@ -213,6 +213,18 @@ def _pad_data(datasets: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.
     return xs, ys
 
 
+class _LossHolder(nn.Module):
+    """``loss`` as a submodule, so ``functional_call`` can swap its buffers for one copy's; calls the masked loss."""
+
+    def __init__(self, loss: nn.Module, masked: MaskedLoss) -> None:
+        super().__init__()
+        self.loss = loss
+        self.call = lambda *args: masked(*args)
+
+    def forward(self, *args: torch.Tensor) -> torch.Tensor:
+        return self.call(*args)
+
+
 def _make_step(
     twin: nn.Module,
     ctx: _Context,
@@ -221,11 +233,15 @@ def _make_step(
     options: VectorisedOptions,
     device: torch.device,
     with_counts: bool = False,
+    loss_module: nn.Module | None = None,
 ) -> Callable[..., tuple[dict[str, torch.Tensor], ...]]:
-    """One batched SGD step: (params, buffers, momenta, x, y, mask, active, counts) -> updated + step loss.
+    """One batched SGD step: (params, buffers, momenta, x, y, mask, active, counts[, loss_state]) -> updated + step loss.
 
-    ``counts`` [K, Q] are the copies' own label counts, passed to the loss when ``with_counts``.
+    ``counts`` [K, Q] are the copies' own label counts, passed to the loss when ``with_counts``. ``loss_state``
+    (given only with ``loss_module``, the module behind ``loss_fn``): each copy's own loss buffers [K, ...] (the
+    Ratio Loss's pi, the prior of ``la``/``bsm``), swapped into ``loss_module`` for that copy's loss.
     """
+    holder = _LossHolder(loss_module, loss_fn) if loss_module is not None else None
 
     def loss_of(
         params: dict[str, torch.Tensor],
@@ -234,6 +250,7 @@ def _make_step(
         y: torch.Tensor,
         mask: torch.Tensor,
         counts: torch.Tensor,
+        loss_state: dict[str, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, dict[str, torch.Tensor]]]:
         ctx.mask, ctx.new_buffers = mask, {}
         x = to_float(x)
@@ -244,7 +261,11 @@ def _make_step(
             logits = functional_call(twin, (params, buffers), (x,))
         if logits.dtype not in (torch.float32, torch.float64):
             logits = logits.float()
-        loss = loss_fn(logits, y, mask, counts) if with_counts else loss_fn(logits, y, mask)
+        if loss_state is not None and holder is not None:
+            args = (logits, y, mask, counts) if with_counts else (logits, y, mask)
+            loss = functional_call(holder, {f"loss.{k}": v for k, v in loss_state.items()}, args)
+        else:
+            loss = loss_fn(logits, y, mask, counts) if with_counts else loss_fn(logits, y, mask)
         new = {k: ctx.new_buffers.get(k, v) for k, v in buffers.items()}
         ctx.mask, ctx.new_buffers = None, {}
         return loss, (loss.detach(), new)
@@ -258,8 +279,9 @@ def _make_step(
         mask: torch.Tensor,
         active: torch.Tensor,
         counts: torch.Tensor,
+        loss_state: dict[str, torch.Tensor] | None = None,
     ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, torch.Tensor], torch.Tensor]:
-        grads, (loss, new_buffers) = grad(loss_of, has_aux=True)(params, buffers, x, y, mask, counts)
+        grads, (loss, new_buffers) = grad(loss_of, has_aux=True)(params, buffers, x, y, mask, counts, loss_state)
         new_params, new_momenta = {}, {}
         for k, p in params.items():
             d = grads[k]
@@ -288,8 +310,12 @@ class _Setup:
     with_counts: bool
 
 
-def _setup(model: nn.Module, loss_fn: nn.Module, cfg: SGDConfig, options: VectorisedOptions, device: torch.device) -> _Setup:
-    """The functional twin, parameter and buffer names and the batched step of ``model``."""
+def _setup(
+    model: nn.Module, loss_fn: nn.Module, cfg: SGDConfig, options: VectorisedOptions, device: torch.device,
+    per_copy_loss: bool = False,
+) -> _Setup:
+    """The functional twin, parameter and buffer names and the batched step of ``model`` (``per_copy_loss``: the step
+    takes each copy's loss buffers)."""
     masked = make_masked_loss(loss_fn)
     state = model.state_dict()
     ctx = _Context()
@@ -298,7 +324,7 @@ def _setup(model: nn.Module, loss_fn: nn.Module, cfg: SGDConfig, options: Vector
     with_counts = takes_client_counts(loss_fn)
     return _Setup(
         state, [k for k in state if k in trainable], [k for k in state if k not in trainable], ctx,
-        _make_step(twin, ctx, masked, cfg, options, device, with_counts), with_counts,
+        _make_step(twin, ctx, masked, cfg, options, device, with_counts, loss_fn if per_copy_loss else None), with_counts,
     )
 
 
@@ -310,7 +336,8 @@ def _stacked(tensors: dict[str, torch.Tensor], names: list[str], copies: int) ->
 @dataclass
 class ChunkInputs:
     """A chunk's round on the device: the padded data xs [K, N, ...], ys [K, N], its schedule idx [S, C, B], sample
-    mask [S, C, B] and active flags [S, C], the copies' label counts [C, ...] and their rows in xs ([C, 1])."""
+    mask [S, C, B] and active flags [S, C], the copies' label counts [C, ...] and their rows in xs ([C, 1]); with
+    per-copy loss state, the copies' loss buffers [C, ...]."""
 
     xs: torch.Tensor
     ys: torch.Tensor
@@ -319,6 +346,7 @@ class ChunkInputs:
     active: torch.Tensor
     counts: torch.Tensor
     rows: torch.Tensor
+    loss_state: dict[str, torch.Tensor] | None = None
 
 
 def step_counter(device: torch.device) -> torch.Tensor:
@@ -355,6 +383,7 @@ def run_captured(
         new_p, new_b, new_m, loss = setup.step(
             params, buffers, momenta, chunk.xs[chunk.rows, sel], chunk.ys[chunk.rows, sel],
             chunk.mask.index_select(0, counter)[0], chunk.active.index_select(0, counter)[0], chunk.counts,
+            *(() if chunk.loss_state is None else (chunk.loss_state,)),
         )
         for held, new in ((params, new_p), (buffers, new_b), (momenta, new_m)):
             for k, v in new.items():
@@ -386,12 +415,20 @@ def train_copies_vectorised(
     cfg: SGDConfig,
     generators: list[torch.Generator],
     options: VectorisedOptions | None = None,
+    *,
+    starts: dict[str, torch.Tensor] | None = None,
+    loss_state: dict[str, torch.Tensor] | None = None,
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """``train_copies`` batched over the copies: same (stacked states, mean losses [K]), ``model`` unchanged.
 
     Batch schedules are drawn from ``generators`` exactly as ``local_sgd`` draws them. No host
     synchronisation happens inside the training loop; the data move to the model's device once.
     The round runs under the precision ``options.allow_tf32`` says (``sgd.precision``: fp32 by default).
+
+    A pack (``fedbalance.pack``) trains copies of several jobs in one call: ``starts`` gives each copy its own start
+    state (every key of ``model``'s state, stacked [K, ...]; default: ``model``'s for all) and ``loss_state`` each
+    copy's own buffers of ``loss_fn`` (stacked [K, ...]; default: ``loss_fn``'s own for all). Without them the call
+    runs exactly as before.
     """
     options = options or VectorisedOptions()
     make_masked_loss(loss_fn)
@@ -401,7 +438,7 @@ def train_copies_vectorised(
     if not datasets:
         return {k: v.new_empty((0, *v.shape)) for k, v in state.items()}, torch.zeros(0)
     device = next(iter(state.values())).device
-    setup = _setup(model, loss_fn, cfg, options, device)
+    setup = _setup(model, loss_fn, cfg, options, device, per_copy_loss=loss_state is not None)
     # each copy's own label counts (losses that read them), else a placeholder column
     counts = (torch.stack([client_counts(loss_fn, y) for _, y in datasets]) if setup.with_counts
               else torch.zeros(len(datasets), 1)).to(device)
@@ -418,20 +455,25 @@ def train_copies_vectorised(
         for lo in range(0, n_copies, chunk):
             hi = min(lo + chunk, n_copies)
             c = hi - lo
-            params = _stacked(state, setup.param_names, c)
-            buffers = _stacked(state, setup.buffer_names, c)
+            if starts is None:
+                params = _stacked(state, setup.param_names, c)
+                buffers = _stacked(state, setup.buffer_names, c)
+            else:
+                params = {k: starts[k][lo:hi].to(device, state[k].dtype, copy=True) for k in setup.param_names}
+                buffers = {k: starts[k][lo:hi].to(device, state[k].dtype, copy=True) for k in setup.buffer_names}
+            own_loss = None if loss_state is None else {k: v[lo:hi].to(device) for k, v in loss_state.items()}
             momenta = {k: torch.zeros_like(v) for k, v in params.items()} if cfg.momentum != 0 else {}
             total = torch.zeros(c, device=device)
             rows = torch.arange(lo, hi, device=device).unsqueeze(1)
             if options.capture:
-                chunk_inputs = ChunkInputs(xs, ys, idx[:, lo:hi], mask[:, lo:hi], active[:, lo:hi], counts[lo:hi], rows)
+                chunk_inputs = ChunkInputs(xs, ys, idx[:, lo:hi], mask[:, lo:hi], active[:, lo:hi], counts[lo:hi], rows, own_loss)
                 run_captured(setup, params, buffers, momenta, total, chunk_inputs, max(n_steps[lo:hi]))
             for s in range(0 if options.capture else max(n_steps[lo:hi])):
                 sel = idx[s, lo:hi]
                 setup.ctx.full = all(full[s][lo:hi])
                 params, buffers, momenta, loss = setup.step(
                     params, buffers, momenta, xs[rows, sel], ys[rows, sel], mask[s, lo:hi], active[s, lo:hi],
-                    counts[lo:hi],
+                    counts[lo:hi], *(() if own_loss is None else (own_loss,)),
                 )
                 total += loss
             out_states.append({k: params[k] if k in params else buffers[k] for k in state})

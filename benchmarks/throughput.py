@@ -225,8 +225,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         metrics = json.loads((done[0] / "metrics.json").read_text())
                         flops = job_flops(metrics, shape, ds.num_classes, len(ds.y_test), full.rounds)
                         achieved = flops["job_tflop"] * len(done) / row["full_job_s"]
-                        row.update(job_tflop=round(flops["job_tflop"], 3), tflops=round(achieved, 4),
-                                   share_of_fp32_limit=round(achieved / peak, 5),
+                        row.update(job_tflop=float(f"{flops['job_tflop']:.4g}"), tflops=float(f"{achieved:.4g}"),
+                                   share_of_fp32_limit=float(f"{achieved / peak:.4g}"),
                                    device_seconds_per_job=round(3600 / row["full_jobs_per_hour"], 2))
                     report["rows"].append(row)
                     save()

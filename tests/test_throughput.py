@@ -63,8 +63,9 @@ def test_a_cpu_run_extrapolates_and_checks_against_a_full_job(tmp_path: Path) ->
     for r in report["rows"]:
         assert r["completed"] == r["processes"] and r["rounds_each"] == [2]
         assert r["full_job_s"] == pytest.approx(r["startup_s"] + r["first_round_s"] + 15 * r["round_s"], abs=0.02)
-        assert r["tflops"] == pytest.approx(r["job_tflop"] * r["processes"] / r["full_job_s"], rel=2e-2)
-        assert r["share_of_fp32_limit"] == pytest.approx(r["tflops"] / 0.05, rel=2e-2)
+        # four significant digits each
+        assert r["tflops"] == pytest.approx(r["job_tflop"] * r["processes"] / r["full_job_s"], rel=2e-3)
+        assert r["share_of_fp32_limit"] == pytest.approx(r["tflops"] / 0.05, rel=2e-3)
     check = report["full_check"]
     assert check["returncode"] == 0 and check["predicted_s"] == report["rows"][0]["full_job_s"]
     assert check["extrapolation_error"] == pytest.approx(check["predicted_s"] / check["wall_s"] - 1, abs=1e-3)

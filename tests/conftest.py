@@ -74,6 +74,24 @@ def torch_one_thread():
     torch.set_num_threads(old)
 
 
+@pytest.fixture(scope="session")
+def tiny_job_data():
+    """A separable 10-class FL job's data (``fl.JobData``): 30 training images a class, 6 test images a class, the
+    first 4 test images of each class as the aux set, minority classes 2, 4, 7."""
+    import torch
+
+    from fedbalance.fl import JobData
+
+    q = 10
+    g = torch.Generator().manual_seed(0)
+    y = torch.arange(q).repeat_interleave(30)
+    x = (torch.rand(len(y), 1, 28, 28, generator=g) * 60 + y.reshape(-1, 1, 1, 1) * 19).to(torch.uint8)
+    yt = torch.arange(q).repeat_interleave(6)
+    xt = (torch.rand(len(yt), 1, 28, 28, generator=g) * 60 + yt.reshape(-1, 1, 1, 1) * 19).to(torch.uint8)
+    aux = torch.cat([torch.nonzero(yt == c).flatten()[:4] for c in range(q)])
+    return JobData(x, y, xt, yt, xt[aux], yt[aux], q, (2, 4, 7))
+
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 REFERENCE_SETS = Path(__file__).resolve().parents[1] / "reference"
 

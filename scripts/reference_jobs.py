@@ -41,7 +41,7 @@ from fedbalance.aggregate import read_frame
 from fedbalance.atomic import atomic_write
 from fedbalance.cli import path_argument
 from fedbalance.config import MAX_CPUS_ENV, ConfigError, max_cpus
-from fedbalance.jobfolder import FILES, METRICS, PENDING, PROVENANCE, JobFolderError, job_folders, read_metrics
+from fedbalance.jobfolder import FILES, METRICS, PENDING, PROVENANCE, JobFolderError, branch_file, job_folders, read_metrics
 from fedbalance.records import Job
 
 REPO = Path(__file__).resolve().parents[1]
@@ -194,25 +194,31 @@ def recover(out: Path) -> str:
     return f"recovered {out} (its runner had died; provenance from the start record)"
 
 
-def reused_jobs(config: Path, jobs: list[tuple[str, str, str, str, int]]) -> tuple[dict, dict]:
-    """(twins among ``jobs`` -> the job copied in their place, derived jobs among ``jobs`` -> their source), from the
-    config (``fedbalance.config.twins``, ``fedbalance.reuse.derived``): neither is trained."""
+def reused_jobs(config: Path, jobs: list[tuple[str, str, str, str, int]]) -> tuple[dict, dict, dict, dict]:
+    """(twins among ``jobs`` -> the job copied in their place, derived jobs among ``jobs`` -> their source, branched
+    jobs among ``jobs`` -> (their source, rounds shared), each such source -> the rounds whose states it keeps), from
+    the config (``fedbalance.config.twins``, ``fedbalance.reuse.derived``, ``fedbalance.reuse.branches``): twins and
+    derived jobs are not trained, a branched job trains from its source's state after the shared rounds."""
     from fedbalance.config import load_config, twins
     from fedbalance.records import Job
-    from fedbalance.reuse import derived
+    from fedbalance.reuse import branch_rounds, branches, derived
 
     cfg = load_config(config)
     wanted = {Job(*j) for j in jobs}
     key = lambda j: (j.experiment, j.dataset, j.setting, j.loss, j.seed)  # noqa: E731
     tw = {key(j): key(s) for j, s in twins(cfg).items() if j in wanted}
     der = {key(j): key(s) for j, s in derived(cfg).items() if j in wanted}
-    return tw, der
+    plan = {j: b for j, b in branches(cfg).items() if j in wanted}
+    br = {key(j): (key(s), r) for j, (s, r) in plan.items()}
+    return tw, der, br, {key(s): r for s, r in branch_rounds(plan).items()}
 
 
 def run_one(args: argparse.Namespace, job: tuple[str, str, str, str, int], window: Window | None = None,
-            source: tuple[str, str, str, str, int] | None = None) -> str:
+            source: tuple[str, str, str, str, int] | None = None, keep: list[int] | None = None,
+            branch: tuple[tuple[str, str, str, str, int], int] | None = None) -> str:
     """Run one job (or skip, or recover it), or derive it from ``source``'s trajectory; one line saying what
-    happened."""
+    happened. ``keep``: the rounds whose states it keeps for the jobs that branch from it; ``branch``: (the job it
+    branches from, the rounds they share), used when that job kept the state (else it trains from round 0)."""
     window = window or Window(None)
     out = job_dir(args.out, job)
     if (out / METRICS).exists():
@@ -231,8 +237,14 @@ def run_one(args: argparse.Namespace, job: tuple[str, str, str, str, int], windo
         "--dataset", ds, "--setting", setting, "--loss", loss, "--seed", str(seed),
         "--out", str(out.resolve()), "--threads", "1",
     ]
+    branched = None
     if source is None:
         cmd += ["--device", args.device, *(["--capture"] if args.capture else [])]
+        if keep:
+            cmd += ["--keep-rounds", ",".join(map(str, keep))]
+        if branch is not None and branch_file(job_dir(args.out, branch[0]), branch[1]).is_file():
+            branched = job_dir(args.out, branch[0])
+            cmd += ["--branch-from", str(branched.resolve())]
     else:
         src = job_dir(args.out, source)
         if not (src / METRICS).is_file():
@@ -244,6 +256,7 @@ def run_one(args: argparse.Namespace, job: tuple[str, str, str, str, int], windo
         "checkout_dirty": dirty,
         "command": f"python -m fedbalance {verb} " + " ".join(cmd[4:]).replace(str(out.resolve()), "OUT")
         .replace(str(args.out.resolve()), "RUNS"),
+        **({"branched_from": branched.relative_to(args.out).as_posix()} if branched is not None else {}),
         "config": args.config,
         "host": {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()},
         "started": _now(),
@@ -322,22 +335,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     if unknown:
         raise SystemExit(f"error: {args.checkout / args.config} defines no such job: {', '.join(unknown)} "
                          "(experiment/dataset/setting/loss); nothing was started")
-    twin_of, source_of = reused_jobs(args.checkout / args.config, jobs)
+    twin_of, source_of, branch_of, keep = reused_jobs(args.checkout / args.config, jobs)
     for job, src in twin_of.items():
         print(f"twin {'/'.join(map(str, job))} of {'/'.join(map(str, src))}: not run (the render copies it)", flush=True)
-    trained = [j for j in jobs if j not in twin_of and j not in source_of]
+    trained = [j for j in jobs if j not in twin_of and j not in source_of and j not in branch_of]
     trained += [s for s in dict.fromkeys(source_of.values()) if s not in trained]
+    trained += [s for s, _ in dict.fromkeys(branch_of.values()) if s not in trained]
+    branched_jobs = [j for j in jobs if j in branch_of]
     derived_jobs = [j for j in jobs if j in source_of]
     checkout_commit(args)
     window = Window(args.deadline_s)
-    print(f"{len(trained)} jobs to train, {len(derived_jobs)} to derive from their trajectories, {args.workers} workers",
-          flush=True)
+    print(f"{len(trained)} jobs to train, {len(branched_jobs)} to branch from another's rounds, {len(derived_jobs)} to "
+          f"derive from their trajectories, {args.workers} workers", flush=True)
     main_thread = threading.current_thread() is threading.main_thread()
     old = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGINT)} if main_thread else {}
     failed = 0
     try:
         with ThreadPoolExecutor(args.workers) as pool:
-            for msg in pool.map(lambda j: run_one(args, j, window), trained):
+            for msg in pool.map(lambda j: run_one(args, j, window, keep=keep.get(j)), trained):
+                failed += msg.startswith("FAILED")
+                print(time.strftime("%H:%M:%S"), msg, flush=True)
+            for msg in pool.map(lambda j: run_one(args, j, window, branch=branch_of[j]), branched_jobs):
                 failed += msg.startswith("FAILED")
                 print(time.strftime("%H:%M:%S"), msg, flush=True)
             for msg in pool.map(lambda j: run_one(args, j, window, source_of[j]), derived_jobs):

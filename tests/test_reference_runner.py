@@ -130,7 +130,7 @@ def test_gpu_session_script_runs_jobs_until_its_window_closes_and_archives_them(
     assert prov["commit"] == "abc1234" and prov["runtime"]["device"] == "cpu" and "--device cpu --capture" in prov["command"]
     assert "./monitor/mnist/default/ce/seed1/metrics.json" in names  # 600 s hold both quick jobs
     assert not any(n.endswith("trajectory.pt") or n.endswith(".lock") for n in names)
-    assert "2 jobs to train, 0 to derive from their trajectories, 1 workers" in (out / "runner.log").read_text()
+    assert "2 jobs to train, 0 to branch from another's rounds, 0 to derive from their trajectories, 1 workers" in (out / "runner.log").read_text()
 
 
 def test_a_malformed_job_spec_is_named() -> None:
@@ -373,7 +373,7 @@ def test_twins_are_not_run_and_derived_jobs_follow_their_source(tmp_path: Path, 
     assert rj.main() == 0
     out = capsys.readouterr().out
     assert "twin t_ra/mnist/t1.25/ce/0 of monitor/mnist/default/ce/0" in out
-    assert "1 jobs to train, 1 to derive" in out
+    assert "1 jobs to train, 0 to branch from another's rounds, 1 to derive" in out
     runs = tmp_path / "runs"
     assert not (runs / "t_ra/mnist/t1.25").exists()
     source, derived = runs / "monitor/mnist/default/ce/seed0", runs / "t_ra/mnist/t2/ce/seed0"
@@ -389,3 +389,38 @@ def test_twins_are_not_run_and_derived_jobs_follow_their_source(tmp_path: Path, 
     assert [r["acc"] for r in der_rows] == [r["acc"] for r in src_rows]
     assert [r["weights"] for r in der_rows] != [r["weights"] for r in src_rows]
     assert prov["wall_s_job"] == prov["wall_s_this_process"]
+
+
+def test_branched_jobs_start_from_their_source_s_kept_rounds(quick_checkout: Path, tmp_path: Path, monkeypatch,
+                                                             capsys) -> None:
+    """quick.yaml's early S and E differ in switch_round only (3 and 14): E trains first keeping its state after 3
+    rounds, S starts from it (``--branch-from``); a source finished without that state lets S train from round 0."""
+    main = quick_checkout / "src" / "fedbalance" / "__main__.py"
+    main.write_text(FAKE_MAIN + '''
+json.dump(args, open(os.path.join(out, "argv.json"), "w"))
+if "--keep-rounds" in args:
+    for r in arg("keep-rounds").split(","):
+        open(os.path.join(out, "branch-r%03d.pt" % int(r)), "w").write("state")
+''')
+    monkeypatch.setenv("FAKE_SECONDS", "0")
+    rj = _runner()
+    runs = tmp_path / "runs"
+    monkeypatch.setattr("sys.argv", ["reference_jobs.py", *_run_args(quick_checkout, runs, "early:S,E:ce:0")])
+    assert rj.main() == 0
+    out = capsys.readouterr().out
+    assert "1 jobs to train, 1 to branch from another's rounds, 0 to derive" in out
+    assert out.index("done " + str(runs / "early/mnist/E/ce/seed0")) < out.index("done " + str(runs / "early/mnist/S/ce/seed0"))
+    e, s = runs / "early/mnist/E/ce/seed0", runs / "early/mnist/S/ce/seed0"
+    e_argv, s_argv = (json.loads((d / "argv.json").read_text()) for d in (e, s))
+    assert e_argv[e_argv.index("--keep-rounds") + 1] == "3" and "--branch-from" not in e_argv
+    assert s_argv[s_argv.index("--branch-from") + 1] == str(e.resolve()) and "--keep-rounds" not in s_argv
+    prov = json.loads((s / "provenance.json").read_text())
+    assert prov["branched_from"] == "early/mnist/E/ce/seed0" and "--branch-from RUNS/early/mnist/E/ce/seed0" in prov["command"]
+    assert "branched_from" not in json.loads((e / "provenance.json").read_text())
+
+    (e / "branch-r003.pt").unlink()
+    for f in s.iterdir():
+        f.unlink()
+    assert rj.main() == 0
+    s_argv = json.loads((s / "argv.json").read_text())
+    assert "--branch-from" not in s_argv and "branched_from" not in json.loads((s / "provenance.json").read_text())

@@ -42,6 +42,17 @@ def path_argument(text: str) -> Path:
     return Path(text)
 
 
+def rounds_argument(text: str) -> list[int]:
+    """An argparse ``type`` for a comma-separated list of round counts (``--keep-rounds 10,30``)."""
+    try:
+        rounds = [int(r) for r in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated numbers of rounds, e.g. 10,30") from None
+    if any(r < 1 for r in rounds):
+        raise argparse.ArgumentTypeError(f"{text!r}: each must be a number of rounds of at least 1")
+    return rounds
+
+
 def _job_args(p: argparse.ArgumentParser, *, loss: bool) -> None:
     p.add_argument("--config", required=True, type=path_argument, help="study configuration YAML (e.g. config/quick.yaml)")
     p.add_argument("--experiment", required=True, help="experiment name under 'experiments' of the config")
@@ -99,6 +110,22 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="torch CPU threads (default: the config's `threads`, as the workflow's training jobs; "
         "the numbers depend on it)",
+    )
+    train.add_argument(
+        "--keep-rounds",
+        type=rounds_argument,
+        default=[],
+        metavar="R[,R...]",
+        help="also keep the round state after each of these numbers of rounds in --out (branch-rNNN.pt), for jobs "
+        "that share those rounds with this one to start from (--branch-from)",
+    )
+    train.add_argument(
+        "--branch-from",
+        type=path_argument,
+        default=None,
+        metavar="DIR",
+        help="start from the latest round state kept in DIR (--keep-rounds of a job that trains the same first rounds, "
+        "e.g. the same early job with a later switch_round); the outputs are those of a run from round 0",
     )
     train.set_defaults(func=cmd_train)
 
@@ -267,6 +294,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         capture=cfg["capture"] if args.capture is None else args.capture,
         download=bool(cfg["download"]),
         partitions=parts,
+        keep_rounds=args.keep_rounds,
+        branch_from=args.branch_from,
     )
     f = metrics["final"]
     acc_m, auc = ("n/a" if f[k] is None else f"{f[k]:.4f}" for k in ("acc_minority", "auc_micro"))

@@ -131,9 +131,9 @@ def client_sizes(spec: Mapping[str, Any] | JobSpec, num_classes: int, samples_pe
     return {name: [len(c) for c in p.clients] for name, p in parts.items()}
 
 
-def _evaluations(rounds: int, eval_every: int) -> int:
-    """Evaluations of a run: every ``eval_every`` rounds and the last round, plus run_job's final one."""
-    return sum(1 for t in range(rounds) if (t + 1) % eval_every == 0 or t == rounds - 1) + 1
+def _evaluations(rounds: int, eval_every: int, start: int = 0) -> int:
+    """Evaluations of a run from round ``start``: every ``eval_every`` rounds and the last round, plus run_job's final one."""
+    return sum(1 for t in range(start, rounds) if (t + 1) % eval_every == 0 or t == rounds - 1) + 1
 
 
 @functools.lru_cache(maxsize=65536)
@@ -150,8 +150,10 @@ def job_work(
     device_type: str = "cpu",
     samples_per_writer: int = SAMPLES_PER_WRITER,
     sizes: Mapping[str, Sequence[int]] | None = None,
+    start_round: int = 0,
 ) -> JobWork:
-    """Count the SGD steps and forward samples of one job (its ``resolve_job`` spec; ``sizes``: its ``client_sizes``)."""
+    """Count the SGD steps and forward samples of one job (its ``resolve_job`` spec; ``sizes``: its ``client_sizes``)
+    from round ``start_round`` on (a branched job's first rounds are its source's: ``reuse.branches``)."""
     from fedbalance.centralised import num_epochs
     from fedbalance.data import dataset_info
     from fedbalance.fl import needs_monitor
@@ -182,13 +184,13 @@ def job_work(
         fwd += _evaluations(epochs, eval_every) * TEST_SAMPLES[source]
     else:
         rounds, k, e = spec.rounds, spec.required("clients_per_round"), spec.required("local_epochs")
-        for t in range(rounds):
+        for t in range(start_round, rounds):
             part = sizes["balanced" if switch is not None and t >= switch else "main"]
             chosen = _chosen(spec.required("selection"), len(sizes["main"]), k, spec.seed, 0 if spec.selection == "fixed" else t)
             client += sum(e * math.ceil(part[j] / b) for j in chosen)
             mon += q * e * aux_steps if monitor else 0
             fwd += sum(part[j] for j in chosen) if empirical else 0
-        fwd += _evaluations(rounds, eval_every) * TEST_SAMPLES[source]
+        fwd += _evaluations(rounds, eval_every, start_round) * TEST_SAMPLES[source]
     return JobWork(job, shape, client, mon, fwd)
 
 
@@ -202,22 +204,26 @@ def study_work(
     """``job_work`` of every job the study trains (or of ``experiments``); partitions are counted once each.
 
     A twin job (``fedbalance.config.twins``) is written from its source, not trained: it costs nothing. A derived
-    job (``fedbalance.reuse.derived``) runs only its monitor on its source's trajectory: not counted either.
+    job (``fedbalance.reuse.derived``) runs only its monitor on its source's trajectory: not counted either. A
+    branched job (``fedbalance.reuse.branches``) counts the rounds after those it shares with its source.
     """
     from fedbalance.data import dataset_info
-    from fedbalance.reuse import derived
+    from fedbalance.reuse import branches, derived
 
     chosen = list(experiments) if experiments is not None else None
     twin_of = {**twins(cfg, chosen), **derived(cfg, chosen)}
     cache: dict[str, dict[str, list[int]]] = {}
     out = []
     trained = [j for j in jobs(cfg, chosen) if j not in twin_of]
+    branched = branches(cfg, chosen, skip=twin_of)
     for job, spec in resolve_jobs(cfg, trained).items():
         q = int(dataset_info(spec.source, **dict(spec.options))["num_classes"])
         key = partition_key(spec) + f"/seed{spec.seed}"
         if key not in cache:
             cache[key] = client_sizes(spec, q, samples_per_writer)
-        out.append(job_work(spec, device_type=device_type, samples_per_writer=samples_per_writer, sizes=cache[key]))
+        start = branched[job][1] if job in branched else 0
+        out.append(job_work(spec, device_type=device_type, samples_per_writer=samples_per_writer, sizes=cache[key],
+                            start_round=start))
     return out
 
 

@@ -190,7 +190,7 @@ def _snapshot(module: nn.Module) -> dict[str, Tensor]:
 
 
 STATE_KEYS = ("next_round", "model", "loss_state", "pi", "prior", "ack", "ack_round", "rows", "extra")
-EXTRA_KEYS = ("optimizer", "trajectory", "wall_time_s")
+EXTRA_KEYS = ("optimizer", "trajectory", "wall_time_s", "branched_from")
 
 
 @dataclass
@@ -201,7 +201,8 @@ class RoundState:
     and ``prior``: the monitor's Ratio-Loss weights and composition estimate for that round;
     ``ack``/``ack_round``: the acknowledger's state and its first imbalanced round; ``rows``: one dict
     per finished round (keys ``ROUND_COLUMNS``); ``optimizer``: the centralised optimiser's state;
-    ``trajectory``: G_t and totals per round (``save_trajectory``); ``wall_time_s``: the job's time so far.
+    ``trajectory``: G_t and totals per round (``save_trajectory``); ``wall_time_s``: the job's time so far;
+    ``branched_from``: the folder and round of another job's kept state this one started from (``jobs.load_branch``).
     """
 
     model: dict[str, Tensor]
@@ -215,6 +216,7 @@ class RoundState:
     optimizer: dict[str, Any] | None = None
     trajectory: list[dict[str, Any]] = field(default_factory=list)
     wall_time_s: float = 0.0
+    branched_from: dict[str, Any] | None = None
 
     @classmethod
     def fresh(cls, model: nn.Module, loss_fn: nn.Module, num_classes: int) -> RoundState:
@@ -232,6 +234,8 @@ class RoundState:
             extra["trajectory"] = self.trajectory
         if self.wall_time_s:
             extra["wall_time_s"] = self.wall_time_s
+        if self.branched_from:
+            extra["branched_from"] = self.branched_from
         return {
             "next_round": self.next_round, "model": self.model, "loss_state": self.loss_state, "pi": self.pi,
             "prior": self.prior, "ack": self.ack, "ack_round": self.ack_round, "rows": self.rows, "extra": extra,
@@ -250,7 +254,7 @@ class RoundState:
             model=d["model"], loss_state=d["loss_state"], pi=d["pi"], prior=d.get("prior"),
             next_round=int(d["next_round"]), ack=d["ack"], ack_round=d["ack_round"], rows=list(d["rows"]),
             optimizer=extra.get("optimizer"), trajectory=list(extra.get("trajectory", [])),
-            wall_time_s=float(extra.get("wall_time_s", 0.0)),
+            wall_time_s=float(extra.get("wall_time_s", 0.0)), branched_from=extra.get("branched_from"),
         )
 
 

@@ -49,6 +49,19 @@ FILES = (ROUNDS, METRICS)
 CHECKPOINT = "checkpoint.pt"
 TRAJECTORY = "trajectory.pt"
 LOCK = ".lock"
+BRANCH = re.compile(r"branch-r(\d{3,})\.pt")
+"""A job's round state kept after a round for jobs that branch from it (``fedbalance.jobs``: ``keep_rounds``)."""
+
+
+def branch_file(out: str | Path, after_round: int) -> Path:
+    """The file of ``out``'s round state after its first ``after_round`` rounds (``BRANCH``)."""
+    return Path(out) / f"branch-r{after_round:03d}.pt"
+
+
+def branch_files(out: str | Path) -> dict[int, Path]:
+    """``out``'s kept round states by the number of rounds done (``BRANCH``)."""
+    found = ((BRANCH.fullmatch(p.name), p) for p in Path(out).glob("branch-r*.pt"))
+    return {int(m.group(1)): p for m, p in found if m}
 PROVENANCE = "provenance.json"
 """A reference job's record of how it was made (``scripts/reference_jobs.py``): beside the two files, written last."""
 PENDING = "provenance.pending.json"

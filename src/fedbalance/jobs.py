@@ -33,7 +33,7 @@ import socket
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -45,7 +45,7 @@ import torch
 
 import fedbalance
 from fedbalance.centralised import num_epochs, run_centralised
-from fedbalance.jobspec import JobSpec, as_spec
+from fedbalance.jobspec import JobSpec, as_spec, shared_rounds
 from fedbalance.data import Dataset, load_dataset
 from fedbalance.records import JOB_KEYS, cs_column
 from fedbalance.fl import (
@@ -63,7 +63,9 @@ from fedbalance.metrics import evaluate
 from fedbalance.models import build_model, device_layout
 from fedbalance.atomic import atomic_write
 from fedbalance.sgd import use_deterministic_algorithms
-from fedbalance.jobfolder import CHECKPOINT, LOCK, METRICS, ROUNDS, TRAJECTORY, clean, monitor_summary, rounds_text
+from fedbalance.jobfolder import (
+    CHECKPOINT, LOCK, METRICS, ROUNDS, TRAJECTORY, branch_file, branch_files, clean, monitor_summary, rounds_text,
+)
 from fedbalance.jobfolder import write as write_folder
 from fedbalance.partition import (  # noqa: F401  (save/load re-exported for callers of the job API)
     Partition,
@@ -287,6 +289,51 @@ def _load_checkpoint(path: Path, fp: str, rt: Mapping[str, Any]) -> tuple[RoundS
         return None, {}
 
 
+def _partitions_json(partitions: Mapping[str, Partition]) -> str:
+    """The partitions as one canonical JSON text (a kept round state records the ones it was run on)."""
+    return json.dumps({k: p.to_json() for k, p in partitions.items()}, sort_keys=True)
+
+
+def load_branch(
+    source: Path, spec: JobSpec, partitions: Mapping[str, Partition], rt: Mapping[str, Any]
+) -> tuple[RoundState, dict[str, int], int]:
+    """The latest round state kept in ``source`` (``keep_rounds``) that ``spec``'s job shares with it
+    (``jobspec.shared_rounds``), with its chunk sizes and rounds done; JobError naming ``source`` when none is, or
+    when it was run on other partitions or under another runtime (both change the numbers)."""
+    kept = branch_files(source)
+    if not kept:
+        raise JobError(f"--branch-from {source}: no kept round state (branch-rNNN.pt) there; run that job with keep_rounds")
+    shared = None
+    for done in sorted(kept, reverse=True):
+        try:
+            ckpt = torch.load(kept[done], map_location="cpu", weights_only=False)
+            shared = shared_rounds(as_spec(ckpt["spec"]), spec)
+        except Exception as exc:  # noqa: BLE001 - a torn or foreign file is named, not used
+            raise JobError(f"{kept[done]}: not a kept round state this version reads ({exc})") from None
+        if done > shared:
+            continue
+        if ckpt["partitions"] != _partitions_json(partitions):
+            raise JobError(f"{kept[done]} was run on other partitions than {spec.name}'s")
+        if ckpt["path"] != spec.path:
+            raise JobError(f"{kept[done]} was trained on the {ckpt['path']} path, {spec.name} runs on the {spec.path} path")
+        if dict(ckpt["runtime"]) != dict(rt):
+            diff = ", ".join(f"{k} {ckpt['runtime'].get(k)!r} -> {rt.get(k)!r}" for k in rt if ckpt["runtime"].get(k) != rt.get(k))
+            raise JobError(f"{kept[done]} was run under another runtime ({diff}), which changes the numbers")
+        return RoundState.from_dict(ckpt["state"]), dict(ckpt.get("chunks") or {}), done
+    raise JobError(f"--branch-from {source}: {spec.name} shares its first {shared} rounds with that job, and it kept "
+                   f"no round state at or before them (kept: {', '.join(map(str, sorted(kept)))})")
+
+
+def check_keep_rounds(spec: JobSpec, keep_rounds: Collection[int]) -> frozenset[int]:
+    """``keep_rounds`` as a set; JobError unless each is a round count 1 .. rounds - 1 of a FedAvg job."""
+    keep = frozenset(keep_rounds)
+    bad = [r for r in keep if isinstance(r, bool) or not isinstance(r, int) or not 1 <= r < spec.rounds]
+    if keep and (bad or not spec.is_fl):
+        raise JobError(f"keep_rounds {sorted(map(str, keep))}: each must be a number of rounds 1 to {spec.rounds - 1} "
+                       "of a FedAvg job")
+    return keep
+
+
 def resolve_path(path: str, device: torch.device) -> str:
     """The training path: ``auto`` is the batched path on CUDA and the sequential one on the CPU.
 
@@ -338,11 +385,13 @@ class _Checkpointer:
     def __init__(
         self, spec: JobSpec, path: Path, fp: str, rt: Mapping[str, Any], state: RoundState | None,
         progress: bool | None, on_round: RoundCallback | None, start: float, plan: CopyPlan,
+        keep: Collection[int] = (), partitions: Mapping[str, Partition] | None = None,
     ):
         from tqdm.auto import tqdm
 
         self.start = start
         self.spec, self.path, self.fp, self.rt, self.on_round, self.plan = spec, path, fp, rt, on_round, plan
+        self.keep, self.partitions = frozenset(keep), partitions
         self.elapsed0 = state.wall_time_s if state is not None else 0.0
         self.total = num_epochs(spec) if spec.mode == "centralised" else spec.rounds
         self.done0 = len(state.rows) if state is not None else 0
@@ -359,6 +408,10 @@ class _Checkpointer:
         state.wall_time_s = self.wall_time()
         ckpt = {"fingerprint": self.fp, "runtime": self.rt, "state": state.to_dict(), "chunks": dict(self.plan.chunks)}
         atomic_write(self.path, lambda fh: torch.save(ckpt, fh), mode="wb")
+        if state.next_round in self.keep:
+            kept = {**ckpt, "spec": clean(self.spec.as_dict()), "path": self.spec.path,
+                    "partitions": _partitions_json(self.partitions or {})}
+            atomic_write(branch_file(self.path.parent, state.next_round), lambda fh: torch.save(kept, fh), mode="wb")
         cs = next((row[cs_column(m)] for m in self.spec.monitor.estimators if row.get(cs_column(m)) is not None), None)
         shown = {"loss": row["train_loss"], "acc": row["acc"], "cs": cs}
         self.bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if v is not None}, refresh=False)
@@ -374,10 +427,11 @@ class _Checkpointer:
 def _job_metrics(
     spec: JobSpec, state: RoundState, model: torch.nn.Module, data: JobData, dataset: Dataset,
     parts: Mapping[str, Partition], dev: torch.device, rt: Mapping[str, Any], wall_time: Callable[[], float],
-    plan: CopyPlan,
+    plan: CopyPlan, branched_from: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """metrics.json's content (JSON-safe) for the finished run: ``config`` is the job spec as configured
-    (``path: auto`` stays ``auto``, so a twin's spec compares equal), ``path`` the training path it resolved to."""
+    (``path: auto`` stays ``auto``, so a twin's spec compares equal), ``path`` the training path it resolved to;
+    ``branched_from`` (folder, round) only for a job started from another's kept round state."""
     path = spec.path
     final = evaluate(model, data.x_test, data.y_test, data.num_classes, data.minority_classes)
     final["train_loss"] = state.rows[-1]["train_loss"] if state.rows else None
@@ -396,6 +450,7 @@ def _job_metrics(
         "precision": rt["precision"],
         "chunking": plan.record() if plan.memory_budget is not None and path == "vectorised" else None,
         **({"capture": True} if plan.capture and path == "vectorised" else {}),
+        **({"branched_from": dict(branched_from)} if branched_from else {}),
         "wall_time_s": wall_time(),
         "rounds": len(state.rows),
     }
@@ -427,6 +482,8 @@ def run_job(
     partitions: Mapping[str, Partition] | None = None,
     progress: bool | None = None,
     on_round: RoundCallback | None = None,
+    keep_rounds: Collection[int] = (),
+    branch_from: str | Path | None = None,
 ) -> dict[str, Any]:
     """Run one job (resuming from ``out_dir/checkpoint.pt`` if present); return metrics.json's content.
 
@@ -440,6 +497,12 @@ def run_job(
     spec. ``progress``: a tqdm bar over rounds; None: the bar when stderr is a terminal, else one
     plain line per round on stderr (``progress_line``: what ``tail -f`` of a job's log shows).
     ``on_round(state, row)`` runs after each round's checkpoint is written (tests interrupt there).
+
+    Branches: ``keep_rounds`` keeps the round state after each of those numbers of rounds in ``out_dir``
+    (``jobfolder.branch_file``); a job that shares its first rounds with that one (``jobspec.shared_rounds``: e.g. the
+    same job with another ``switch_round``) starts from it with ``branch_from`` (the latest kept state it shares; its
+    rounds, their seconds included, are the source's and ``wall_time_s`` counts the source's time to there) and
+    records ``branched_from`` in metrics.json. Its outputs are those of the job run from round 0.
     """
     start = time.perf_counter()
     out = Path(out_dir)
@@ -451,7 +514,8 @@ def run_job(
         dataset = load_dataset(spec.source, data_dir, download=download, **dict(spec.options))
         parts = dict(partitions) if partitions is not None else build_partitions(spec, dataset)
         job = prepare_job(spec, out, dataset, parts, dev, runtime(dev, deterministic, precision), capture=capture,
-                          progress=progress, on_round=on_round, start=start)
+                          progress=progress, on_round=on_round, start=start, keep_rounds=keep_rounds,
+                          branch_from=None if branch_from is None else Path(branch_from))
         runner = run_centralised if spec.mode == "centralised" else run_fedavg
         try:
             with copy_plan(job.plan):
@@ -488,11 +552,12 @@ class PreparedJob:
     state: RoundState | None
     checkpoint: _Checkpointer
     plan: CopyPlan
+    branched_from: dict[str, Any] | None = None
 
     def metrics(self, state: RoundState) -> dict[str, Any]:
         """metrics.json's content for the finished run ``state`` (the model holds its final weights)."""
         return _job_metrics(self.spec, state, self.model, self.data, self.dataset, self.parts, self.dev, self.rt,
-                            self.checkpoint.wall_time, self.plan)
+                            self.checkpoint.wall_time, self.plan, self.branched_from)
 
     def write(self, state: RoundState, metrics: Mapping[str, Any]) -> None:
         """The job's outputs, each atomically; the checkpoint goes last."""
@@ -502,23 +567,30 @@ class PreparedJob:
 def prepare_job(
     spec: JobSpec, out: Path, dataset: Dataset, parts: dict[str, Partition], dev: torch.device, rt: dict[str, Any], *,
     capture: bool = False, plan: CopyPlan | None = None, progress: bool | None = None,
-    on_round: RoundCallback | None = None, start: float | None = None,
+    on_round: RoundCallback | None = None, start: float | None = None, keep_rounds: Collection[int] = (),
+    branch_from: Path | None = None,
 ) -> PreparedJob:
     """Check the partitions, build the job's data, model and loss on ``dev``, clear stale temporaries in ``out``, read
     its checkpoint and make its checkpointer (``spec``: its path resolved; ``rt``: ``runtime``). The job runs by
     ``plan`` (a pack's, shared) or, by default, its own ``job_plan`` made once its tensors are on ``dev`` (the free
-    memory it budgets is what they leave); the chunks its checkpoint recorded join the plan's."""
+    memory it budgets is what they leave); the chunks its checkpoint recorded join the plan's. Without a checkpoint
+    of its own, a job with ``branch_from`` starts from that folder's kept round state (``load_branch``)."""
     start = time.perf_counter() if start is None else start
+    keep = check_keep_rounds(spec, keep_rounds)
     _check_partitions(spec, parts, dataset)
     data = _job_data(spec, dataset, parts, dev)
     model, loss_fn = _model_and_loss(spec, dataset, dev)
     fp = fingerprint(spec, parts)
     _remove_stale_temporaries(out)
     state, chunks = _load_checkpoint(out / CHECKPOINT, fp, rt)
+    if state is None and branch_from is not None:
+        state, chunks, done = load_branch(branch_from, spec, parts, rt)
+        state.branched_from = {"folder": str(branch_from), "round": done}
+    branched = None if state is None else state.branched_from
     plan = job_plan(dev, rt["precision"], capture) if plan is None else plan
     plan.chunks.update(chunks)
-    checkpoint = _Checkpointer(spec, out / CHECKPOINT, fp, rt, state, progress, on_round, start, plan)
-    return PreparedJob(spec, out, dataset, parts, dev, rt, data, model, loss_fn, state, checkpoint, plan)
+    checkpoint = _Checkpointer(spec, out / CHECKPOINT, fp, rt, state, progress, on_round, start, plan, keep, parts)
+    return PreparedJob(spec, out, dataset, parts, dev, rt, data, model, loss_fn, state, checkpoint, plan, branched)
 
 
 def progress_line(

@@ -328,6 +328,39 @@ def derivable(source: Mapping[str, Any] | JobSpec, target: Mapping[str, Any] | J
     )
 
 
+BRANCH_KEYS = ("rounds", "switch_round")
+"""Keys that change a FedAvg job only from a round on: ``switch_round`` from itself, ``rounds`` at its last round (the
+final evaluation); two jobs equal in every other key train and record the rounds before both alike (``shared_rounds``)."""
+
+
+def branch_key(spec: Mapping[str, Any] | JobSpec) -> str | None:
+    """What the jobs that can share first rounds (``shared_rounds``) have in common: a FedAvg job's configured dict
+    less its names and ``BRANCH_KEYS``, and whether it switches partition; None for a centralised job."""
+    spec = as_spec(spec)
+    if not spec.is_fl:
+        return None
+    rest = _without(spec.configured, IDENTITY_KEYS + BRANCH_KEYS)
+    return json.dumps([rest, spec.switch_round is None], sort_keys=True, default=str)
+
+
+def shared_rounds(source: Mapping[str, Any] | JobSpec, target: Mapping[str, Any] | JobSpec) -> int:
+    """How many first rounds ``target`` trains and records exactly as ``source`` does, so that it can start from
+    ``source``'s state after them (``fedbalance.jobs``' branches); 0 when it cannot. Both are FedAvg jobs of one
+    ``branch_key`` (equal but in ``BRANCH_KEYS`` and their names, both switching partition or neither: the partitions
+    are then the same) that differ somewhere: the rounds before the earlier switch, and before the shorter job's last
+    (evaluated) round."""
+    s, t = as_spec(source), as_spec(target)
+    key = branch_key(s)
+    if key is None or key != branch_key(t):
+        return 0
+    if s.rounds == t.rounds and s.switch_round == t.switch_round:
+        return 0
+    limits = [min(s.rounds, t.rounds) - (s.rounds != t.rounds)]
+    if s.switch_round != t.switch_round:
+        limits.append(min(s.switch_round, t.switch_round))
+    return max(min(limits), 0)
+
+
 def required_keys(spec: Mapping[str, Any]) -> list[str]:
     """The dotted keys a job with this (merged) configured dict reads and that have no default, less its
     partition scheme's own keys (``config.required_keys`` adds them: ``partition.PARTITION_KEYS``)."""

@@ -10,13 +10,13 @@ and ``reused_from`` naming the folder it came from.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 from fedbalance import jobfolder
-from fedbalance.config import IDENTITY_KEYS, ConfigError, earlier_sources, twins
-from fedbalance.jobspec import JobSpec, as_spec, covers, derivable, runs_monitor
+from fedbalance.config import IDENTITY_KEYS, ConfigError, earlier_sources, jobs, resolve_jobs, twins
+from fedbalance.jobspec import JobSpec, as_spec, branch_key, covers, derivable, runs_monitor, shared_rounds
 from fedbalance.records import EMPIRICAL_COLUMNS, JOB_KEYS, Job, is_monitor_column
 
 # What ``path: auto`` resolves to (fedbalance.jobs.resolve_path).
@@ -28,6 +28,45 @@ def derived(cfg: Mapping[str, Any], experiments: list[str] | None = None) -> dic
     it differs only in the monitor of a loss that does not train on it), mapped to that job; ``fedbalance.derive``
     writes it. "Earlier" as in ``config.twins``; a config makes the first job of such a group save its trajectory."""
     return earlier_sources(cfg, experiments, derivable, skip=twins(cfg, experiments))
+
+
+def branches(cfg: Mapping[str, Any], experiments: list[str] | None = None,
+             skip: Collection[Job] | None = None) -> dict[Job, tuple[Job, int]]:
+    """Each trained job (neither a twin nor derived) that shares its first rounds with another trained job
+    (``jobspec.shared_rounds``: e.g. ``early``'s S, M and E, which differ in ``switch_round`` only), mapped to that
+    job and the number of rounds it starts from (``run_job``'s ``branch_from``; the source keeps those rounds'
+    states, ``branch_rounds``). In each such group one job is trained from round 0: the one sharing the most rounds
+    with the rest (the first in the config's order on a tie); the others branch from it. ``skip``: the twins and
+    derived jobs, when the caller has them."""
+    if skip is None:
+        skip = set(twins(cfg, experiments)) | set(derived(cfg, experiments))
+    todo = [j for j in jobs(cfg, experiments) if j not in skip]
+    specs = resolve_jobs(cfg, todo)
+    groups: dict[str, list[Job]] = {}
+    for job in todo:
+        key = branch_key(specs[job])
+        if key is not None:
+            groups.setdefault(key, []).append(job)
+    out: dict[Job, tuple[Job, int]] = {}
+    for group in groups.values():
+        if len(group) == 1:
+            continue
+        root = max(group, key=lambda r: (sum(shared_rounds(specs[r], specs[j]) for j in group), -group.index(r)))
+        for j in group:
+            shared = 0 if j == root else shared_rounds(specs[root], specs[j])
+            if shared > 0:
+                out[j] = (root, shared)
+    return out
+
+
+def branch_rounds(plan: Mapping[Job, tuple[Job, int]]) -> dict[Job, list[int]]:
+    """The rounds whose states each source of ``plan`` (``branches``) keeps for the jobs that branch from it."""
+    out: dict[Job, list[int]] = {}
+    for source, rounds in plan.values():
+        out.setdefault(source, [])
+        if rounds not in out[source]:
+            out[source] = sorted([*out[source], rounds])
+    return out
 
 
 def twin_config(source: Mapping[str, Any], spec: JobSpec, source_path: str) -> dict[str, Any]:

@@ -211,3 +211,29 @@ def test_a_replay_runs_a_shared_requirement_once_and_gives_each_estimator_its_ru
             assert a["seconds_counted"] == a["seconds_counted_pooled"]
     finally:
         del REGISTRY["counted"], REGISTRY["counted_pooled"]
+
+
+def test_sharpened_counts_by_hand() -> None:
+    from fedbalance.estimators import sharpened_counts
+
+    # shares (0.6, 0.3, 0.1) of 200 -> squared 0.36, 0.09, 0.01 (sum 0.46) -> 200 x (36, 9, 1) / 46
+    out = sharpened_counts(torch.tensor([120.0, 60.0, 20.0]))
+    torch.testing.assert_close(out, torch.tensor([36.0, 9.0, 1.0], dtype=torch.float64) / 46 * 200)
+    # a square-root compressed reading of (0.8, 0.2) is given back exactly: sqrt shares (2/3, 1/3)
+    torch.testing.assert_close(sharpened_counts(torch.tensor([2.0, 1.0]) * 30), torch.tensor([72.0, 18.0], dtype=torch.float64))
+    assert sharpened_counts(torch.full((4,), 25.0)).tolist() == [25.0] * 4  # uniform stays uniform
+    assert sharpened_counts(torch.tensor([3.0, 1.0]), 1.0).tolist() == [3.0, 1.0]  # exponent 1: the estimate itself
+    assert sharpened_counts(torch.zeros(3)).tolist() == [0.0] * 3
+
+
+def test_sharpened_is_shrunk_squared_and_uniform_without_evidence() -> None:
+    track = Track()
+    for raw in ([80.0, 20.0], [78.0, 22.0], [82.0, 18.0]):
+        track.add([0, 1], [50, 50], {"released": raw})
+    out = track_estimates(track, ["shrunk", "sharpened"])
+    s = out["shrunk"].counts
+    torch.testing.assert_close(out["sharpened"].counts, s**2 / (s**2).sum() * 100)
+    assert float(out["sharpened"].counts[0]) > float(s[0]) > 50  # the majority class moves further from the guess
+    weak = Track()
+    weak.add([0, 1], [50, 50], {"released": [58.0, 42.0]})  # round 0: shrunk has no noise measure -> the guess
+    assert track_estimates(weak, ["sharpened"])["sharpened"].counts.tolist() == [50.0, 50.0]

@@ -57,7 +57,12 @@ RLU_POOLED = "rlu_pooled"
 """``rlu``'s per-round estimates pooled through the clients as ``pooled`` pools ``released``'s (replays only, as ``rlu``)."""
 
 
-REPLAY_ESTIMATORS: tuple[str, ...] = (RLU, RLU_POOLED)
+SHARPENED = "sharpened"
+"""``shrunk``'s estimate sharpened, p_c ∝ p̂_c^2 (``estimators.sharpened_counts``): the monitor's minority classes at their
+size (docs/monitor.md, "sharpened"); computed from any recorded ``released`` column, not recorded by a run."""
+
+
+REPLAY_ESTIMATORS: tuple[str, ...] = (RLU, RLU_POOLED, SHARPENED)
 """Registered estimators outside ``ESTIMATORS``: replays and the ``Observer`` run them, a config cannot list them yet,
 so no job's rounds.csv columns change (docs/monitor.md, "rlu")."""
 

@@ -90,7 +90,7 @@ def test_full_protocol_command_plans(tmp_path: Path) -> None:
 def test_mnist_command_plans(tmp_path: Path) -> None:
     """The MNIST-only command, as a dry run: every job is an MNIST job, the loss comparison has ratio_rel."""
     from fedbalance.config import jobs, load_config, twins
-    from fedbalance.reuse import derived
+    from fedbalance.reuse import branches, derived
 
     args = shlex.split(_command("snakemake --cores all --configfile config/mnist.yaml"))
     r = subprocess.run(args + ["-n", "--quiet", "rules", "-s", str(SNAKEFILE), "--directory", str(tmp_path)],
@@ -102,8 +102,9 @@ def test_mnist_command_plans(tmp_path: Path) -> None:
     trained = int(re.search(r"^train\s+(\d+)$", out, re.M).group(1))
     copied = int(re.search(r"^reuse\s+(\d+)$", out, re.M).group(1))
     made = int(re.search(r"^derive\s+(\d+)$", out, re.M).group(1))
-    tw, der = twins(cfg), derived(cfg)
+    tw, der, br = twins(cfg), derived(cfg), branches(cfg)
     assert (trained, copied, made) == (len(planned) - len(tw) - len(der), len(tw), len(der))
+    assert len(br) == 10 and {j.experiment for j in br} == {"early"}  # S and M x 5 seeds, trained after their E
     assert {j.experiment for j in der} == {"t_ra"} and len(der) == 50  # 10 of the 11 thresholds x 5 seeds
     assert {j.dataset for j in planned} == {"mnist"} and any(j.loss == "ratio_rel" for j in planned)
 

@@ -26,10 +26,11 @@ QUICK = REPO / "config" / "quick.yaml"
 QUICK_JOBS = 47  # jobs of config/quick.yaml (README's Quick start says so too)
 QUICK_TWINS = 8  # of them written from a twin (rule reuse)
 QUICK_DERIVED = 1  # and derived from a trajectory (rule derive): t_ra/t2, so 38 are trained
+QUICK_BRANCHED = 1  # of those, early/S starts from early/E's state after 3 rounds (rule train, after E)
 
 sys.path.insert(0, str(REPO / "src"))
 from fedbalance.config import jobs, load_config, twins  # noqa: E402
-from fedbalance.reuse import derived  # noqa: E402
+from fedbalance.reuse import branches, derived  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
 
@@ -75,6 +76,7 @@ def test_dry_run_full_protocol_plans_every_job(tmp_path):
     assert len(expected) == 2876  # 2490 of the paper + 350 of beyond + 36 of ratio_stability
     assert counts["train"] + counts["reuse"] + counts["derive"] == len(expected)
     assert counts["reuse"] == len(twin_of) > 0 and counts["derive"] == len(derived_of) > 0
+    assert len(branches(cfg)) == 40  # early's S and M, 4 datasets x 5 seeds: trained (rule train) after their E
     partitions = {(j.experiment, j.dataset, j.setting, j.seed) for j in expected if j not in twin_of and j not in derived_of}
     assert counts["partition"] == len(partitions)
     assert counts["prepare_data"] == len(cfg["datasets"])
@@ -93,6 +95,7 @@ def test_dry_run_quick_protocol(tmp_path):
     assert len(jobs(load_config(QUICK))) == QUICK_JOBS
     assert counts["reuse"] == len(twins(load_config(QUICK))) == QUICK_TWINS
     assert counts["derive"] == len(derived(load_config(QUICK))) == QUICK_DERIVED
+    assert len(branches(load_config(QUICK))) == QUICK_BRANCHED
     assert counts["train"] == QUICK_JOBS - QUICK_TWINS - QUICK_DERIVED
     assert counts["prepare_data"] == 1
     assert_one_job_per_table_and_figure(counts)
@@ -272,6 +275,10 @@ def test_quick_dag_end_to_end(tmp_path):
     assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
 
     res = tmp_path / "results"
+    # early/S branched from early/E's state after 3 rounds, which E kept; both trained to their 16 rounds
+    s_metrics = json.loads((res / "early/mnist/S/ce/seed0/metrics.json").read_text())
+    assert s_metrics["branched_from"] == {"folder": "results/early/mnist/E/ce/seed0", "round": 3}
+    assert (res / "early/mnist/E/ce/seed0/branch-r003.pt").is_file() and s_metrics["rounds"] == 16
     crit = quick_criteria(res)
     print(f"quick criteria: {crit}")
     assert_quick_criteria(crit)

@@ -58,6 +58,14 @@ def branch_file(out: str | Path, after_round: int) -> Path:
     return Path(out) / f"branch-r{after_round:03d}.pt"
 
 
+def kept_branch(source: str | Path | None, after_round: int | None) -> Path | None:
+    """``source`` when it kept its round state after ``after_round`` rounds (``branch_file``), else None: a job
+    branches from it or, when it kept none (trained before), trains from round 0."""
+    if source is None or after_round is None:
+        return None
+    return Path(source) if branch_file(source, after_round).is_file() else None
+
+
 def branch_files(out: str | Path) -> dict[int, Path]:
     """``out``'s kept round states by the number of rounds done (``BRANCH``)."""
     found = ((BRANCH.fullmatch(p.name), p) for p in Path(out).glob("branch-r*.pt"))

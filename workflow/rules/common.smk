@@ -9,6 +9,7 @@ from fedbalance.config import data_args, dataset_spec, jobs, resolve_job, settin
 from fedbalance.records import Job
 from fedbalance.jobfolder import METRICS, ROUNDS, JobFolderError
 from fedbalance.reference import ReferenceSetError, render_jobs
+from fedbalance.reuse import branch_rounds, branches, derived
 from fedbalance.presentation import figures as presentation_figures
 from fedbalance.presentation.contract import contract_warnings
 from fedbalance.presentation import tables as presentation_tables
@@ -35,6 +36,14 @@ else:
 # Jobs equal to an earlier one but for their experiment's and setting's names: written from it by
 # rule reuse instead of trained again (fedbalance.config.twins).
 TWINS = {job.path: source.path for job, source in _twins.items()}
+# Jobs derived from a trained job's trajectory (rule derive; none when rendering a reference set).
+_derived = {} if REFERENCE_DIR is not None else derived(config)
+# Jobs that share their first rounds with another (fedbalance.reuse.branches: early's S and M with E): rule train runs
+# them after it, from the round state it keeps (keep_rounds; a source that kept none, trained before, lets them train
+# from round 0). A reference set holds its jobs as they are, so nothing branches when rendering one.
+_branches = {} if REFERENCE_DIR is not None else branches(config, skip=set(_twins) | set(_derived))
+BRANCHED = {job.path: (src.path, rounds) for job, (src, rounds) in _branches.items()}
+KEEP_ROUNDS = {src.path: rounds for src, rounds in branch_rounds(_branches).items()}
 # The report reads the paper's family and setting names: say before the DAG is built when this config's do not
 # fit (a renamed family or grid prefix would leave cells at '--'), once, in the main process.
 if workflow.is_main_process:
@@ -154,6 +163,38 @@ def data_mem_mb(wildcards, attempt):
 
 def result(*parts):
     return "/".join([RESULTS, *parts])
+
+
+def job_path(wildcards):
+    """The result folder of rule train's job, relative to results_dir."""
+    return f"{wildcards.experiment}/{wildcards.dataset}/{wildcards.setting}/{wildcards.loss}/seed{wildcards.seed}"
+
+
+def keep_rounds(wildcards):
+    """The rounds whose states rule train's job keeps for the jobs that branch from it."""
+    return KEEP_ROUNDS.get(job_path(wildcards), [])
+
+
+def branch_source(wildcards):
+    """The folder of the job that rule train's job branches from, or None."""
+    source = BRANCHED.get(job_path(wildcards))
+    return None if source is None else result(source[0])
+
+
+def branch_after(wildcards):
+    """The rounds rule train's job shares with its source, or None."""
+    source = BRANCHED.get(job_path(wildcards))
+    return None if source is None else source[1]
+
+
+def train_inputs(wildcards):
+    """Rule train's inputs: the partition and the data manifest, and a branched job's source (BRANCHED, train.smk)."""
+    w = wildcards
+    inputs = {"partition": result("partitions", w.experiment, w.dataset, w.setting, f"seed{w.seed}.json"),
+              "manifest": result("data", f"{w.dataset}.json")}
+    if job_path(w) in BRANCHED:
+        inputs["source"] = result(BRANCHED[job_path(w)][0], METRICS)
+    return inputs
 
 
 # The report's jobs (report.smk): what each table and figure job reads, and its caption.

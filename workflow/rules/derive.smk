@@ -4,9 +4,7 @@
 # trajectory.pt beside its metrics.json (save_trajectory: true). A reference set holds derived jobs as they
 # are, so nothing is derived when rendering one.
 
-from fedbalance.reuse import derived
-
-DERIVED = {} if REFERENCE_DIR is not None else {job.path: src.path for job, src in derived(config).items()}
+DERIVED = {job.path: src.path for job, src in _derived.items()}
 
 
 ruleorder: derive > train

@@ -6,8 +6,7 @@
 
 rule train:
     input:
-        partition=result("partitions", "{experiment}", "{dataset}", "{setting}", "seed{seed}.json"),
-        manifest=result("data", "{dataset}.json"),
+        unpack(train_inputs),
     output:
         metrics=result("{experiment}", "{dataset}", "{setting}", "{loss}", "seed{seed}", METRICS),
         rounds=result("{experiment}", "{dataset}", "{setting}", "{loss}", "seed{seed}", ROUNDS),
@@ -31,6 +30,9 @@ rule train:
         precision=config["precision"],
         capture=config["capture"],
         threads=TRAIN_THREADS,
+        keep_rounds=keep_rounds,
+        branch_from=branch_source,
+        branch_rounds=branch_after,
     script:
         "../scripts/train.py"
 

@@ -1,5 +1,6 @@
-"""Rule train: one training job; fedbalance.jobs.run_job writes metrics.json and rounds.csv
-beside each other (atomically) and resumes from checkpoint.pt in the same folder."""
+"""Rules train and train_branched: one training job; fedbalance.jobs.run_job writes metrics.json and rounds.csv
+beside each other (atomically) and resumes from checkpoint.pt in the same folder; a branched job starts from its
+source's kept round state when the source kept it."""
 
 from pathlib import Path
 
@@ -11,6 +12,7 @@ with _common.logged(smk):
     import torch
 
     from fedbalance.data import check_manifest
+    from fedbalance.jobfolder import kept_branch
     from fedbalance.jobs import load_partitions, run_job
 
     check_manifest(smk.input.manifest)  # the data files are those prepare_data recorded
@@ -27,6 +29,8 @@ with _common.logged(smk):
         precision=smk.params.precision,
         capture=smk.params.capture,
         partitions=load_partitions(smk.input.partition),
+        keep_rounds=smk.params.keep_rounds,
+        branch_from=kept_branch(smk.params.branch_from, smk.params.branch_rounds),
     )
     for name in ("metrics", "rounds"):
         if not Path(smk.output[name]).is_file():

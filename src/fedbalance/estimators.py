@@ -256,7 +256,7 @@ def shrunk(track: Track) -> Estimate:
 
 SHARPEN = 2.0
 """The exponent of ``sharpened_counts``: on the six seed-0 protocol trajectories of docs/monitor.md the exponent that put
-the most rounds nearest the truth was 2.0–2.3 with CE and 2.3–3.1 with the Ratio Loss; 2 is the smallest."""
+the most rounds nearest the truth was 2.0–2.1 with CE and 2.3–3.1 with the Ratio Loss; 2 is the smallest."""
 
 
 def sharpened_counts(counts: Tensor, exponent: float = SHARPEN) -> Tensor:

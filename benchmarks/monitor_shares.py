@@ -19,7 +19,10 @@ Reads finished job folders (``--recorded``, seconds: the recorded estimates plus
 ``--save-replays DIR`` writes each replay as JSON as it finishes; ``--replayed FILE...`` reads such files instead
 of replaying (so replays can run in several processes and be tabulated together).
 ``--reference DIR`` reads the issue's groups of a reference set: ``losses/mnist/g{10,50,100}/{ce,ratio}``.
-Prints one JSON document; ``--markdown`` prints the table instead.
+Prints one JSON document; ``--markdown`` prints the table instead. ``--oracle-exponents`` prints instead, per job and
+estimator, the exponent e of p_c ∝ p_hat_c^e (``estimators.sharpened_counts``) on the grid 1.0, 1.1, ..., 5.0 with the
+most rounds at the goal, then the least median worst class factor: read with the truth, a ceiling of that reading,
+not an estimator (docs/monitor.md, "sharpened"); the truth is recovered from the estimator's own share ratios.
 """
 
 from __future__ import annotations
@@ -38,9 +41,10 @@ from fedbalance.atomic import write_json
 from fedbalance.estimators import REGISTRY
 from fedbalance.jobspec import as_spec
 from fedbalance.monitor import Acknowledger
+from fedbalance.estimators import sharpened_counts
 from fedbalance.records import (
-    ESTIMATORS, TRUE_IMBALANCE, UNIFORM, cs_column, est_column, imbalance_column, shares_column, tv_column,
-    worst_share_column,
+    ESTIMATORS, TRUE_IMBALANCE, UNIFORM, cs_column, est_column, imbalance_column, shares_column, total_variation,
+    tv_column, worst_share_column, worst_share_factor,
 )
 from fedbalance.replay import load_trajectory, recorded, replay
 
@@ -114,6 +118,32 @@ def replay_record(path: Path, estimators: Sequence[str], data_dir: str) -> dict[
     return {"trajectory": str(path), "estimators": list(estimators), "spec": traj["spec"], "rows": rows}
 
 
+EXPONENTS = tuple(round(1 + 0.1 * i, 1) for i in range(41))
+
+
+def oracle_exponent(rows: Sequence[dict[str, Any]], name: str, first: int) -> dict[str, Any]:
+    """The exponent of ``EXPONENTS`` whose sharpened estimates of ``name`` put the most rounds (from ``first``) at the
+    goal, then the least median worst class factor; the truth of a round is its estimate over its share ratios."""
+    pairs = []
+    for row in rows:
+        est, ratios = row.get(est_column(name)), row.get(shares_column(name))
+        if row["round"] < first or est is None or ratios is None or not all(r and r > 0 for r in ratios):
+            continue
+        pairs.append((est, [e / r for e, r in zip(est, ratios, strict=True)]))
+    best: dict[str, Any] = {}
+    for e in EXPONENTS:
+        sharp = [(sharpened_counts(torch.tensor(est, dtype=torch.float64), e).tolist(), truth) for est, truth in pairs]
+        tv = [total_variation(s, t) for s, t in sharp]
+        worst = [worst_share_factor(s, t) for s, t in sharp]
+        at_goal = sum(a <= GOAL_TV and w <= GOAL_FACTOR for a, w in zip(tv, worst, strict=True))
+        key = (at_goal, -statistics.median(worst))
+        if not best or key > best["key"]:
+            best = {"key": key, "exponent": e, "rounds_at_goal": at_goal, "rounds": len(pairs),
+                    "tv_mean": statistics.fmean(tv), "worst_share_median": statistics.median(worst)}
+    best.pop("key")
+    return best
+
+
 def build_report(folders: Sequence[Path], trajectories: Sequence[Path], estimators: Sequence[str], data_dir: str,
                  first: int = 1, replayed: Sequence[dict[str, Any]] = (), save: Path | None = None) -> dict[str, Any]:
     """The groups' measures (``group_summary``) of recorded job folders, replayed trajectories and earlier replays
@@ -150,6 +180,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--from-round", type=int, default=1)
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads of the replays (default 1, as the jobs)")
+    ap.add_argument("--oracle-exponents", action="store_true", help="per job and estimator, the best exponent read with "
+                    "the truth (a ceiling of the sharpened reading), instead of the table")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     folders = [Path(f) for f in args.recorded]
@@ -159,6 +191,11 @@ def main(argv: list[str] | None = None) -> None:
     if not folders and not args.trajectory and not args.replayed:
         ap.error("give --recorded folders, --reference, --trajectory or --replayed files")
     replayed = [json.loads(Path(p).read_text()) for p in args.replayed]
+    if args.oracle_exponents:
+        jobs = [(str(f), recorded(f)) for f in folders] + [(r["trajectory"], r["rows"]) for r in replayed]
+        print(json.dumps([{"job": j, "estimator": m, **oracle_exponent(rows, m, args.from_round)}
+                          for j, rows in jobs for m in args.estimators], indent=1))
+        return
     report = build_report(folders, [Path(p) for p in args.trajectory], args.estimators, args.data_dir, args.from_round,
                           replayed, None if args.save_replays is None else Path(args.save_replays))
     print(markdown(report) if args.markdown else json.dumps(report, indent=1, default=float))

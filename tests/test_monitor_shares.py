@@ -117,3 +117,20 @@ def test_saved_replays_give_the_table_of_the_replay_and_a_missing_estimator_is_r
     assert json.dumps(again, default=float) == json.dumps(direct, default=float)
     with pytest.raises(SystemExit, match=r"replayed without \['paper'\]"):
         bench.build_report([], [], ["released", "paper"], "data", replayed=[record])
+
+
+def test_the_oracle_exponent_undoes_a_known_compression() -> None:
+    """Estimates that are the truth's shares to the power 1/3 (renormalised): the oracle reads exponent 3.0 and puts
+    every round at the goal; the estimates themselves (exponent 1) are not."""
+    from fedbalance.records import share_ratios
+
+    bench = _bench()
+    rows = []
+    for t, truth in enumerate([[50.0, 30, 15, 5], [60.0, 25, 10, 5], [40.0, 40, 15, 5]]):
+        root = [v ** (1 / 3) for v in truth]
+        est = [v / sum(root) * 100 for v in root]
+        rows.append({"round": t + 1, "est_pooled": est, "shares_pooled": share_ratios(est, truth)})
+    best = bench.oracle_exponent(rows, "pooled", 1)
+    assert best["exponent"] == 3.0 and best["rounds_at_goal"] == best["rounds"] == 3
+    assert best["tv_mean"] == pytest.approx(0, abs=1e-9) and best["worst_share_median"] == pytest.approx(1)
+    assert bench.oracle_exponent(rows, "pooled", 2)["rounds"] == 2  # from round 2 on

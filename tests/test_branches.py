@@ -168,3 +168,24 @@ def test_the_cost_of_a_branched_job_is_its_rounds_after_the_branch(quick):
     assert whole.client_steps == head.client_steps + tail.client_steps > tail.client_steps
     assert whole.monitor_steps == head.monitor_steps + tail.monitor_steps
     assert work[s].client_steps == tail.client_steps and work[e].client_steps == job_work(resolve_job(quick, e)).client_steps
+
+
+def test_a_source_killed_before_keeping_its_round_keeps_it_when_resumed(quick, tmp_path):
+    s, e = tiny(quick, "S", switch_round=2), tiny(quick, "E", switch_round=4)
+
+    class Killed(Exception):
+        pass
+
+    def kill(state, row):
+        if row["round"] == 1:
+            raise Killed
+
+    with pytest.raises(Killed):  # its checkpoint holds 2 rounds, no kept state (as a kill between the two writes)
+        run_job(e, tmp_path / "E", device="cpu", progress=False, on_round=kill)
+    assert branch_files(tmp_path / "E") == {}
+    run_job(e, tmp_path / "E", device="cpu", progress=False, keep_rounds=[2])
+    assert sorted(branch_files(tmp_path / "E")) == [2]
+    alone = run_job(s, tmp_path / "S-alone", device="cpu", progress=False)
+    branched = run_job(s, tmp_path / "S", device="cpu", progress=False, branch_from=tmp_path / "E")
+    _same_run(alone, branched)
+    assert _rows(tmp_path / "S") == _rows(tmp_path / "S-alone")

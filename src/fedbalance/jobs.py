@@ -392,6 +392,8 @@ class _Checkpointer:
         self.start = start
         self.spec, self.path, self.fp, self.rt, self.on_round, self.plan = spec, path, fp, rt, on_round, plan
         self.keep, self.partitions = frozenset(keep), partitions
+        if state is not None and state.next_round in self.keep and not branch_file(path.parent, state.next_round).exists():
+            self.keep_state(state)  # killed between the checkpoint and the kept state of that round
         self.elapsed0 = state.wall_time_s if state is not None else 0.0
         self.total = num_epochs(spec) if spec.mode == "centralised" else spec.rounds
         self.done0 = len(state.rows) if state is not None else 0
@@ -399,6 +401,12 @@ class _Checkpointer:
         self.bar = tqdm(total=self.total, initial=self.done0, desc=spec.name, disable=disable, leave=False)
         self.log_lines = progress is None and self.bar.disable  # no terminal (a Snakemake log, a SLURM job): plain lines
         self.loop_start = time.perf_counter()
+
+    def keep_state(self, state: RoundState) -> None:
+        """Keep ``state`` (after ``state.next_round`` rounds) for the jobs that branch from this one (``load_branch``)."""
+        kept = {"fingerprint": self.fp, "runtime": self.rt, "state": state.to_dict(), "chunks": dict(self.plan.chunks),
+                "spec": clean(self.spec.as_dict()), "path": self.spec.path, "partitions": _partitions_json(self.partitions or {})}
+        atomic_write(branch_file(self.path.parent, state.next_round), lambda fh: torch.save(kept, fh), mode="wb")
 
     def wall_time(self) -> float:
         """The job's seconds so far, those before a resume included."""
@@ -409,9 +417,7 @@ class _Checkpointer:
         ckpt = {"fingerprint": self.fp, "runtime": self.rt, "state": state.to_dict(), "chunks": dict(self.plan.chunks)}
         atomic_write(self.path, lambda fh: torch.save(ckpt, fh), mode="wb")
         if state.next_round in self.keep:
-            kept = {**ckpt, "spec": clean(self.spec.as_dict()), "path": self.spec.path,
-                    "partitions": _partitions_json(self.partitions or {})}
-            atomic_write(branch_file(self.path.parent, state.next_round), lambda fh: torch.save(kept, fh), mode="wb")
+            self.keep_state(state)
         cs = next((row[cs_column(m)] for m in self.spec.monitor.estimators if row.get(cs_column(m)) is not None), None)
         shown = {"loss": row["train_loss"], "acc": row["acc"], "cs": cs}
         self.bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if v is not None}, refresh=False)

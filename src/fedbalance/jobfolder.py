@@ -11,7 +11,8 @@ when the job has finished:
   (class_counts, global_counts, gamma, cs, mean_cs, num_samples), "monitor": {"mean_cs": {estimator:
   mean CS over rounds, ..., "uniform": ...}} or null, "acknowledged_round", "device", "path" (the
   training path ``auto`` resolved to; ``config.path`` keeps what was configured), "versions", "threads",
-  "deterministic", "precision", "chunking", "wall_time_s", "rounds"}; a twin's adds "reused_from".
+  "deterministic", "precision", "chunking", "wall_time_s", "rounds"}; a twin's adds "reused_from", a derived job's
+  "derived_from", a branched job's "branched_from" (the folder and round of the kept state it started from).
   Non-finite floats are written as null. It is written last: a folder with it is a finished job.
 
 Every read checks the folder as a whole (``check``): metrics.json holds ``job``, ``config``, ``final`` and
@@ -20,7 +21,7 @@ another seed or setting is refused, not counted twice); rounds.csv has a ``round
 integers and exactly ``rounds`` rows (a truncated file is refused, not read as a shorter run).
 
 While a job runs the folder also holds ``checkpoint.pt``, ``.lock`` and, with ``save_trajectory``,
-``trajectory.pt`` (``fedbalance.jobs``). The engine (``jobs``), twins (``reuse``), the tidy frames
+``trajectory.pt`` (``fedbalance.jobs``); a job that others branch from keeps ``branch-rNNN.pt`` (``BRANCH``) after it ends. The engine (``jobs``), twins (``reuse``), the tidy frames
 (``aggregate``), the history estimators (``replay.recorded``), reference sets and the tests' synthetic
 jobs all write and read folders through this module.
 """

@@ -190,8 +190,10 @@ def branch_after(wildcards):
 def train_inputs(wildcards):
     """Rule train's inputs: the partition and the data manifest, and a branched job's source (BRANCHED, train.smk)."""
     w = wildcards
-    inputs = {"partition": result("partitions", w.experiment, w.dataset, w.setting, f"seed{w.seed}.json"),
-              "manifest": result("data", f"{w.dataset}.json")}
+    inputs = {
+        "partition": result("partitions", w.experiment, w.dataset, w.setting, f"seed{w.seed}.json"),
+        "manifest": result("data", f"{w.dataset}.json"),
+    }
     if job_path(w) in BRANCHED:
         inputs["source"] = result(BRANCHED[job_path(w)][0], METRICS)
     return inputs

@@ -509,12 +509,19 @@ def held_summary(reference: Path, experiment: str | None = None) -> str:
             f"devices {', '.join(f'{d}: {n}' for d, n in sorted(devices.items()))})")
 
 
+RENDERED_DOCS = ("tables/Fidelity.md", "tables/Reproduction.md", "claims.md")
+"""The files of a render that ``docs`` splices into docs/."""
+
+
 def docs_texts(rendered: Path, reference: Path, docs: Path) -> dict[Path, str]:
     """docs/fidelity.md and docs/claims-mnist.md with the render of ``reference`` (in ``rendered``) spliced in, and every
     generated prose block (``fedbalance.presentation.prose``, computed from ``reference``'s job folders) in its page."""
     fidelity = (rendered / "tables" / "Fidelity.md").read_text()
     claims = (rendered / "claims.md").read_text().split("\n", 1)[1].lstrip("\n")
+    reproduction = (rendered / "tables" / "Reproduction.md").read_text()
     blocks = [
+        (docs / "fidelity.md", "reproduction", f"`tables/Reproduction.md` of the render of the {held_summary(reference)}:"
+                                               f"\n\n{reproduction}"),
         (docs / "fidelity.md", "fidelity", f"`tables/Fidelity.md` of the render of the {held_summary(reference, 'losses')}:"
                                            f"\n\n{fidelity}"),
         (docs / "claims-mnist.md", "claims", f"`claims.md` of the render of the {held_summary(reference)}:\n\n{claims}"),
@@ -558,8 +565,8 @@ def check_render(rendered: Path, reference: Path, docs: Path, allow_fewer: bool)
 
 
 def cmd_docs(args: argparse.Namespace) -> int:
-    """Splice the render of the reference set (Fidelity.md, claims.md) into the docs; ``--check``: only compare."""
-    for name in ("tables/Fidelity.md", "claims.md"):
+    """Splice the render of the reference set (``RENDERED_DOCS``) into the docs; ``--check``: only compare."""
+    for name in RENDERED_DOCS:
         if not (args.rendered / name).is_file():
             fail(f"{args.rendered / name} is missing: render the reference set first (reference/README.md)")
     check_render(args.rendered, args.reference, args.docs, args.allow_fewer)
@@ -613,7 +620,7 @@ def main() -> int:
     st.add_argument("--reference", type=path, required=True)
     st.add_argument("--readme", type=path, default=None, help="write the table into this README's status block")
     st.set_defaults(func=cmd_status)
-    dc = sub.add_parser("docs", help="splice the rendered Fidelity.md and claims.md into docs/ (between their marks)")
+    dc = sub.add_parser("docs", help="splice the rendered Fidelity.md, Reproduction.md and claims.md into docs/ (between their marks)")
     dc.add_argument("--rendered", type=path, default=Path("results_reference"), help="results_dir of the render")
     dc.add_argument("--reference", type=path, default=Path("reference/mnist"))
     dc.add_argument("--docs", type=path, default=Path("docs"))

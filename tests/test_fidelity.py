@@ -76,3 +76,55 @@ def test_minutes_a_job_per_device_when_the_seeds_ran_on_several() -> None:
     assert f.loc["ce", "minutes"] == "cpu 10.0, cuda 20.0" and f.loc["ce", "wall_time_min"] == pytest.approx(15.0)
     assert "| cpu 10.0, cuda 20.0 |" in fidelity_markdown(f.reset_index()[list(f.reset_index().columns)])
     assert minutes_by_device(pd.DataFrame({"wall_time_s": [60.0, 180.0, 120.0], "device": ["cpu", "", "cpu"]})) == "cpu 1.5, unknown 3.0"
+
+
+def _vs_rows() -> pd.DataFrame:
+    cols = ["table", "metric", "dataset", "column", "row", "ours_mean", "ours_std", "n_seeds", "paper", "diff"]
+    nan = float("nan")
+    rows = [
+        # 80 ± 5 (3 seeds) against 88: |88 - 80| = 8 <= 2 * 5 -> inside
+        ("T1", "acm", "mnist", "10:1", "ce", 80.0, 5.0, 3, 88.0),
+        # 80 ± 1 against 90: 10 > 2 -> the paper above ours (ours lower), 10 std
+        ("T1", "acm", "mnist", "10:1", "ratio", 80.0, 1.0, 3, 90.0),
+        # 80 ± 1 against 83: 3 > 2 -> above, 3 std (smaller gap, named second)
+        ("T1", "acm", "mnist", "50:1", "ratio", 80.0, 1.0, 3, 83.0),
+        # 95 ± 0.5 against 90: below (ours higher)
+        ("T1", "auc", "mnist", "50:1", "ce", 0.95, 0.005, 3, 0.90),
+        # one seed
+        ("T1", "acm", "mnist", "B.", "ce", 97.0, nan, 1, 98.0),
+        # published, no job
+        ("T1", "acm", "mnist", "B.", "ratio", nan, nan, 0, 98.0),
+        # another dataset: not in the MNIST summary
+        ("T1", "acm", "cifar10", "B.", "ce", 50.0, 1.0, 3, 10.0),
+        # a table with published cells and no job at all
+        ("T2", "acm", "mnist", "1.00", "a", nan, nan, 0, 70.0),
+        ("T2", "acm", "mnist", "2.00", "a", nan, nan, 0, 71.0),
+        # a table the paper does not publish for this dataset, but run
+        ("T3", "cs", "mnist", "B.", "pooled", 0.9, 0.01, 3, nan),
+    ]
+    return pd.DataFrame([(*r, r[5] - r[8]) for r in rows], columns=cols)
+
+
+def test_reproduction_frame_by_hand() -> None:
+    from fedbalance.presentation.fidelity import reproduction_frame
+
+    f = reproduction_frame(_vs_rows(), "mnist")
+    assert list(f.verdict) == ["inside", "above", "above", "below", "one seed", "not run", "not run", "not run"]
+    assert list(f.gap_std.iloc[:4]) == pytest.approx([8 / 5, 10.0, 3.0, 10.0])
+    assert set(reproduction_frame(_vs_rows(), "cifar10").verdict) == {"below"}
+
+
+def test_reproduction_summary_by_hand() -> None:
+    from fedbalance.presentation.fidelity import reproduction_summary
+
+    md = reproduction_summary(_vs_rows(), ["mnist"])
+    t1 = next(line for line in md.splitlines() if line.startswith("- **T1**"))
+    assert t1.startswith("- **T1**: 5 of its 6 published cells run (1–3 seeds); ")
+    assert "(the seeds cannot tell ours from it): 1;" in t1
+    # the two cells where ours is lower, the larger gap (in std) first; metrics named: T1 prints two
+    assert "ours lower than the paper's by more than the spread: 2 — ratio 10:1 Ac.M (80.00 vs 90.00); ratio 50:1 Ac.M (80.00 vs 83.00);" in t1
+    assert "ours higher than the paper's by more than the spread: 1 — ce 50:1 AUC (.9500 vs .9000);" in t1
+    assert "one seed, no spread to judge by: 1;" in t1 and t1.endswith("not run: 1.")
+    assert "- **T3**: 1 cells run; the paper publishes none of this dataset." in md
+    assert "- **Not run at all** (published cells): T2 (2)." in md
+    assert md.startswith("**MNIST**") and "cifar10" not in md.lower().split("within")[0]

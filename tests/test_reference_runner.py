@@ -118,7 +118,10 @@ def test_gpu_session_script_runs_jobs_until_its_window_closes_and_archives_them(
     import subprocess
     import tarfile
 
-    env = {**os.environ, "DEVICE": "cpu", "CONFIG": "config/quick.yaml", "RUNS": str(tmp_path / "runs"), "CAPTURE": "1"}
+    import sys
+
+    env = {**os.environ, "DEVICE": "cpu", "CONFIG": "config/quick.yaml", "RUNS": str(tmp_path / "runs"), "CAPTURE": "1",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}  # the script's `python` is ours
     out = tmp_path / "out"
     proc = subprocess.run(["bash", "scripts/gpu_session.sh", str(out), "abc1234", "600", "1", "0", "monitor:default:ce:0,1"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
@@ -329,6 +332,7 @@ def _render(root: Path, jobs: list[Job]) -> Path:
 
     (root / "tables").mkdir(parents=True)
     (root / "tables" / "Fidelity.md").write_text("| x |\n")
+    (root / "tables" / "Reproduction.md").write_text("- x\n")
     (root / "claims.md").write_text("# claims\n\nx\n")
     (root / "aggregate").mkdir()
     pd.DataFrame([{"experiment": j.experiment, "dataset": j.dataset, "setting": j.setting, "loss": j.loss, "seed": j.seed}

@@ -19,7 +19,7 @@ FIGURE_FILES = [f"{FIGURES_DIR}/{name}.{ext}" for name in FIGURES for ext in FIG
 # when that dataset is not part of the study (config/quick.yaml has only mnist).
 FIGURE_DATASETS = {name: (d if d in config["datasets"] else DATASETS[0]) for name, d in DEFAULT_DATASET.items()}
 SUMMARY_FILES = [result("claims.md"), result("paper_tables.tex")]
-FIDELITY_FILES = [f"{TABLES_DIR}/Fidelity.md", f"{TABLES_DIR}/Fidelity.csv"]
+FIDELITY_FILES = [f"{TABLES_DIR}/Fidelity.md", f"{TABLES_DIR}/Fidelity.csv", f"{TABLES_DIR}/Reproduction.md"]
 LOSS_BASES = {name: v["loss"] for name, v in (config.get("loss_variants") or {}).items()}
 
 
@@ -34,6 +34,7 @@ localrules:
     claims,
     paper_tables,
     fidelity,
+    reproduction,
 
 
 rule table:
@@ -159,3 +160,23 @@ rule fidelity:
         bases=LOSS_BASES,
     script:
         "../scripts/fidelity.py"
+
+
+rule reproduction:
+    input:
+        tables=[f"{TABLES_DIR}/{label}_vs_paper.csv" for label in TABLES],
+        code=[str(PRESENTATION / "fidelity.py"), *TABLES_CODE],
+    output:
+        report(f"{TABLES_DIR}/Reproduction.md", caption="../report/Reproduction.rst", category="summary"),
+    log:
+        result("logs", "reproduction.log"),
+    conda:
+        "../envs/report.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        datasets=config["datasets"],
+    script:
+        "../scripts/reproduction.py"

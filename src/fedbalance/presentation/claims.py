@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedbalance.presentation.names import Read, gamma_setting
+from fedbalance.presentation.names import PLAIN_METRIC, Read, gamma_setting
 from fedbalance.presentation.tables import TABLES, TableSpec, bold_mask, cell_values, environment, fmt
 from fedbalance.records import DEFAULT_ESTIMATOR, cs_column, setting_value
 
@@ -20,7 +20,6 @@ READS: tuple[Read, ...] = (
 )
 """The jobs the claims read beyond the tables' cells (``fedbalance.presentation.contract``)."""
 
-PLAIN_METRIC = {"acm": "Ac.M", "auc": "AUC", "acc_majority": "Ac.", "cs_mean": "mean CS", "cs_var": "CS variance"}
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,14 @@ number is the final round's. Because single runs move by several points between 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 import pandas as pd
 
 from fedbalance.records import plus_minus
-from fedbalance.presentation.names import DATASETS, GAMMAS, Read, gamma_setting
-from fedbalance.presentation.tables import published
+from fedbalance.presentation.names import DATASET_NAME, DATASETS, GAMMAS, PLAIN_METRIC, Read, gamma_setting
+from fedbalance.presentation.tables import fmt, published
 
 TABLE_OF = {"mnist": "Res_3_datasets", "cifar10": "Res_3_datasets", "fer2013": "Res_3_datasets", "femnist": "FL_FEMNIST"}
 COLUMNS = [
@@ -117,3 +118,91 @@ def fidelity_markdown(frame: pd.DataFrame) -> str:
         "paper prints is not established (docs/fidelity.md). min/job: mean minutes a job, per device where the seeds ran on "
         "several.\n"
     )
+
+
+NOT_RUN = "not run"
+REPRODUCTION_ORDER = ("inside", "above", "below", "one seed", NOT_RUN)
+"""Where a published cell lies against our seeds (``paper_verdict``), or that no job of it was run."""
+LISTED = 3
+"""How many cells a reproduction line names per outcome (the largest gaps first)."""
+
+
+def reproduction_frame(vs: pd.DataFrame, dataset: str = "mnist") -> pd.DataFrame:
+    """Every published cell of ``dataset`` in ``vs`` (the ``<label>_vs_paper.csv`` rows of one or more tables): where
+    the published value lies against our seeds (``paper_verdict``, or ``NOT_RUN``) and the gap in our seeds' std."""
+    pub = vs[(vs.dataset == dataset) & vs.paper.notna()].copy()
+    n = pub.n_seeds.fillna(0).astype(int)
+    pub["verdict"] = [NOT_RUN if k == 0 else paper_verdict(m, s, k, p)
+                      for m, s, k, p in zip(pub.ours_mean, pub.ours_std, n, pub.paper)]
+    pub["n_seeds"] = n
+    pub["gap_std"] = (pub.paper - pub.ours_mean).abs() / pub.ours_std
+    return pub.reset_index(drop=True)
+
+
+def _cell(row: pd.Series, several_metrics: bool) -> str:
+    what = f"{row['row']} {row['column']}" + (f" {PLAIN_METRIC.get(row['metric'], row['metric'])}" if several_metrics else "")
+    return f"{what} ({fmt(row['ours_mean'], row['metric'])} vs {fmt(row['paper'], row['metric'])})"
+
+
+def reproduction_markdown(frame: pd.DataFrame, unpublished: Mapping[str, int] | None = None) -> str:
+    """One bullet per table of ``reproduction_frame``: how many published cells reproduce, where ours is lower or
+    higher (the largest gaps named), where one seed cannot tell, and what is not run; ``unpublished``: table ->
+    cells we ran that the paper does not publish."""
+    unpublished = dict(unpublished or {})
+    lines, idle = [], []
+    for table, cells in frame.groupby("table", sort=False):
+        counts = cells.verdict.value_counts()
+        if counts.get(NOT_RUN, 0) == len(cells):
+            idle.append(f"{table} ({len(cells)})")
+            continue
+        several = cells.metric.nunique() > 1
+        run = cells[cells.verdict != NOT_RUN]
+        seeds = sorted(set(run.n_seeds))
+        parts = [f"{len(run)} of its {len(cells)} published cells run "
+                 f"({seeds[0] if len(seeds) == 1 else f'{seeds[0]}–{seeds[-1]}'} seeds)"]
+        for verdict, say in REPRODUCTION_SAYS.items():
+            k = int(counts.get(verdict, 0))
+            if not k:
+                continue
+            text = f"{say}: {k}"
+            if verdict in ("above", "below"):
+                top = cells[cells.verdict == verdict].sort_values("gap_std", ascending=False).head(LISTED)
+                text += (" — largest: " if k > LISTED else " — ") + "; ".join(_cell(r, several) for _, r in top.iterrows())
+            parts.append(text)
+        if unpublished.get(table, 0):
+            parts.append(f"{unpublished[table]} cells run that the paper does not publish")
+        lines.append(f"- **{table}**: " + "; ".join(parts) + ".")
+    for table, k in unpublished.items():
+        if table not in set(frame.table):
+            lines.append(f"- **{table}**: {k} cells run; the paper publishes none of this dataset.")
+    if idle:
+        lines.append("- **Not run at all** (published cells): " + ", ".join(idle) + ".")
+    return "\n".join(lines) if lines else "- No published cell of this dataset in these tables."
+
+
+REPRODUCTION_SAYS = {
+    "inside": "the published value inside our seeds' spread (the seeds cannot tell ours from it)",
+    "above": "ours lower than the paper's by more than the spread",
+    "below": "ours higher than the paper's by more than the spread",
+    "one seed": "one seed, no spread to judge by",
+    NOT_RUN: "not run",
+}
+"""How the reproduction summary says each outcome of ``REPRODUCTION_ORDER``."""
+
+
+def read_vs_paper(paths: Iterable[str | Path]) -> pd.DataFrame:
+    """The ``<label>_vs_paper.csv`` files of ``fedbalance.presentation.tables.write_table``, as one frame (labels as text)."""
+    return pd.concat([pd.read_csv(p, dtype={"column": str, "row": str}) for p in paths], ignore_index=True)
+
+
+def reproduction_summary(vs: pd.DataFrame, datasets: Iterable[str]) -> str:
+    """Markdown: per dataset, one bullet per table of where the paper reproduces (``reproduction_markdown``)."""
+    out = []
+    for d in datasets:
+        ran = vs[(vs.dataset == d) & vs.paper.isna() & (vs.n_seeds.fillna(0) > 0)]
+        out.append(f"**{DATASET_NAME.get(d, d)}**\n\n"
+                   + reproduction_markdown(reproduction_frame(vs, d), ran.groupby("table", sort=False).size().to_dict()))
+    return "\n\n".join(out) + (
+        f"\n\nA published value is inside our seeds' spread when within {SPREAD:g} std of our mean (the Fidelity "
+        "table's rule), else ours is lower or higher; a cell is one (row, column, metric) of the table as printed; "
+        "the largest gaps are the largest in our seeds' std.\n")

@@ -42,6 +42,11 @@ BEYOND_NAME = {"ce": "CE", "ratio": "Ratio (paper)", "ratio_median": "Ratio, med
 """Plain name of each loss in the beyond-the-paper figure."""
 
 
+PLAIN_METRIC = {"acm": "Ac.M", "auc": "AUC", "acc_majority": "Ac.", "cs": "CS", "cs_mean": "mean CS",
+                "cs_var": "CS variance"}
+"""Plain name of each table metric in prose (claims, the reproduction summary)."""
+
+
 def gamma_setting(gamma: int) -> str:
     """The setting name of global imbalance Γ in the loss experiments ("g10")."""
     return setting_name(("g", gamma))

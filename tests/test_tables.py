@@ -281,3 +281,24 @@ def test_beyond_paper_table(tmp_path: Path) -> None:
     _, lines = layout(spec, values, final)
     la_row = next(line for line in lines if line != "hline" and line[1] == spec.rows[3][1])  # the Ac.M block's
     assert sum(cell.startswith(r"\textbf{33") for cell in la_row) == 1
+
+
+def test_sweep_and_grid_claims_say_how_much_was_run(tmp_path: Path) -> None:
+    """Sup_hyper_a with 2 of its 10 α values, Sup_MFE with 1 of its 12 cells (one with MSE alone): the verdict comes
+    from what was run, and the evidence says how much of the sweep or grid that is."""
+    root = tmp_path / "res"
+    for setting, accs in (("a1", [0.80, 0.81]), ("a2", [0.60, 0.61])):
+        for seed, a in enumerate(accs):
+            write_job(root, Job("alpha", "mnist", setting, "ratio", seed), acm=a)
+    for loss, accs in (("mse", [0.70, 0.71]), ("mfe", [0.50, 0.51])):
+        for seed, a in enumerate(accs):
+            write_job(root, Job("mfe", "mnist", "c5", loss, seed), acm=a)
+    write_job(root, Job("mfe", "mnist", "c4", "mse", 0), acm=0.6)
+    final, rounds = collect(root)
+    by_text = {c.text: c for c in claims(final, rounds)}
+    alpha = by_text["Sup_hyper_a: 1.00 gives the best Ac.M"]
+    # 80.5 ± 0.71 against 60.5 ± 0.71: one clear comparison for
+    assert (alpha.verdict, alpha.evidence) == ("holds", "best: 1.00; 2 of 10 values run; 1 clear for")
+    mfe = by_text["MFE with local knowledge is no better than MSE (Sup_MFE Ac.M)"]
+    assert (mfe.verdict, mfe.evidence) == ("holds", "MFE <= MSE in 1/1 cells; 1 of 12 cells run; 1 clear for")
+    assert by_text["Sup_hyper_b: 0.10 gives the best Ac.M"].evidence == "best: --; 0 of 9 values run"

@@ -265,6 +265,15 @@ def _mismatch_claims(final: pd.DataFrame) -> list[Claim]:
     return out
 
 
+def _coverage(table: pd.DataFrame, metric: str, have: pd.DataFrame, both: tuple[str, ...] = ()) -> str:
+    """'k of N': of the table's (dataset, column) cells of ``metric``, how many ``have`` has data for (every row of
+    ``both`` when given): how much of a sweep or grid a claim was judged on."""
+    cells = table[table.metric == metric].groupby(["dataset", "column"]).ngroups
+    rows = have.groupby(["dataset", "column"])["row"].agg(set)
+    run = int(sum(set(both) <= r for r in rows)) if both else len(rows)
+    return f"{run} of {cells}"
+
+
 def _ordered(seq: list[float], increasing: bool = True) -> bool:
     pairs = list(zip(seq, seq[1:]))
     return all(b >= a for a, b in pairs) if increasing else all(b <= a for a, b in pairs)
@@ -296,7 +305,8 @@ def _sweep_claims(values: dict[str, pd.DataFrame]) -> list[Claim]:
                 outcomes.append(_compare(_stat(r), mine) if metric == "cs_var" else _compare(mine, _stat(r)))
         verdict = NO_DATA if t.empty or best not in set(t.column) else _all(outcomes)
         out.append(Claim(f"{label}: {best} gives the best {PLAIN_METRIC[metric]}", verdict,
-                         f"best: {', '.join(winners) or '--'}" + (f"; {_tally(outcomes)}" if outcomes else "")))
+                         f"best: {', '.join(winners) or '--'}; {_coverage(values[label], metric, t)} values run"
+                         + (f"; {_tally(outcomes)}" if outcomes else "")))
     v = values["Sup_MFE"]
     acm = v[(v.metric == "acm")].dropna(subset=["mean"])
     worse, outcomes = 0, []
@@ -306,7 +316,8 @@ def _sweep_claims(values: dict[str, pd.DataFrame]) -> list[Claim]:
             worse += int(mfe.mean <= mse.mean)
             outcomes.append(_compare(mse, mfe))
     out.append(Claim("MFE with local knowledge is no better than MSE (Sup_MFE Ac.M)", _most(outcomes),
-                     f"MFE <= MSE in {worse}/{len(outcomes)} cells" + (f"; {_tally(outcomes)}" if outcomes else "")))
+                     f"MFE <= MSE in {worse}/{len(outcomes)} cells; {_coverage(v, 'acm', acm, both=('mse', 'mfe'))} "
+                     "cells run" + (f"; {_tally(outcomes)}" if outcomes else "")))
     return out
 
 

@@ -485,6 +485,76 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+EVIDENCE_PLAN = (
+    "early::0,1,2", "t_ra::0,1,2", "mfe::0,1,2", "mismatch:*_g10:0,1,2", "alpha::0,1,2", "beta::0,1,2",
+    "centralised::0,1,2", "mismatch::0,1,2", "beyond:g10,g50:0,1,2", "losses:g1,g20:3,4",
+)
+"""The order in which the set is filled (the evidence issue): per step ``experiment:settings:seeds``, settings as
+comma-separated globs (empty: all), claims first (the paper's tables in claim order), then the wider families."""
+
+
+def plan_step(step: str) -> tuple[str, list[str], list[int]]:
+    """``experiment:settings:seeds`` -> (experiment, setting globs, seeds); a clear error when malformed."""
+    try:
+        exp, settings, seeds = step.split(":")
+        seed_list = [int(x) for x in seeds.split(",")]
+    except ValueError:
+        raise SystemExit(f"error: --plan {step!r} is not experiment:settings:seeds (settings: comma-separated globs, "
+                         "empty for all; seeds: integers), e.g. mismatch:*_g10:0,1,2") from None
+    if not exp or min(seed_list) < 0:
+        raise SystemExit(f"error: --plan {step!r} has no experiment or a negative seed")
+    return exp, [g for g in settings.split(",") if g] or ["*"], seed_list
+
+
+def missing_specs(config: Path, reference: Path, plan: list[str], dataset: str) -> list[tuple[str, list[str], int]]:
+    """Per step of ``plan``: the ``run --jobs`` specs of the jobs of ``config`` that ``reference`` lacks
+    (``fedbalance.reference.missing_jobs``), one spec per (experiment, setting) with its losses and seeds (seeds
+    outermost, so a setting's cells complete together), each job once, in the plan's then the config's order."""
+    import fnmatch
+
+    from fedbalance.config import jobs as config_jobs
+    from fedbalance.config import load_config
+    from fedbalance.reference import missing_jobs
+
+    steps = [plan_step(s) for s in plan]
+    cfg = load_config(config)
+    known = {j.experiment for j in config_jobs(cfg)}
+    for exp, _, _ in steps:
+        if exp not in known:
+            fail(f"--plan: {config} has no experiment {exp!r} (it has {', '.join(sorted(known))})")
+    todo = [j for j in missing_jobs(cfg, reference) if j.dataset == dataset]
+    taken: set = set()
+    out = []
+    for step, (exp, globs, seeds) in zip(plan, steps):
+        jobs = [j for j in todo if j.experiment == exp and j.seed in seeds and j not in taken
+                and any(fnmatch.fnmatchcase(j.setting, g) for g in globs)]
+        taken.update(jobs)
+        groups: dict[tuple[str, str], dict[str, list[int]]] = {}
+        for j in jobs:
+            groups.setdefault((j.experiment, j.setting), {}).setdefault(j.loss, []).append(j.seed)
+        specs = []
+        for (e, setting), losses in groups.items():
+            by_seeds: dict[tuple[int, ...], list[str]] = {}
+            for loss, ss in losses.items():
+                by_seeds.setdefault(tuple(sorted(ss)), []).append(loss)
+            specs += [f"{e}:{setting}:{','.join(ls)}:{','.join(map(str, ss))}" for ss, ls in by_seeds.items()]
+        out.append((step, specs, len(jobs)))
+    return out
+
+
+def cmd_missing(args: argparse.Namespace) -> int:
+    """Print the ``run --jobs`` specs of the jobs the set lacks, in the plan's order; a count per step on stderr."""
+    if not args.config.is_file():
+        fail(f"--config {args.config}: not a file")
+    steps = missing_specs(args.config, args.reference, args.plan or list(EVIDENCE_PLAN), args.dataset)
+    for _, specs, _ in steps:
+        for spec in specs:
+            print(spec)
+    total = sum(n for _, _, n in steps)
+    print(f"{total} jobs to run: " + ", ".join(f"{step} {n}" for step, _, n in steps), file=sys.stderr)
+    return 0
+
+
 DOCS_SOURCE = "scripts/reference_jobs.py docs"
 
 
@@ -620,6 +690,13 @@ def main() -> int:
     st.add_argument("--reference", type=path, required=True)
     st.add_argument("--readme", type=path, default=None, help="write the table into this README's status block")
     st.set_defaults(func=cmd_status)
+    mi = sub.add_parser("missing", help="print the --jobs specs of the jobs the set lacks, in the evidence order")
+    mi.add_argument("--reference", type=path, default=Path("reference/mnist"))
+    mi.add_argument("--config", type=path, default=Path("config/mnist.yaml"))
+    mi.add_argument("--dataset", default="mnist")
+    mi.add_argument("--plan", nargs="+", default=None, help="steps experiment:settings:seeds (settings: globs, empty "
+                    f"for all) in order; default: {' '.join(EVIDENCE_PLAN)}")
+    mi.set_defaults(func=cmd_missing)
     dc = sub.add_parser("docs", help="splice the rendered Fidelity.md, Reproduction.md and claims.md into docs/ (between their marks)")
     dc.add_argument("--rendered", type=path, default=Path("results_reference"), help="results_dir of the render")
     dc.add_argument("--reference", type=path, default=Path("reference/mnist"))

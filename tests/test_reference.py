@@ -149,6 +149,28 @@ def test_reference_jobs_holds_finished_jobs_and_their_twins(tmp_path: Path) -> N
                   Job("ratio_stability", "mnist", "g50", "ratio", 0): held[0], Job("losses", "mnist", "g50", "ratio", 0): held[0]}
 
 
+def test_missing_jobs_are_the_studys_less_the_held_and_copied_twins_by_their_source(tmp_path: Path) -> None:
+    from fedbalance.config import jobs, twins
+    from fedbalance.reference import missing_jobs
+
+    cfg = load_config(MNIST)
+    every, tw = jobs(cfg), twins(cfg)
+    missing = missing_jobs(cfg, tmp_path)
+    # an empty set: every job but the twins, each twin's trained job once, at the first place it is needed
+    assert len(missing) == len(set(missing)) == len(set(every) - set(tw))
+    a1 = Job("alpha", "mnist", "a1", "ratio", 0)
+    assert a1 not in missing and tw[a1] == Job("losses", "mnist", "g50", "ratio", 0)
+    first_user = min(every.index(j) for j in every if j == tw[a1] or tw.get(j) == tw[a1])
+    before = {tw.get(j, j) for j in every[:first_user]}
+    assert missing.index(tw[a1]) == len([j for j in dict.fromkeys(tw.get(j, j) for j in every[:first_user])])
+    assert tw[a1] not in before
+    # holding the trained job removes it and every twin it is copied to; another job stays missing
+    write_job(tmp_path, tw[a1])
+    after = missing_jobs(cfg, tmp_path)
+    assert tw[a1] not in after and len(after) == len(missing) - 1
+    assert Job("alpha", "mnist", "a2", "ratio", 0) in after
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
 def test_render_from_the_reference_set(tmp_path: Path) -> None:

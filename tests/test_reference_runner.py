@@ -428,3 +428,25 @@ if "--keep-rounds" in args:
     assert rj.main() == 0
     s_argv = json.loads((s / "argv.json").read_text())
     assert "--branch-from" not in s_argv and "branched_from" not in json.loads((s / "provenance.json").read_text())
+
+
+def test_missing_prints_the_specs_of_the_lacking_jobs_in_the_plans_order(tmp_path: Path) -> None:
+    """`missing`: one spec per (experiment, setting), the held jobs left out, steps in the order given; a bad step or
+    an experiment the config lacks is refused naming it."""
+    ref = tmp_path / "ref"
+    for seed in (0, 1, 2):
+        write_job(ref, Job("mfe", "mnist", "c5", "mse", seed))
+    write_job(ref, Job("mfe", "mnist", "c4", "mfe", 1))
+    r = _script("missing", "--reference", str(ref), "--plan", "mfe:c5,c4:0,1", "alpha:a0.5,a2:2")
+    assert r.returncode == 0, r.stderr
+    # within a step the config's order (settings, then losses): c4 before c5, mfe before mse
+    assert r.stdout.splitlines() == ["mfe:c4:mfe:0", "mfe:c4:mse:0,1", "mfe:c5:mfe:0,1", "alpha:a0.5:ratio:2",
+                                     "alpha:a2:ratio:2"]
+    assert r.stderr.strip() == "7 jobs to run: mfe:c5,c4:0,1 5, alpha:a0.5,a2:2 2"
+    # globs, and a job named by two steps is listed once, under the first
+    r = _script("missing", "--reference", str(ref), "--plan", "mfe:c[45]:2", "mfe::2")
+    assert r.stdout.splitlines() == ["mfe:c4:mfe,mse:2", "mfe:c5:mfe:2", "mfe:c2:mfe,mse:2", "mfe:c3:mfe,mse:2"]
+    bad = _script("missing", "--reference", str(ref), "--plan", "mfe:c5")
+    assert bad.returncode == 2 and "'mfe:c5' is not experiment:settings:seeds" in bad.stderr
+    bad = _script("missing", "--reference", str(ref), "--plan", "nosuch::0")
+    assert bad.returncode == 2 and "has no experiment 'nosuch'" in bad.stderr

@@ -65,6 +65,20 @@ def reference_jobs(cfg: Mapping[str, Any], root: str | Path) -> tuple[list[Job],
     return held, copied
 
 
+def missing_jobs(cfg: Mapping[str, Any], root: str | Path) -> list[Job]:
+    """The jobs to train so that ``root`` renders every job of the study, in the config's order: each job the set
+    neither holds nor copies (``reference_jobs``), a twin replaced by the job trained in its place (at the twin's
+    place when that comes first), each once."""
+    held, copied = reference_jobs(cfg, root)
+    have = set(held) | set(copied)
+    tw = twins(cfg)
+    out: dict[Job, None] = {}
+    for j in jobs(cfg):
+        if j not in have:
+            out.setdefault(tw.get(j, j), None)
+    return [j for j in out if j not in have]
+
+
 def _sets_below(cfg: Mapping[str, Any], root: Path) -> list[str]:
     """The folders right below ``root`` that hold jobs of ``cfg`` (a reference set's parent named by mistake)."""
     below = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []

@@ -80,7 +80,7 @@ def test_dry_run_full_protocol_plans_every_job(tmp_path):
     partitions = {(j.experiment, j.dataset, j.setting, j.seed) for j in expected if j not in twin_of and j not in derived_of}
     assert counts["partition"] == len(partitions)
     assert counts["prepare_data"] == len(cfg["datasets"])
-    for rule in ("aggregate", "claims", "paper_tables", "fidelity", "all"):
+    for rule in ("aggregate", "claims", "paper_tables", "fidelity", "reproduction", "all"):
         assert counts[rule] == 1
     assert_one_job_per_table_and_figure(counts)
     # every experiment family is planned

@@ -7,7 +7,9 @@
 # trajectory; an unfinished job keeps checkpoint.pt, so a later run on a GPU resumes it).
 # COMMIT: the commit of this checkout (a copy without git). WINDOW_S: seconds from the start to the end
 # of everything, the archive included. WORKERS: reference jobs at once. SUITE_S: the suite's budget
-# (0 skips it). JOBSPEC: experiment:settings:losses:seeds, as `scripts/reference_jobs.py run --jobs`.
+# (0 skips it). JOBSPEC: experiment:settings:losses:seeds, as `scripts/reference_jobs.py run --jobs`; none: the
+# jobs the reference set REFERENCE (default reference/mnist) lacks, in the evidence order
+# (`scripts/reference_jobs.py missing`; the runner starts them in that order until the window closes).
 # DEVICE (default cuda) and CONFIG (default config/mnist.yaml) override the jobs' device and config, RUNS
 # (default /tmp/refruns) the folder the jobs run in; CAPTURE=1 trains the jobs with the captured step (the
 # suite's round section times it beside the eager step either way).
@@ -30,6 +32,12 @@ if [ "$suite" != 0 ]; then
   timeout $((suite + 60)) python3 benchmarks/gpu_suite.py --sections memory,round,centralised --capture --budget-s "$suite" \
     --out "$out/gpu_suite.json" >"$out/gpu_suite.log" 2>&1
   echo "suite rc=$? after $(($(date +%s) - start)) s"
+fi
+if [ $# -eq 0 ]; then
+  mapfile -t missing < <(python3 scripts/reference_jobs.py missing --config "${CONFIG:-config/mnist.yaml}" \
+    --reference "${REFERENCE:-reference/mnist}" 2>>"$out/missing.log")
+  set -- "${missing[@]}"
+  echo "no JOBSPEC: the ${#missing[@]} specs that ${REFERENCE:-reference/mnist} lacks, in the evidence order"
 fi
 specs=()
 for s in "$@"; do specs+=(--jobs "$s"); done

@@ -487,29 +487,33 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 EVIDENCE_PLAN = (
     "early::0,1,2", "t_ra::0,1,2", "mfe::0,1,2", "mismatch:*_g10:0,1,2", "alpha::0,1,2", "beta::0,1,2",
-    "centralised::0,1,2", "mismatch::0,1,2", "beyond:g10,g50:0,1,2", "losses:g1,g20:3,4",
+    "centralised::0,1,2", "mismatch::0,1,2", "beyond:g10,g50:0,1,2", "losses:g1,g20:3,4", "*::",
 )
-"""The order in which the set is filled (the evidence issue): per step ``experiment:settings:seeds``, settings as
-comma-separated globs (empty: all), claims first (the paper's tables in claim order), then the wider families."""
+"""The order in which the set is filled (the evidence issue): per step ``experiment:settings:seeds``, the experiment
+and the settings as globs (settings comma-separated, empty: all), seeds empty for all; claims first (the paper's
+tables in claim order), then the wider families, then every other job of the study."""
 
 
-def plan_step(step: str) -> tuple[str, list[str], list[int]]:
-    """``experiment:settings:seeds`` -> (experiment, setting globs, seeds); a clear error when malformed."""
+def plan_step(step: str) -> tuple[str, list[str], list[int] | None]:
+    """``experiment:settings:seeds`` -> (experiment glob, setting globs, seeds or None for all); a clear error when
+    malformed."""
     try:
         exp, settings, seeds = step.split(":")
-        seed_list = [int(x) for x in seeds.split(",")]
+        seed_list = [int(x) for x in seeds.split(",")] if seeds else None
     except ValueError:
         raise SystemExit(f"error: --plan {step!r} is not experiment:settings:seeds (settings: comma-separated globs, "
-                         "empty for all; seeds: integers), e.g. mismatch:*_g10:0,1,2") from None
-    if not exp or min(seed_list) < 0:
+                         "empty for all; seeds: integers, empty for all), e.g. mismatch:*_g10:0,1,2") from None
+    if not exp or (seed_list is not None and min(seed_list) < 0):
         raise SystemExit(f"error: --plan {step!r} has no experiment or a negative seed")
     return exp, [g for g in settings.split(",") if g] or ["*"], seed_list
 
 
-def missing_specs(config: Path, reference: Path, plan: list[str], dataset: str) -> list[tuple[str, list[str], int]]:
+def missing_specs(config: Path, reference: Path, plan: list[str], dataset: str,
+                  default_plan: bool = False) -> list[tuple[str, list[str], int]]:
     """Per step of ``plan``: the ``run --jobs`` specs of the jobs of ``config`` that ``reference`` lacks
     (``fedbalance.reference.missing_jobs``), one spec per (experiment, setting) with its losses and seeds (seeds
-    outermost, so a setting's cells complete together), each job once, in the plan's then the config's order."""
+    outermost, so a setting's cells complete together), each job once, in the plan's then the config's order. A step
+    of an experiment the config lacks is refused, or skipped with ``default_plan``."""
     import fnmatch
 
     from fedbalance.config import jobs as config_jobs
@@ -519,15 +523,17 @@ def missing_specs(config: Path, reference: Path, plan: list[str], dataset: str) 
     steps = [plan_step(s) for s in plan]
     cfg = load_config(config)
     known = {j.experiment for j in config_jobs(cfg)}
-    for exp, _, _ in steps:
-        if exp not in known:
+    matched = [any(fnmatch.fnmatchcase(k, st[0]) for k in known) for st in steps]
+    for (exp, _, _), ok in zip(steps, matched):
+        if not ok and not default_plan:
             fail(f"--plan: {config} has no experiment {exp!r} (it has {', '.join(sorted(known))})")
+    plan, steps = [p for p, ok in zip(plan, matched) if ok], [st for st, ok in zip(steps, matched) if ok]
     todo = [j for j in missing_jobs(cfg, reference) if j.dataset == dataset]
     taken: set = set()
     out = []
     for step, (exp, globs, seeds) in zip(plan, steps):
-        jobs = [j for j in todo if j.experiment == exp and j.seed in seeds and j not in taken
-                and any(fnmatch.fnmatchcase(j.setting, g) for g in globs)]
+        jobs = [j for j in todo if fnmatch.fnmatchcase(j.experiment, exp) and (seeds is None or j.seed in seeds)
+                and j not in taken and any(fnmatch.fnmatchcase(j.setting, g) for g in globs)]
         taken.update(jobs)
         groups: dict[tuple[str, str], dict[str, list[int]]] = {}
         for j in jobs:
@@ -546,7 +552,10 @@ def cmd_missing(args: argparse.Namespace) -> int:
     """Print the ``run --jobs`` specs of the jobs the set lacks, in the plan's order; a count per step on stderr."""
     if not args.config.is_file():
         fail(f"--config {args.config}: not a file")
-    steps = missing_specs(args.config, args.reference, args.plan or list(EVIDENCE_PLAN), args.dataset)
+    if not args.reference.is_dir():
+        fail(f"--reference {args.reference}: not a folder (name a reference set, e.g. reference/mnist)")
+    steps = missing_specs(args.config, args.reference, args.plan or list(EVIDENCE_PLAN), args.dataset,
+                          default_plan=args.plan is None)
     for _, specs, _ in steps:
         for spec in specs:
             print(spec)

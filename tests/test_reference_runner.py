@@ -98,6 +98,28 @@ def test_a_job_past_the_deadline_is_stopped_and_no_later_one_starts(checkout: Pa
     assert not (tmp_path / "runs/losses/mnist/g10/ce/seed1").exists()
 
 
+def test_gpu_session_script_without_jobspecs_runs_the_sets_missing_jobs(tmp_path: Path) -> None:
+    """No JOBSPEC: the runner is handed every job that `missing` lists for the (here empty) set, in its order; a window
+    of 35 s leaves the jobs ~5 s, so the first is stopped at the deadline and the rest are not started."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    (tmp_path / "ref").mkdir()
+    env = {**os.environ, "DEVICE": "cpu", "CONFIG": "config/quick.yaml", "RUNS": str(tmp_path / "runs"),
+           "REFERENCE": str(tmp_path / "ref"), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    out = tmp_path / "out"
+    proc = subprocess.run(["bash", "scripts/gpu_session.sh", str(out), "abc1234", "35", "1", "0"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    listed = int(re.search(r"^(\d+) jobs to run: early::0,1,2 ", (out / "missing.log").read_text()).group(1))
+    ran = re.search(r"^(\d+) jobs to train, (\d+) to branch from another's rounds, (\d+) to derive",
+                    (out / "runner.log").read_text(), re.M)
+    assert listed > 20 and sum(map(int, ran.groups())) == listed
+    assert "no JOBSPEC: the " in proc.stdout
+
+
 def test_status_counts_seeds_commits_and_minutes_per_device(tmp_path: Path) -> None:
     rj = _runner()
     jobs = [("losses/mnist/g50/ce/seed0", "a" * 40, "cpu", 600.0), ("losses/mnist/g50/ce/seed3", "b" * 40, "cuda (H200)", 180.0),

@@ -171,6 +171,18 @@ def test_mse_matches_numpy() -> None:
     _close(mse_loss(z, y), ((F.softmax(z, -1) - F.one_hot(y, 4)) ** 2).sum(1).mean().numpy())
 
 
+def test_mfe_is_the_classes_present_times_mse_on_a_balanced_batch() -> None:
+    """With C classes present n times each, MFE = sum_c (1/n) sum_{y_i = c} e_i = C * mean_i e_i = C * MSE: at one
+    learning rate MFE steps C times as far (docs/fidelity.md, "MFE against MSE")."""
+    g = torch.Generator().manual_seed(0)
+    for c, n in ((5, 6), (2, 16)):
+        z = torch.randn(c * n, 10, generator=g, dtype=torch.float64)
+        y = torch.arange(c).repeat(n)
+        assert float(mfe_loss(z, y)) == pytest.approx(c * float(mse_loss(z, y)), rel=1e-12)
+    z, y = torch.randn(6, 10, generator=g, dtype=torch.float64), torch.tensor([0, 0, 0, 0, 0, 1])  # unbalanced: not C * MSE
+    assert float(mfe_loss(z, y)) != pytest.approx(2 * float(mse_loss(z, y)), rel=1e-3)
+
+
 def test_mfe_hand_value() -> None:
     z = np.array([[1.0, 0.0, -1.0], [2.0, 1.0, 0.0], [0.0, 0.5, 0.2], [0.3, -0.4, 1.1]])
     y = np.array([0, 0, 0, 1])

@@ -42,6 +42,7 @@ fi
 specs=()
 for s in "$@"; do specs+=(--jobs "$s"); done
 left=$((window - ($(date +%s) - start) - 30))
+[ "$left" -ge 0 ] || left=0   # a window already spent: the runner starts what it must to archive it, nothing runs on
 echo "jobs: $left s, $workers at once"
 (while sleep 20; do nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader; done) >"$out/gpu_util.txt" 2>&1 &
 watch=$!

@@ -100,7 +100,7 @@ def test_a_job_past_the_deadline_is_stopped_and_no_later_one_starts(checkout: Pa
 
 def test_gpu_session_script_without_jobspecs_runs_the_sets_missing_jobs(tmp_path: Path) -> None:
     """No JOBSPEC: the runner is handed every job that `missing` lists for the (here empty) set, in its order; a window
-    of 35 s leaves the jobs ~5 s, so the first is stopped at the deadline and the rest are not started."""
+    of 1 s is spent before the jobs (the deadline is 0, not negative), so none runs on."""
     import os
     import re
     import subprocess
@@ -110,7 +110,7 @@ def test_gpu_session_script_without_jobspecs_runs_the_sets_missing_jobs(tmp_path
     env = {**os.environ, "DEVICE": "cpu", "CONFIG": "config/quick.yaml", "RUNS": str(tmp_path / "runs"),
            "REFERENCE": str(tmp_path / "ref"), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     out = tmp_path / "out"
-    proc = subprocess.run(["bash", "scripts/gpu_session.sh", str(out), "abc1234", "35", "1", "0"],
+    proc = subprocess.run(["bash", "scripts/gpu_session.sh", str(out), "abc1234", "1", "1", "0"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     listed = int(re.search(r"^(\d+) jobs to run: early::0,1,2 ", (out / "missing.log").read_text()).group(1))
@@ -118,6 +118,9 @@ def test_gpu_session_script_without_jobspecs_runs_the_sets_missing_jobs(tmp_path
                     (out / "runner.log").read_text(), re.M)
     assert listed > 20 and sum(map(int, ran.groups())) == listed
     assert "no JOBSPEC: the " in proc.stdout
+    skipped = re.findall(r"not started \(deadline\) .*/runs/(\S+)", (out / "runner.log").read_text())
+    # in the plan's order: early (its E, the source the others branch from) first, then mfe
+    assert skipped[:2] == ["early/mnist/E/ce/seed0", "mfe/mnist/c2/mfe/seed0"] and not (tmp_path / "runs").exists()
 
 
 def test_status_counts_seeds_commits_and_minutes_per_device(tmp_path: Path) -> None:

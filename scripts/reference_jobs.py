@@ -598,12 +598,12 @@ def docs_texts(rendered: Path, reference: Path, docs: Path) -> dict[Path, str]:
     fidelity = (rendered / "tables" / "Fidelity.md").read_text()
     claims = (rendered / "claims.md").read_text().split("\n", 1)[1].lstrip("\n")
     reproduction = (rendered / "tables" / "Reproduction.md").read_text()
+    every = held_summary(reference)
     blocks = [
-        (docs / "fidelity.md", "reproduction", f"`tables/Reproduction.md` of the render of the {held_summary(reference)}:"
-                                               f"\n\n{reproduction}"),
+        (docs / "fidelity.md", "reproduction", f"`tables/Reproduction.md` of the render of the {every}:\n\n{reproduction}"),
         (docs / "fidelity.md", "fidelity", f"`tables/Fidelity.md` of the render of the {held_summary(reference, 'losses')}:"
                                            f"\n\n{fidelity}"),
-        (docs / "claims-mnist.md", "claims", f"`claims.md` of the render of the {held_summary(reference)}:\n\n{claims}"),
+        (docs / "claims-mnist.md", "claims", f"`claims.md` of the render of the {every}:\n\n{claims}"),
         *((docs / page, name, body) for name, (page, body) in prose_blocks(reference).items()),
     ]
     texts: dict[Path, str] = {}

@@ -21,7 +21,6 @@ READS: tuple[Read, ...] = (
 """The jobs the claims read beyond the tables' cells (``fedbalance.presentation.contract``)."""
 
 
-
 @dataclass(frozen=True)
 class Claim:
     """A headline claim of the paper and its verdict on our numbers."""

@@ -121,8 +121,15 @@ def fidelity_markdown(frame: pd.DataFrame) -> str:
 
 
 NOT_RUN = "not run"
-REPRODUCTION_ORDER = ("inside", "above", "below", "one seed", NOT_RUN)
-"""Where a published cell lies against our seeds (``paper_verdict``), or that no job of it was run."""
+REPRODUCTION_SAYS = {
+    "inside": "the published value inside our seeds' spread (the seeds cannot tell ours from it)",
+    "above": "ours lower than the paper's by more than the spread",
+    "below": "ours higher than the paper's by more than the spread",
+    "one seed": "one seed, no spread to judge by",
+    NOT_RUN: "not run",
+}
+"""Where a published cell lies against our seeds (``paper_verdict``), or that no job of it was run, in the order the
+reproduction summary says them, and how it says each."""
 LISTED = 3
 """How many cells a reproduction line names per outcome (the largest gaps first)."""
 
@@ -172,22 +179,13 @@ def reproduction_markdown(frame: pd.DataFrame, unpublished: Mapping[str, int] | 
         if unpublished.get(table, 0):
             parts.append(f"{unpublished[table]} cells run that the paper does not publish")
         lines.append(f"- **{table}**: " + "; ".join(parts) + ".")
+    published_tables = set(frame.table)
     for table, k in unpublished.items():
-        if table not in set(frame.table):
+        if table not in published_tables:
             lines.append(f"- **{table}**: {k} cells run; the paper publishes none of this dataset.")
     if idle:
         lines.append("- **Not run at all** (published cells): " + ", ".join(idle) + ".")
     return "\n".join(lines) if lines else "- No published cell of this dataset in these tables."
-
-
-REPRODUCTION_SAYS = {
-    "inside": "the published value inside our seeds' spread (the seeds cannot tell ours from it)",
-    "above": "ours lower than the paper's by more than the spread",
-    "below": "ours higher than the paper's by more than the spread",
-    "one seed": "one seed, no spread to judge by",
-    NOT_RUN: "not run",
-}
-"""How the reproduction summary says each outcome of ``REPRODUCTION_ORDER``."""
 
 
 def read_vs_paper(paths: Iterable[str | Path]) -> pd.DataFrame:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -150,3 +151,40 @@ def test_snakemake_config_file_keys_are_the_same_checks(tmp_path: Path) -> None:
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
     with pytest.raises(ConfigError, match="results_dir lies inside reference_dir"):
         load_config(tmp_path / "c.yaml")
+
+
+@pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
+def test_one_job_copies_the_whole_render_from_the_set(tmp_path: Path) -> None:
+    """Rule from_reference is one job, however many jobs the set holds: it writes every held job and every job one
+    of them covers (a twin such as beyond/g10/ce), straight from the set, and nothing is trained or reused."""
+    ref = _reference(tmp_path)
+    before = _digest(tmp_path / "reference")
+    held, copied = render_jobs(load_config(MNIST), ref)
+    assert len(held) == 3 and copied
+    target = "results_reference/beyond/mnist/g10/ce/seed0/metrics.json"
+    r = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "--directory", str(tmp_path),
+                        "--cores", "1", "--configfile", str(MNIST), "--config", "reference_dir=reference/mnist",
+                        "results_dir=results_reference", "--", target],
+                       capture_output=True, text=True, timeout=600)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    assert out.count("rule from_reference") == 1 and "rule reuse" not in out and "rule train" not in out
+    res = tmp_path / "results_reference"
+    for job in [*held, *copied]:
+        source = ref / copied.get(job, job).path
+        got = json.loads((res / job.path / "metrics.json").read_text())
+        want = json.loads((source / "metrics.json").read_text())
+        assert got["final"] == want["final"], job
+        assert got["config"]["experiment"] == job.experiment and got["config"]["setting"] == job.setting
+        rows, src_rows = pd.read_csv(res / job.path / "rounds.csv"), pd.read_csv(source / "rounds.csv")
+        # each column the copy records is the source's; one it does not record (the monitor's, for a twin that
+        # does not run it) is empty
+        kept = [c for c in rows.columns if rows[c].notna().any()]
+        assert len(rows) == len(src_rows) == 30 and {"acc", "acc_minority", "auc_hard"} <= set(kept), job
+        pd.testing.assert_frame_equal(rows[kept], src_rows[kept])
+        if job in copied:
+            assert got["reused_from"] == f"reference/mnist/{copied[job].path}", job  # as reference_dir names it
+        else:
+            assert (res / job.path / "rounds.csv").read_bytes() == (source / "rounds.csv").read_bytes(), job
+    assert len(list(res.glob("*/mnist/*/*/seed*/metrics.json"))) == len(held) + len(copied)
+    assert _digest(tmp_path / "reference") == before

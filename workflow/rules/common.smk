@@ -28,13 +28,16 @@ if REFERENCE_DIR is not None:
     except (ReferenceSetError, JobFolderError) as exc:
         raise WorkflowError(f"invalid reference_dir: {exc}") from None
     JOBS = sorted([*_held, *_twins])
-    REFERENCE_JOBS = [j.path for j in _held]
+    # Every job of the render -> the job of the set it is written from (itself, or the held job covering it): one
+    # job of rule from_reference writes them all (one process, not one per job).
+    FROM_REFERENCE = {j.path: j.path for j in _held} | {j.path: s.path for j, s in _twins.items()}
+    _twins = {}
 else:
     JOBS = jobs(config)
     _twins = twins(config)
-    REFERENCE_JOBS = []
+    FROM_REFERENCE = {}
 # Jobs equal to an earlier one but for their experiment's and setting's names: written from it by
-# rule reuse instead of trained again (fedbalance.config.twins).
+# rule reuse instead of trained again (fedbalance.config.twins); none when rendering (rule from_reference).
 TWINS = {job.path: source.path for job, source in _twins.items()}
 # Jobs derived from a trained job's trajectory (rule derive; none when rendering a reference set).
 _derived = {} if REFERENCE_DIR is not None else derived(config)
@@ -91,6 +94,11 @@ def job_spec(wildcards):
 def twin_spec(path):
     """job_spec of the job whose result folder is ``path`` (a twin, a job of the reference set)."""
     return resolve_job(config, Job.from_path(path)).as_dict()
+
+
+def reference_copies(wildcards):
+    """(folder in the reference set, result folder, twin_spec) of every job rule from_reference writes."""
+    return [(f"{REFERENCE_DIR}/{src}", result(path), twin_spec(path)) for path, src in FROM_REFERENCE.items()]
 
 
 def partition_spec(wildcards):

@@ -38,8 +38,8 @@ rule train:
 
 
 # A twin job (common.smk: TWINS) is written from the job trained in its place; only the twins'
-# paths match {twin}, so every other job falls through to rule train. With `reference_dir`, the jobs
-# of the reference set are copied from it (rule from_reference), after the same spec check.
+# paths match {twin}, so every other job falls through to rule train. With `reference_dir`, every job of the
+# render is copied from the set (rule from_reference, one job for all), after the same spec check.
 ruleorder: from_reference > reuse > train
 
 
@@ -65,19 +65,17 @@ rule reuse:
 
 rule from_reference:
     input:
-        metrics=lambda wc: f"{REFERENCE_DIR}/{wc.ref}/{METRICS}",
-        rounds=lambda wc: f"{REFERENCE_DIR}/{wc.ref}/{ROUNDS}",
+        metrics=[f"{REFERENCE_DIR}/{src}/{METRICS}" for src in sorted(set(FROM_REFERENCE.values()))],
+        rounds=[f"{REFERENCE_DIR}/{src}/{ROUNDS}" for src in sorted(set(FROM_REFERENCE.values()))],
     output:
-        metrics=result("{ref}", METRICS),
-        rounds=result("{ref}", ROUNDS),
+        metrics=[result(path, METRICS) for path in FROM_REFERENCE],
+        rounds=[result(path, ROUNDS) for path in FROM_REFERENCE],
     log:
-        result("logs", "reference", "{ref}.log"),
-    wildcard_constraints:
-        ref=_paths(REFERENCE_JOBS),
+        result("logs", "from_reference.log"),
     localrule: True
     conda:
         "../envs/report.yaml"
     params:
-        spec=lambda wc: twin_spec(wc.ref),
+        copies=reference_copies,
     script:
-        "../scripts/reuse.py"
+        "../scripts/from_reference.py"

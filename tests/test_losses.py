@@ -90,6 +90,24 @@ def test_ratio_loss_weighting() -> None:
     _close(ratio_loss(z, y, torch.tensor(pi2), "none"), pi2[TARGET] * ce)
 
 
+def test_ratio_loss_is_alpha_times_ce_plus_beta_times_the_ratio_weighted_ce() -> None:
+    """pi_p = alpha + beta Ra_p (Eq. L_RL) enters the per-sample loss linearly: L = alpha CE + beta mean_i(Ra_{y_i} CE_i),
+    so at one learning rate alpha scales the step (alpha = 5 steps about 5 times as far as alpha = 1) while the
+    minority's weight relative to the majority's, (alpha + beta Ra_min) / (alpha + beta Ra_maj), shrinks towards 1
+    (docs/fidelity.md, "The alpha and beta sweeps")."""
+    from fedbalance.monitor import ratio_weights
+
+    z, y = _t(LOGITS, TARGET)
+    ce = _np_ce(LOGITS, TARGET)
+    ra = np.array([8.0, 0.5, 1.0, 2.0])
+    for alpha, beta in ((1.0, 0.1), (5.0, 0.1), (1.0, 0.3), (0.25, 0.02)):
+        hand = alpha * ce.mean() + beta * (ra[TARGET] * ce).mean()
+        _close(ratio_loss(z, y, ratio_weights(torch.tensor(ra), alpha=alpha, beta=beta)), hand)
+    pis = {a: ratio_weights(torch.tensor(ra), alpha=a, beta=0.1) for a in (1.0, 5.0)}
+    boost = {a: float(pi[0] / pi[1]) for a, pi in pis.items()}  # class 0 (Ra 8, a minority) against class 1 (Ra 0.5)
+    assert boost[1.0] == pytest.approx(1.8 / 1.05) and boost[5.0] == pytest.approx(5.8 / 5.05) and boost[5.0] < boost[1.0]
+
+
 def test_ratio_module_weight_buffer() -> None:
     z, y = _t(LOGITS, TARGET)
     ce = _np_ce(LOGITS, TARGET)

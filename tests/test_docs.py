@@ -75,6 +75,23 @@ def test_collapses_recomputed(jobs, blocks) -> None:
     assert "the only collapse" not in (DOCS / "fidelity.md").read_text()
 
 
+def test_sweep_collapses_recomputed(jobs, blocks) -> None:
+    """The α and β sweeps' collapsed rounds (test accuracy below 20 % after round 0), counted from rounds.csv, each
+    named in the block with its round and its job's final Ac.M."""
+    sweeps = jobs[jobs.experiment.isin(["alpha", "beta"])]
+    found = [(j.experiment, j.setting, j.seed, int(r), j.acm) for j in sweeps.itertuples()
+             for r in j.rounds[(j.rounds["round"] > 0) & (j.rounds.acc < 0.2)]["round"]]
+    text = blocks["sweep-collapses"][1]
+    if not found:
+        assert text.startswith(f"None of the set's {len(sweeps)} trained jobs of the two sweeps")
+    else:
+        assert f"Of the set's {len(sweeps)} trained jobs of the two sweeps" in text
+        assert f"\n{len(found)} had a round whose test accuracy fell below 20 %" in text
+    for exp, setting, seed, r, acm in found:
+        line = next(x for x in text.split("\n- ")[1:] if x.startswith(f"`reference/mnist/{exp}/mnist/{setting}/ratio/seed{seed}`"))
+        assert f"round {r} trained with it" in line and f"Ac.M {acm:.2f}." in line.replace("\n  ", " ")
+
+
 def test_majority_claim_recomputed(jobs, blocks) -> None:
     """Where the Ratio Loss's majority accuracy misses CE's by more than a point, from metrics.json."""
     losses = jobs[jobs.experiment == "losses"]

@@ -308,6 +308,21 @@ def shrinkage_context(rounds: pd.DataFrame) -> dict[str, Any]:
     }
 
 
+SWEEPS = ("alpha", "beta")
+"""The Ratio Loss's hyper-parameter sweeps (Sup_hyper_a, Sup_hyper_b) whose collapses docs/fidelity.md lists."""
+
+
+def sweep_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
+    """The jobs of the α and β sweeps the set trained and their collapsed rounds (``collapses``), with the values."""
+    col = []
+    for experiment in SWEEPS:
+        for k in collapses(rounds, experiment, ("ratio",)).to_dict("records"):
+            col.append({**k, "experiment": experiment})
+    trained = final[final.experiment.isin(SWEEPS)]
+    return {"jobs": len(trained), "settings": sorted(set(trained.setting)), "collapses": col, "fmt": _fmt,
+            "COLLAPSE": 100 * COLLAPSE}
+
+
 def auc_context() -> dict[str, Any]:
     """The published cells the closed form fits, with the dataset's own Q and with the released code's 26."""
     hits, n = implied_below()
@@ -320,6 +335,7 @@ TEMPLATES = {
     "collapses": ("ratio-stability.md", "collapses.md.j2"),
     "shrunk-evidence": ("monitor.md", "shrunk_evidence.md.j2"),
     "auc-fits": ("fidelity.md", "auc_fits.md.j2"),
+    "sweep-collapses": ("fidelity.md", "sweep_collapses.md.j2"),
 }
 """Block name -> (the page of docs/ it is spliced into, its template)."""
 
@@ -328,7 +344,8 @@ def blocks(reference: str | Path) -> dict[str, tuple[str, str]]:
     """Block name -> (page of docs/, generated Markdown) for every generated prose block, from the set's job folders."""
     final, rounds = reference_frames(reference)
     seeds = seeds_context(final, rounds)
-    contexts = {"seeds": seeds, "collapses": seeds, "shrunk-evidence": shrinkage_context(rounds), "auc-fits": auc_context()}
+    contexts = {"seeds": seeds, "collapses": seeds, "shrunk-evidence": shrinkage_context(rounds), "auc-fits": auc_context(),
+                "sweep-collapses": sweep_context(final, rounds)}
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TABLE_TEMPLATES / "prose")),
                              keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
     return {name: (page, env.get_template(template).render(**contexts[name]).strip() + "\n")

@@ -31,14 +31,15 @@ if REFERENCE_DIR is not None:
     # Every job of the render -> the job of the set it is written from (itself, or the held job covering it): one
     # job of rule from_reference writes them all (one process, not one per job).
     FROM_REFERENCE = {j.path: j.path for j in _held} | {j.path: s.path for j, s in _twins.items()}
-    _twins = {}
+    # Jobs equal to an earlier one but for their experiment's and setting's names: none when rendering (above).
+    TWINS = {}
 else:
     JOBS = jobs(config)
     _twins = twins(config)
     FROM_REFERENCE = {}
-# Jobs equal to an earlier one but for their experiment's and setting's names: written from it by
-# rule reuse instead of trained again (fedbalance.config.twins); none when rendering (rule from_reference).
-TWINS = {job.path: source.path for job, source in _twins.items()}
+    # Jobs equal to an earlier one but for their experiment's and setting's names: written from it by
+    # rule reuse instead of trained again (fedbalance.config.twins).
+    TWINS = {job.path: source.path for job, source in _twins.items()}
 # Jobs derived from a trained job's trajectory (rule derive; none when rendering a reference set).
 _derived = {} if REFERENCE_DIR is not None else derived(config)
 # Jobs that share their first rounds with another (fedbalance.reuse.branches: early's S and M with E): rule train runs

@@ -134,7 +134,7 @@ def job_rounds(rounds: pd.DataFrame, experiment: str, setting: str, loss: str, s
 
 
 def collapses(rounds: pd.DataFrame, experiment: str = "losses", losses: tuple[str, ...] = READINGS) -> pd.DataFrame:
-    """Every evaluated round t >= 1 of ``losses`` jobs whose test accuracy is below COLLAPSE: the job, the round
+    """Every evaluated round t >= 1 of ``experiment``'s ``losses`` jobs whose test accuracy is below COLLAPSE: the job, the round
     (0-based), its accuracy, the largest π it trained with (computed after round t - 1), that π's class, whether the
     class is a majority class of the round (count at or above the median), the final Ac.M and the last round."""
     out = []
@@ -147,12 +147,12 @@ def collapses(rounds: pd.DataFrame, experiment: str = "losses", losses: tuple[st
             if g.acc[i] < COLLAPSE:
                 pi = weights[i - 1]
                 p = int(np.argmax(pi))
-                out.append({"setting": setting, "loss": loss, "seed": int(seed), "round": int(g["round"][i]),
+                out.append({"experiment": experiment, "setting": setting, "loss": loss, "seed": int(seed), "round": int(g["round"][i]),
                             "acc": 100 * g.acc[i], "pi": float(pi[p]), "cls": p,
                             "majority": truth[i][p] >= float(np.median(truth[i])),
                             "acm_before": 100 * g.acc_minority[i - 1], "acc_next": 100 * g.acc[i + 1] if i + 1 < len(g) else math.nan,
                             "acm_final": 100 * g.acc_minority.iloc[-1], "last_round": int(g["round"].iloc[-1])})
-    return pd.DataFrame(out, columns=["setting", "loss", "seed", "round", "acc", "pi", "cls", "majority", "acm_before",
+    return pd.DataFrame(out, columns=["experiment", "setting", "loss", "seed", "round", "acc", "pi", "cls", "majority", "acm_before",
                                       "acc_next", "acm_final", "last_round"])
 
 
@@ -314,10 +314,7 @@ SWEEPS = ("alpha", "beta")
 
 def sweep_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
     """The jobs of the α and β sweeps the set trained and their collapsed rounds (``collapses``), with the values."""
-    col = []
-    for experiment in SWEEPS:
-        for k in collapses(rounds, experiment, ("ratio",)).to_dict("records"):
-            col.append({**k, "experiment": experiment})
+    col = [k for experiment in SWEEPS for k in collapses(rounds, experiment, ("ratio",)).to_dict("records")]
     trained = final[final.experiment.isin(SWEEPS)]
     return {"jobs": len(trained), "settings": sorted(set(trained.setting)), "collapses": col, "fmt": _fmt,
             "COLLAPSE": 100 * COLLAPSE}

@@ -92,6 +92,30 @@ def test_sweep_collapses_recomputed(jobs, blocks) -> None:
         assert f"round {r} trained with it" in line and f"Ac.M {acm:.2f}." in line.replace("\n  ", " ")
 
 
+def test_mismatch_block_recomputed(jobs, blocks) -> None:
+    """The Γ = 10 mismatch rows (final Ac.M over seeds, the last-five mean) and the count of sign changes of the
+    round-to-round Ac.M, from metrics.json and rounds.csv with plain pandas."""
+    mm = jobs[(jobs.experiment == "mismatch") & jobs.setting.str.endswith("_g10")]
+    text = blocks["mismatch"][1]
+    if mm.empty:
+        assert text.startswith("The set has no `mismatch` job at Γ = 10")
+        return
+    assert f"The set's {len(mm)} `mismatch` jobs at Γ = 10" in text
+    names = {"ce": "CE", "focal": "Focal", "ghmc": "GHM-C", "ratio": "Ratio"}
+    for (setting, loss), g in mm.groupby(["setting", "loss"]):
+        c = int(setting.split("_")[0][1:])
+        last5 = np.mean([100 * r.acc_minority.tail(5).mean() for r in g.rounds])
+        row = next(x for x in text.splitlines() if x.startswith(f"| {c} | ") and f"| {names[loss]} | {len(g)} |" in x)
+        assert f"| {g.acm.mean():.2f} ± " in row and f"| {last5:.2f} |" in row, row
+    for setting, g in mm.groupby("setting"):
+        changes = [np.diff(r.acc_minority.to_numpy()[-11:]) for r in g[g.loss != "ratio"].rounds]
+        k = sum(int(((d[1:] > 0) & (d[:-1] < 0)).sum() + ((d[1:] < 0) & (d[:-1] > 0)).sum()) for d in changes)
+        n = sum(len(d) - 1 for d in changes)
+        assert f"{k} of {n}" in text
+        best = g.groupby("loss").acm.mean().idxmax()
+        assert f"**{int(setting.split('_')[0][1:])} classes per client**: best mean final Ac.M {names[best]}" in text
+
+
 def test_majority_claim_recomputed(jobs, blocks) -> None:
     """Where the Ratio Loss's majority accuracy misses CE's by more than a point, from metrics.json."""
     losses = jobs[jobs.experiment == "losses"]

@@ -18,9 +18,10 @@ import numpy as np
 import pandas as pd
 
 from fedbalance.aggregate import collect
-from fedbalance.records import plus_minus
+from fedbalance.records import plus_minus, setting_name, setting_value
 from fedbalance.presentation.fidelity import paper_verdict
-from fedbalance.presentation.names import GAMMAS, gamma_setting
+from fedbalance.presentation.names import FOUR_LOSSES, GAMMAS, gamma_setting
+from fedbalance.presentation.tables import CS_LEVELS
 from fedbalance.presentation.tables import TEMPLATES as TABLE_TEMPLATES
 from fedbalance.presentation.tables import published
 
@@ -320,6 +321,78 @@ def sweep_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
             "COLLAPSE": 100 * COLLAPSE}
 
 
+MISMATCH_GAMMA = 10
+"""The global imbalance of the mismatch levels docs/fidelity.md reads (Res_mismatch, claims 24 and 25)."""
+SWING_ROUNDS = 10
+"""The last rounds over which a job's round-to-round swing of Ac.M is measured."""
+
+
+def swing(acm: pd.Series, last: int = SWING_ROUNDS) -> float:
+    """Mean |Ac.M_t - Ac.M_{t-1}| over a job's last ``last`` rounds, in points: how far the final round can sit from
+    its neighbours."""
+    return float(100 * acm.tail(last + 1).diff().abs().mean())
+
+
+def flips(acm: pd.Series, last: int = SWING_ROUNDS) -> tuple[int, int]:
+    """(k, n): of the n pairs of successive round-to-round changes of Ac.M in a job's last ``last`` rounds, k change
+    sign (up then down, or down then up): k = n is a strict alternation, k ≈ n/2 a random walk."""
+    d = np.sign(acm.tail(last + 1).diff().dropna().to_numpy())
+    return int((d[1:] * d[:-1] < 0).sum()), max(len(d) - 1, 0)
+
+
+def mismatch_context(final: pd.DataFrame, rounds: pd.DataFrame, gamma: int = MISMATCH_GAMMA) -> dict[str, Any]:
+    """The mismatch family at Γ = ``gamma``, level by level (classes per client, most first): each loss's final Ac.M
+    over seeds beside its Sup_data_MNIST cell (where the paper prints the level), the mean of the last five rounds,
+    the round-to-round swing, whether Ac.M falls with the classes per client, and the collapsed Ratio rounds."""
+    f = final[(final.experiment == "mismatch") & (final.dataset == "mnist")
+              & final.setting.map(lambda s: setting_value(s, "g") == gamma)].sort_values("seed")
+    r = rounds[(rounds.experiment == "mismatch") & rounds.setting.isin(set(f.setting))]
+    pub = published()
+    pub = pub[(pub.table == "Sup_data_MNIST") & (pub.metric == "acm")]
+    column = dict(GAMMAS)
+    label = next(lab for lab, g in column.items() if g == gamma)
+    paper_cs = dict(CS_LEVELS[OWN_Q["mnist"]])
+    levels = []
+    for c in sorted({int(setting_value(s, "c")) for s in f.setting}, reverse=True):
+        setting = setting_name(("c", c), ("g", gamma))
+        sub = f[f.setting == setting]
+        rows = []
+        for loss in [x for x in FOUR_LOSSES if x in set(sub.loss)]:
+            g = sub[sub.loss == loss]
+            acm = 100 * g.acc_minority.to_numpy()
+            std = float(np.std(acm, ddof=1)) if len(acm) > 1 else math.nan
+            sel = pub[(pub.column == f"{paper_cs[c]}/{label}") & (pub.row == loss)]
+            paper = float(sel.value.iloc[0]) if len(sel) else math.nan
+            jobs = [job_rounds(r, "mismatch", setting, loss, int(s)) for s in g.seed]
+            rows.append({"loss": loss, "seeds": len(acm), "mean": float(acm.mean()), "std": std,
+                         "pm": plus_minus(float(acm.mean()), std, 2), "values": ", ".join(_fmt(float(v)) for v in acm),
+                         "last5": float(np.mean([100 * j.acc_minority.tail(5).mean() for j in jobs])),
+                         "swing": float(np.mean([swing(j.acc_minority) for j in jobs])),
+                         "paper": paper, "verdict": paper_verdict(float(acm.mean()), std, len(acm), paper)})
+        best = max(rows, key=lambda x: x["mean"])["loss"]
+        flipped = [flips(job_rounds(r, "mismatch", setting, j.loss, int(j.seed)).acc_minority)
+                   for j in sub.itertuples() if j.loss != "ratio"]
+        levels.append({"c": c, "setting": setting, "paper_cs": paper_cs[c], "cs": float(sub.mean_cs.mean()),
+                       "rows": rows, "best": best, "flips": [sum(k for k, _ in flipped), sum(n for _, n in flipped)]})
+    falls = {}
+    for loss in FOUR_LOSSES:
+        means = [row["mean"] for lv in levels for row in lv["rows"] if row["loss"] == loss]
+        if len(means) > 1:
+            falls[loss] = all(b <= a for a, b in zip(means, means[1:]))
+    ref = final[(final.experiment == "losses") & (final.setting == gamma_setting(gamma)) & final.loss.isin(FOUR_LOSSES)]
+    ref_swing = [swing(job_rounds(rounds, "losses", gamma_setting(gamma), j.loss, int(j.seed)).acc_minority)
+                 for j in ref.itertuples()]
+    col = collapses(rounds, "mismatch", ("ratio",))
+    col = col[col.setting.isin(set(f.setting))]
+    by_job = [{"setting": setting, "seed": int(seed), "n": len(g), "first": int(g["round"].min()),
+               "last": int(g["round"].max()), "acm_final": float(g.acm_final.iloc[0]),
+               **g.loc[g.pi.idxmax(), ["pi", "cls", "majority", "round"]].rename({"round": "pi_round"}).to_dict()}
+              for (setting, seed), g in col.groupby(["setting", "seed"])]
+    return {"gamma": gamma, "label": label, "levels": levels, "falls": falls, "jobs": len(f), "collapses": by_job,
+            "losses_swing": float(np.mean(ref_swing)) if ref_swing else math.nan, "losses_jobs": len(ref_swing),
+            "swing_rounds": SWING_ROUNDS, "fmt": _fmt, "COLLAPSE": 100 * COLLAPSE, "isnan": math.isnan}
+
+
 def auc_context() -> dict[str, Any]:
     """The published cells the closed form fits, with the dataset's own Q and with the released code's 26."""
     hits, n = implied_below()
@@ -333,6 +406,7 @@ TEMPLATES = {
     "shrunk-evidence": ("monitor.md", "shrunk_evidence.md.j2"),
     "auc-fits": ("fidelity.md", "auc_fits.md.j2"),
     "sweep-collapses": ("fidelity.md", "sweep_collapses.md.j2"),
+    "mismatch": ("fidelity.md", "mismatch.md.j2"),
 }
 """Block name -> (the page of docs/ it is spliced into, its template)."""
 
@@ -342,7 +416,7 @@ def blocks(reference: str | Path) -> dict[str, tuple[str, str]]:
     final, rounds = reference_frames(reference)
     seeds = seeds_context(final, rounds)
     contexts = {"seeds": seeds, "collapses": seeds, "shrunk-evidence": shrinkage_context(rounds), "auc-fits": auc_context(),
-                "sweep-collapses": sweep_context(final, rounds)}
+                "sweep-collapses": sweep_context(final, rounds), "mismatch": mismatch_context(final, rounds)}
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TABLE_TEMPLATES / "prose")),
                              keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
     return {name: (page, env.get_template(template).render(**contexts[name]).strip() + "\n")

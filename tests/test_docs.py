@@ -116,6 +116,27 @@ def test_mismatch_block_recomputed(jobs, blocks) -> None:
         assert f"**{int(setting.split('_')[0][1:])} classes per client**: best mean final Ac.M {names[best]}" in text
 
 
+def test_early_block_recomputed(jobs, blocks) -> None:
+    """Each `early` setting's final Ac.M and the minority accuracy either side of its switch (from each job's
+    metrics.json config), read with plain pandas/json."""
+    early = jobs[jobs.experiment == "early"]
+    text = blocks["early"][1]
+    if early.empty:
+        assert text.startswith("The set has no `early` job")
+        return
+    for setting, g in early.groupby("setting"):
+        switch = {json.loads((REFERENCE / "early" / "mnist" / setting / j.loss / f"seed{j.seed}" / "metrics.json").read_text())
+                  ["config"]["switch_round"] for j in g.itertuples()}
+        assert len(switch) == 1
+        t = switch.pop()
+        before = [100 * r.set_index("round").acc_minority[t - 1] for r in g.rounds]
+        after = [100 * r.set_index("round").acc_minority[t] for r in g.rounds]
+        row = next(x for x in text.splitlines() if x.startswith(f"| {setting}: round {t} of "))
+        assert f"| {g.acm.mean():.2f} ± {g.acm.std():.2f} |" in row, row
+        assert f"| {min(before):.2f}–{max(before):.2f} | {min(after):.2f}–{max(after):.2f} |" in row, row
+        assert min(after) > max(before)
+
+
 def test_majority_claim_recomputed(jobs, blocks) -> None:
     """Where the Ratio Loss's majority accuracy misses CE's by more than a point, from metrics.json."""
     losses = jobs[jobs.experiment == "losses"]

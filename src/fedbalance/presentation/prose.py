@@ -321,6 +321,38 @@ def sweep_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
             "COLLAPSE": 100 * COLLAPSE}
 
 
+EARLY = ("S", "M", "E")
+"""The `early` family's settings, earliest switch first (Importance_early's rows)."""
+
+
+def early_context(final: pd.DataFrame, rounds: pd.DataFrame, reference: str | Path) -> dict[str, Any]:
+    """The `early` family, setting by setting: the final Ac.M over seeds beside Importance_early's MNIST cell, and the
+    Ac.M of the last imbalanced round and of the first balanced one (the switch read off each job's metrics.json)."""
+    pub = published()
+    pub = pub[(pub.table == "Importance_early") & (pub.dataset == "mnist") & (pub.metric == "acm")]
+    f = final[(final.experiment == "early") & (final.dataset == "mnist")].sort_values("seed")
+    out = []
+    for setting in [s for s in EARLY if s in set(f.setting)]:
+        g = f[f.setting == setting]
+        acm = 100 * g.acc_minority.to_numpy()
+        std = float(np.std(acm, ddof=1)) if len(acm) > 1 else math.nan
+        paper = float(pub[pub.row == setting].value.iloc[0]) if (pub.row == setting).any() else math.nan
+        jobs = [job_rounds(rounds, "early", setting, j.loss, int(j.seed)) for j in g.itertuples()]
+        switch = [int(json.loads((Path(reference) / "early" / "mnist" / setting / j.loss / f"seed{int(j.seed)}"
+                                  / "metrics.json").read_text())["config"]["switch_round"]) for j in g.itertuples()]
+        before = [100 * j.acc_minority[j["round"] == s - 1].iloc[0] for j, s in zip(jobs, switch)]
+        after = [100 * j.acc_minority[j["round"] == s].iloc[0] for j, s in zip(jobs, switch)]
+        out.append({"setting": setting, "seeds": len(acm), "pm": plus_minus(float(acm.mean()), std, 2),
+                    "mean": float(acm.mean()), "paper": paper,
+                    "verdict": paper_verdict(float(acm.mean()), std, len(acm), paper),
+                    "switch": sorted(set(switch)), "rounds": int(jobs[0]["round"].max()) + 1,
+                    "before": (min(before), max(before)), "after": (min(after), max(after))})
+    res = published()
+    res = res[(res.table == "Res_3_datasets") & (res.dataset == "mnist") & (res.column == "100:1") & (res.row == "ce")
+              & (res.metric == "acm")]
+    return {"rows": out, "ce100": float(res.value.iloc[0]), "fmt": _fmt, "isnan": math.isnan}
+
+
 MISMATCH_GAMMA = 10
 """The global imbalance of the mismatch levels docs/fidelity.md reads (Res_mismatch, claims 24 and 25)."""
 SWING_ROUNDS = 10
@@ -407,6 +439,7 @@ TEMPLATES = {
     "auc-fits": ("fidelity.md", "auc_fits.md.j2"),
     "sweep-collapses": ("fidelity.md", "sweep_collapses.md.j2"),
     "mismatch": ("fidelity.md", "mismatch.md.j2"),
+    "early": ("fidelity.md", "early.md.j2"),
 }
 """Block name -> (the page of docs/ it is spliced into, its template)."""
 
@@ -416,7 +449,8 @@ def blocks(reference: str | Path) -> dict[str, tuple[str, str]]:
     final, rounds = reference_frames(reference)
     seeds = seeds_context(final, rounds)
     contexts = {"seeds": seeds, "collapses": seeds, "shrunk-evidence": shrinkage_context(rounds), "auc-fits": auc_context(),
-                "sweep-collapses": sweep_context(final, rounds), "mismatch": mismatch_context(final, rounds)}
+                "sweep-collapses": sweep_context(final, rounds), "mismatch": mismatch_context(final, rounds),
+                "early": early_context(final, rounds, reference)}
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TABLE_TEMPLATES / "prose")),
                              keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
     return {name: (page, env.get_template(template).render(**contexts[name]).strip() + "\n")

@@ -353,6 +353,8 @@ def early_context(final: pd.DataFrame, rounds: pd.DataFrame, reference: str | Pa
     return {"rows": out, "ce100": float(res.value.iloc[0]), "fmt": _fmt, "isnan": math.isnan}
 
 
+LOSS_NAMES = {"ce": "CE", "focal": "Focal", "ghmc": "GHM-C", "ratio": "Ratio"}
+"""The four losses as the docs' prose names them."""
 MISMATCH_GAMMA = 10
 """The global imbalance of the mismatch levels docs/fidelity.md reads (Res_mismatch, claims 24 and 25)."""
 SWING_ROUNDS = 10
@@ -402,15 +404,17 @@ def mismatch_context(final: pd.DataFrame, rounds: pd.DataFrame, gamma: int = MIS
                          "swing": float(np.mean([swing(j.acc_minority) for j in jobs])),
                          "paper": paper, "verdict": paper_verdict(float(acm.mean()), std, len(acm), paper)})
         best = max(rows, key=lambda x: x["mean"])["loss"]
+        best5 = max(rows, key=lambda x: x["last5"])["loss"]
         flipped = [flips(job_rounds(r, "mismatch", setting, j.loss, int(j.seed)).acc_minority)
                    for j in sub.itertuples() if j.loss != "ratio"]
         levels.append({"c": c, "setting": setting, "paper_cs": paper_cs[c], "cs": float(sub.mean_cs.mean()),
-                       "rows": rows, "best": best, "flips": [sum(k for k, _ in flipped), sum(n for _, n in flipped)]})
-    falls = {}
+                       "rows": rows, "best": best, "best5": best5, "flips": [sum(k for k, _ in flipped), sum(n for _, n in flipped)]})
+    falls, falls5 = {}, {}
     for loss in FOUR_LOSSES:
-        means = [row["mean"] for lv in levels for row in lv["rows"] if row["loss"] == loss]
-        if len(means) > 1:
-            falls[loss] = all(b <= a for a, b in zip(means, means[1:]))
+        per = [row for lv in levels for row in lv["rows"] if row["loss"] == loss]
+        if len(per) > 1:
+            falls[loss] = all(b["mean"] <= a["mean"] for a, b in zip(per, per[1:]))
+            falls5[loss] = all(b["last5"] <= a["last5"] for a, b in zip(per, per[1:]))
     ref = final[(final.experiment == "losses") & (final.setting == gamma_setting(gamma)) & final.loss.isin(FOUR_LOSSES)]
     ref_swing = [swing(job_rounds(rounds, "losses", gamma_setting(gamma), j.loss, int(j.seed)).acc_minority)
                  for j in ref.itertuples()]
@@ -420,7 +424,11 @@ def mismatch_context(final: pd.DataFrame, rounds: pd.DataFrame, gamma: int = MIS
                "last": int(g["round"].max()), "acm_final": float(g.acm_final.iloc[0]),
                **g.loc[g.pi.idxmax(), ["pi", "cls", "majority", "round"]].rename({"round": "pi_round"}).to_dict()}
               for (setting, seed), g in col.groupby(["setting", "seed"])]
-    return {"gamma": gamma, "label": label, "levels": levels, "falls": falls, "jobs": len(f), "collapses": by_job,
+    def named(d: dict[str, bool], value: bool) -> list[str]:
+        return [LOSS_NAMES[k] for k in FOUR_LOSSES if d.get(k) is value]
+
+    return {"gamma": gamma, "label": label, "levels": levels, "names": LOSS_NAMES, "judged": bool(falls),
+            "falls": named(falls, True), "rises": named(falls, False), "falls5": named(falls5, True), "jobs": len(f), "collapses": by_job,
             "losses_swing": float(np.mean(ref_swing)) if ref_swing else math.nan, "losses_jobs": len(ref_swing),
             "swing_rounds": SWING_ROUNDS, "fmt": _fmt, "COLLAPSE": 100 * COLLAPSE, "isnan": math.isnan}
 

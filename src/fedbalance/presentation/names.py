@@ -36,6 +36,9 @@ LOSS_LABEL = {
 LOSS_NAME = {"ce": "CE", "focal": "Focal", "ghmc": "GHMC", "ratio": "Ratio (ours)"}
 """Plain name of each loss of the paper's comparison in the figures."""
 
+PROSE_LOSS_NAME = {"ce": "CE", "focal": "Focal", "ghmc": "GHM-C", "ratio": "Ratio"}
+"""Name of each loss of the paper's comparison in the docs' generated prose."""
+
 BEYOND_NAME = {"ce": "CE", "ratio": "Ratio (paper)", "ratio_median": "Ratio, median Ra (ours)",
                "la": "LA, monitor prior", "la_local": "LA, local prior",
                "fedlc": "FedLC", "fedrs": "FedRS"}

@@ -20,7 +20,7 @@ import pandas as pd
 from fedbalance.aggregate import collect
 from fedbalance.records import plus_minus, setting_name, setting_value
 from fedbalance.presentation.fidelity import paper_verdict
-from fedbalance.presentation.names import FOUR_LOSSES, GAMMAS, gamma_setting
+from fedbalance.presentation.names import FOUR_LOSSES, GAMMAS, PROSE_LOSS_NAME, gamma_setting
 from fedbalance.presentation.tables import CS_LEVELS
 from fedbalance.presentation.tables import TEMPLATES as TABLE_TEMPLATES
 from fedbalance.presentation.tables import published
@@ -353,8 +353,6 @@ def early_context(final: pd.DataFrame, rounds: pd.DataFrame, reference: str | Pa
     return {"rows": out, "ce100": float(res.value.iloc[0]), "fmt": _fmt, "isnan": math.isnan}
 
 
-LOSS_NAMES = {"ce": "CE", "focal": "Focal", "ghmc": "GHM-C", "ratio": "Ratio"}
-"""The four losses as the docs' prose names them."""
 MISMATCH_GAMMA = 10
 """The global imbalance of the mismatch levels docs/fidelity.md reads (Res_mismatch, claims 24 and 25)."""
 SWING_ROUNDS = 10
@@ -425,9 +423,9 @@ def mismatch_context(final: pd.DataFrame, rounds: pd.DataFrame, gamma: int = MIS
                **g.loc[g.pi.idxmax(), ["pi", "cls", "majority", "round"]].rename({"round": "pi_round"}).to_dict()}
               for (setting, seed), g in col.groupby(["setting", "seed"])]
     def named(d: dict[str, bool], value: bool) -> list[str]:
-        return [LOSS_NAMES[k] for k in FOUR_LOSSES if d.get(k) is value]
+        return [PROSE_LOSS_NAME[k] for k in FOUR_LOSSES if d.get(k) is value]
 
-    return {"gamma": gamma, "label": label, "levels": levels, "names": LOSS_NAMES, "judged": bool(falls),
+    return {"gamma": gamma, "label": label, "levels": levels, "names": PROSE_LOSS_NAME, "judged": bool(falls),
             "falls": named(falls, True), "rises": named(falls, False), "falls5": named(falls5, True), "jobs": len(f), "collapses": by_job,
             "losses_swing": float(np.mean(ref_swing)) if ref_swing else math.nan, "losses_jobs": len(ref_swing),
             "swing_rounds": SWING_ROUNDS, "fmt": _fmt, "COLLAPSE": 100 * COLLAPSE, "isnan": math.isnan}

@@ -355,6 +355,8 @@ def early_context(final: pd.DataFrame, rounds: pd.DataFrame, reference: str | Pa
 
 MISMATCH_GAMMA = 10
 """The global imbalance of the mismatch levels docs/fidelity.md reads (Res_mismatch, claims 24 and 25)."""
+ALTERNATION = 0.9
+"""A level alternates when at least this share of its jobs' successive Ac.M changes flip sign."""
 SWING_ROUNDS = 10
 """The last rounds over which a job's round-to-round swing of Ac.M is measured."""
 
@@ -425,7 +427,9 @@ def mismatch_context(final: pd.DataFrame, rounds: pd.DataFrame, gamma: int = MIS
     def named(d: dict[str, bool], value: bool) -> list[str]:
         return [PROSE_LOSS_NAME[k] for k in FOUR_LOSSES if d.get(k) is value]
 
+    alternating = [lv["c"] for lv in levels if lv["flips"][1] and lv["flips"][0] >= ALTERNATION * lv["flips"][1]]
     return {"gamma": gamma, "label": label, "levels": levels, "names": PROSE_LOSS_NAME, "judged": bool(falls),
+            "alternating": alternating, "ALTERNATION": ALTERNATION,
             "falls": named(falls, True), "rises": named(falls, False), "falls5": named(falls5, True), "jobs": len(f), "collapses": by_job,
             "losses_swing": float(np.mean(ref_swing)) if ref_swing else math.nan, "losses_jobs": len(ref_swing),
             "swing_rounds": SWING_ROUNDS, "fmt": _fmt, "COLLAPSE": 100 * COLLAPSE, "isnan": math.isnan}

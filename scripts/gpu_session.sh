@@ -5,7 +5,7 @@
 #
 # OUT: a folder for what comes back (gpu_suite.json, logs, refruns.tgz: every job folder without its
 # trajectory; an unfinished job keeps checkpoint.pt, so a later run on a GPU resumes it).
-# COMMIT: the commit of this checkout (a copy without git). WINDOW_S: seconds from the start to the end
+# COMMIT: the commit of this checkout (a copy without git; on a git checkout it must be its HEAD). WINDOW_S: seconds from the start to the end
 # of everything, the archive included. WORKERS: reference jobs at once. SUITE_S: the suite's budget
 # (0 skips it). JOBSPEC: experiment:settings:losses:seeds, as `scripts/reference_jobs.py run --jobs`; none: the
 # jobs the reference set REFERENCE (default reference/mnist) lacks, in the evidence order
@@ -14,6 +14,8 @@
 # (default /tmp/refruns) the folder the jobs run in; CAPTURE=1 trains the jobs with the captured step (the
 # suite's round section times it beside the eager step either way).
 # MNIST comes from data/MNIST/raw or, gzipped, from data/mnist-gz (a machine without network).
+# Exit status: the runner's (0: every job it started finished or stopped at the window; 1: a job failed; 2: it refused
+# its arguments); the archive is written either way.
 set -u
 out=$1 commit=$2 window=$3 workers=$4 suite=$5
 shift 5
@@ -48,6 +50,17 @@ echo "jobs: $left s, $workers at once"
 watch=$!
 python3 scripts/reference_jobs.py run --checkout . --commit "$commit" --out "$runs" --device "${DEVICE:-cuda}" --config "${CONFIG:-config/mnist.yaml}" \
   --workers "$workers" --deadline-s "$left" ${CAPTURE:+--capture} "${specs[@]}" >"$out/runner.log" 2>&1
+rc=$?
 kill $watch 2>/dev/null
-tar czf "$out/refruns.tgz" -C "$runs" --exclude='*.pt.tmp' --exclude='trajectory*' --exclude='.lock' .
-echo "done after $(($(date +%s) - start)) s"; tail -n 40 "$out/runner.log"
+if [ -d "$runs" ]; then
+  tar czf "$out/refruns.tgz" -C "$runs" --exclude='*.pt.tmp' --exclude='trajectory*' --exclude='.lock' .
+else
+  tar czf "$out/refruns.tgz" -T /dev/null   # no job started: an empty archive
+fi
+tail -n 40 "$out/runner.log"
+if [ "$rc" -ne 0 ]; then
+  # the runner refused its arguments (2) or a job failed (1): say so and fail, whatever the archive holds
+  echo "FAILED: the runner exited with status $rc after $(($(date +%s) - start)) s (runner.log above)" >&2
+  exit "$rc"
+fi
+echo "done after $(($(date +%s) - start)) s"

@@ -43,6 +43,7 @@ from fedbalance.cli import path_argument
 from fedbalance.config import MAX_CPUS_ENV, ConfigError, max_cpus
 from fedbalance.jobfolder import FILES, METRICS, PENDING, PROVENANCE, JobFolderError, branch_file, job_folders, read_metrics
 from fedbalance.records import Job
+from fedbalance.seal import SealError, refuse_inside
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE_SETS = REPO / "reference"
@@ -102,26 +103,33 @@ def runtime_of(metrics: dict) -> dict:
     return out
 
 
-def checkout_commit(args: argparse.Namespace) -> tuple[str, bool]:
-    """The commit of ``--checkout`` and whether its tracked files differ from it (``--commit``: a copy without git)."""
-    if args.commit:
-        return args.commit, False
+COMMIT = re.compile(r"[0-9a-f]{7,40}")
+"""A commit as ``--commit`` takes it: 7 to 40 lower-case hex digits."""
+
+
+def _git(checkout: Path, *cmd: str) -> str:
+    return subprocess.run(["git", "-C", str(checkout), *cmd], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def checkout_commit(args: argparse.Namespace) -> tuple[str, bool | None]:
+    """The commit of ``--checkout`` and whether its tracked files differ from it. ``--commit`` names the commit of a copy
+    without git (its state then unknown: None); on a git checkout it must be the checkout's HEAD."""
     checkout = args.checkout.resolve()
+    if args.commit is not None and not COMMIT.fullmatch(args.commit):
+        fail(f"--commit {args.commit!r}: not a commit (7 to 40 hex digits, e.g. the output of git rev-parse HEAD)")
     try:
-        commit = subprocess.run(
-            ["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        commit = _git(checkout, "rev-parse", "HEAD")
+        dirty = bool(_git(checkout, "status", "--porcelain", "--untracked-files=no"))
     except (OSError, subprocess.CalledProcessError) as exc:
+        if args.commit is not None:
+            return args.commit, None
         detail = (getattr(exc, "stderr", None) or str(exc)).strip().splitlines()
         fail(f"--checkout {args.checkout}: no commit to record ({detail[0] if detail else exc}); "
              "pass --commit <sha> for a copy without git")
-    return commit, bool(dirty)
+    if args.commit is not None and not commit.startswith(args.commit):
+        fail(f"--commit {args.commit}: the checkout {args.checkout} is at {commit[:12]}; leave --commit out for a git "
+             "checkout (its HEAD is recorded)")
+    return commit, dirty
 
 
 class Window:
@@ -313,11 +321,16 @@ def check_workers(workers: int) -> None:
 
 
 def outside_reference_sets(path: Path, flag: str) -> None:
-    """Refuse a folder that is or lies in the repository's reference sets (written by ``collect`` only)."""
+    """Refuse a folder that is or lies in the repository's reference sets, or in any sealed set
+    (``fedbalance.seal.refuse_inside``): written by ``collect`` only."""
     where = path.resolve()
     if where == REFERENCE_SETS or REFERENCE_SETS in where.parents:
         fail(f"{flag} {path} lies in {REFERENCE_SETS}, the reference sets: only `collect` writes there; "
              "run jobs into a folder of their own (e.g. /work/refruns)")
+    try:
+        refuse_inside(path, flag)
+    except SealError as exc:
+        fail(str(exc))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -372,14 +385,132 @@ def _overlap(a: Path, b: Path) -> bool:
     return a == b or a in b.parents or b in a.parents
 
 
-def cmd_collect(args: argparse.Namespace) -> int:
-    """Copy the finished jobs of ``--out`` into ``--reference``, each checked before anything is copied."""
-    if not args.out.is_dir():
-        fail(f"--out {args.out}: not a folder (the folder `run` ran the jobs in)")
+def _set_config(args: argparse.Namespace) -> tuple[Path | None, Path]:
+    """(the set's root when it is sealed, else None; the study config its jobs must be jobs of), after checking the
+    set: sealed sets verified, an unsealed folder holding jobs taken only with ``--adopt``."""
+    from fedbalance import seal
+
     if args.reference.exists() and not args.reference.is_dir():
         fail(f"--reference {args.reference} is a file; name the reference set's folder (e.g. reference/mnist)")
-    if _overlap(args.out, args.reference):
-        fail(f"--out {args.out} and --reference {args.reference} are the same folder or one lies in the other")
+    root = seal.set_root(args.reference)
+    if root is not None:
+        if root != args.reference.resolve():
+            fail(f"--reference {args.reference} lies inside the reference set {root}: name the set's root")
+        if args.adopt:
+            fail(f"--adopt: {args.reference} is sealed already ({seal.MARKER}); collect into it without --adopt")
+        try:
+            seal.verify(root)
+            config = seal.marker_config(root)
+        except seal.SealError as exc:
+            fail(f"{exc}; nothing was collected")
+        if args.config is not None and args.config.resolve() != config.resolve():
+            fail(f"--config {args.config}: the set {args.reference} holds jobs of {config} ({seal.MARKER}); "
+                 "collect jobs of that study, or start a set of its own")
+        return root, config
+    if job_folders(args.reference) and not args.adopt:
+        fail(f"--reference {args.reference} holds jobs but no {seal.MARKER}: an unsealed set; restore its marker and "
+             "manifest (git checkout), or seal it as it is with --adopt")
+    config = args.config if args.config is not None else Path("config/mnist.yaml")
+    if not config.is_file():
+        fail(f"--config {config}: not a file (the study config the set's jobs are jobs of)")
+    return None, config
+
+
+def _check_protocol(cfg: dict, folder: Path, metrics: dict) -> None:
+    """Refuse a job of another protocol than the set's config gives it, naming the keys that differ."""
+    from fedbalance.reference import spec_differences
+
+    job = Job.from_path(jobfolder_path(metrics))
+    try:
+        differ = spec_differences(cfg, job, metrics)
+    except ConfigError as exc:
+        fail(f"{folder}: {exc}; nothing was collected")
+    if differ:
+        shown = ", ".join(f"{k} {theirs} (the set's config: {ours})" for k, (ours, theirs) in list(differ.items())[:5])
+        rest = list(differ)[5:]
+        more = f"; also {', '.join(rest[:20])}" + (f" and {len(rest) - 20} more" if len(rest) > 20 else "") if rest else ""
+        fail(f"{folder} was run with another protocol than the set's config gives {job.path}: {shown}{more}; a set "
+             "holds one protocol: collect it into a set of its own; nothing was collected")
+
+
+def jobfolder_path(metrics: dict) -> str:
+    """The job path metrics.json's ``job`` names."""
+    job = metrics["job"]
+    return Job(job["experiment"], job["dataset"], job["setting"], job["loss"], int(job["seed"])).path
+
+
+def _what_changes(old: Path, new: Path) -> str:
+    """One line: what replacing the job in ``old`` by the one in ``new`` changes (final metrics, configured keys, files)."""
+    from fedbalance.jobspec import flat_keys
+
+    a, b = (json.loads((d / METRICS).read_text()) for d in (old, new))
+    parts = [f"final.{k} {a['final'].get(k)} -> {b['final'].get(k)}" for k in ("acc", "acc_minority", "auc_hard")
+             if a["final"].get(k) != b["final"].get(k)]
+    fa, fb = flat_keys(a["config"]), flat_keys(b["config"])
+    parts += [f"config.{k} {fa.get(k, 'unset')} -> {fb.get(k, 'unset')}" for k in sorted(set(fa) | set(fb))
+              if fa.get(k) != fb.get(k)][:5]
+    files = [f for f in FILES if (old / f).read_bytes() != (new / f).read_bytes()]
+    return f"{', '.join(files)} differ" + (f": {'; '.join(parts)}" if parts else "")
+
+
+def _adopt(reference: Path, cfg: dict) -> int:
+    """Seal an existing set as it is, after checking every job: whole, of the config's protocol, with provenance; a
+    source named by a machine's path is rewritten as its job path, the change recorded in the job's provenance."""
+    from fedbalance.reference import relative_sources
+
+    migrated = 0
+    for folder in job_folders(reference):
+        try:
+            metrics = read_metrics(folder)
+        except JobFolderError as exc:
+            fail(f"{exc}; nothing was sealed")
+        if not (folder / PROVENANCE).is_file():
+            fail(f"{folder}: no {PROVENANCE}; a set holds jobs with provenance only; nothing was sealed")
+        read_record(folder / PROVENANCE)
+        _check_protocol(cfg, folder, metrics)
+    for folder in job_folders(reference):
+        metrics = json.loads((folder / METRICS).read_text())
+        fixed, changes = relative_sources(metrics)
+        if not changes:
+            continue
+        from fedbalance.seal import sha256
+
+        record = read_record(folder / PROVENANCE)
+        record.setdefault("migrated", []).append({
+            "file": METRICS, "changed": changes, "previous_sha256": sha256(folder / METRICS), "when": _now(),
+            "why": "a source named by its job path relative to the results root, not by a machine's absolute path"})
+        text = json.dumps(fixed, indent=1)
+        atomic_write(folder / METRICS, lambda fh, text=text: fh.write(text))
+        write_record(folder / PROVENANCE, record)
+        migrated += 1
+    return migrated
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    """Copy the finished jobs of ``--out`` into ``--reference``, each checked before anything is copied, then seal the
+    set (``fedbalance.seal``); ``--adopt`` seals an unsealed set as it is."""
+    from fedbalance import seal
+    from fedbalance.config import load_config
+
+    if args.replace and not (args.reason or "").strip():
+        fail("--replace needs --reason TEXT: why jobs of the set are replaced (recorded in their provenance.json)")
+    if args.out is None and not args.adopt:
+        fail("--out: name the folder `run` ran the jobs in (or --adopt to seal an existing set as it is)")
+    if args.out is not None:
+        if not args.out.is_dir():
+            fail(f"--out {args.out}: not a folder (the folder `run` ran the jobs in)")
+        if _overlap(args.out, args.reference):
+            fail(f"--out {args.out} and --reference {args.reference} are the same folder or one lies in the other")
+    root, config = _set_config(args)
+    cfg = load_config(config)
+    if args.adopt:
+        migrated = _adopt(args.reference, cfg)
+        seal.seal(args.reference, config)
+        print(f"sealed {args.reference} ({len(job_folders(args.reference))} jobs, {seal.MANIFEST}); "
+              f"{migrated} job(s) migrated to relative source paths")
+        if args.out is None:
+            return 0
+        root = args.reference.resolve()
     jobs, missing = [], []
     for src in job_folders(args.out):
         if not (src / PROVENANCE).is_file():
@@ -389,22 +520,32 @@ def cmd_collect(args: argparse.Namespace) -> int:
                 missing.append(src)
                 continue
         try:
-            read_metrics(src)
+            metrics = read_metrics(src)
         except JobFolderError as exc:
             fail(f"{exc}; nothing was collected")
         record = read_record(src / PROVENANCE)
+        _check_protocol(cfg, src, metrics)
         if not record.get("runtime"):  # written by an earlier version of this script
-            record["runtime"] = runtime_of(read_metrics(src))
+            record["runtime"] = runtime_of(metrics)
         record.setdefault("job", src.relative_to(args.out).as_posix())
         jobs.append((src, args.reference / src.relative_to(args.out), record))
     if not jobs and not missing:
         fail(f"--out {args.out} holds no finished job (<experiment>/<dataset>/<setting>/<loss>/seed<k>/{METRICS})")
-    changed = [dst for src, dst, _ in jobs
+    changed = [(src, dst) for src, dst, _ in jobs
                if any((dst / f).is_file() and (dst / f).read_bytes() != (src / f).read_bytes() for f in FILES)]
     if changed and not args.replace:
-        fail(f"{len(changed)} job(s) of {args.reference} differ from those in {args.out} (e.g. {changed[0]}): collecting "
-             "would replace them; pass --replace to do so on purpose")
+        fail(f"{len(changed)} job(s) of {args.reference} differ from those in {args.out} (e.g. {changed[0][1]}: "
+             f"{_what_changes(changed[0][1], changed[0][0])}): collecting would replace them; pass --replace --reason "
+             "TEXT to do so on purpose")
+    for src, dst in changed:
+        print(f"replace {dst}: {_what_changes(dst, src)}")
+    replaced = {dst for _, dst in changed}
     for src, dst, record in jobs:
+        if dst in replaced:
+            previous = read_record(dst / PROVENANCE) if (dst / PROVENANCE).is_file() else {}
+            record["replaced"] = [*previous.get("replaced", []), {
+                "reason": args.reason, "when": _now(), "previous_commit": previous.get("commit"),
+                "previous_sha256": {f: seal.sha256(dst / f) for f in FILES}}]
         for name in FILES:
             data = (src / name).read_bytes()
             if not (dst / name).is_file() or (dst / name).read_bytes() != data:
@@ -412,7 +553,10 @@ def cmd_collect(args: argparse.Namespace) -> int:
         text = json.dumps(record, indent=2) + "\n"
         if not (dst / PROVENANCE).is_file() or (dst / PROVENANCE).read_text() != text:
             atomic_write(dst / PROVENANCE, lambda fh, text=text: fh.write(text))
-    print(f"{len(jobs)} finished jobs in {args.reference}")
+    if jobs:
+        seal.seal(args.reference, None if root is not None else config)
+    print(f"{len(jobs)} finished jobs in {args.reference} ({len(replaced)} replaced)"
+          + (f"; sealed ({seal.MANIFEST})" if jobs else ""))
     if missing:
         print(f"error: {len(missing)} finished job(s) without provenance not collected: "
               f"{', '.join(str(m) for m in missing)}", file=sys.stderr)
@@ -431,9 +575,16 @@ def spliced(text: str, name: str, body: str, *, source: str) -> str:
 
 def provenances(reference: Path) -> Iterator[tuple[tuple[str, ...], dict, str]]:
     """Each job of the set: its folder's parts below ``reference``, its provenance.json and its device (from the
-    provenance, else from an older job's metrics.json); every job folder checked (``jobfolder.check``)."""
+    provenance, else from an older job's metrics.json); the set's seal verified first (``fedbalance.seal``) and every
+    job folder checked (``jobfolder.check``)."""
+    from fedbalance import seal
+
     if not reference.is_dir():
         fail(f"--reference {reference}: not a folder (name a reference set, e.g. reference/mnist)")
+    try:
+        seal.verify_if_sealed(reference, "--reference")
+    except seal.SealError as exc:
+        fail(str(exc))
     for prov_path in sorted(reference.glob(f"**/{PROVENANCE}")):
         parts = prov_path.parent.relative_to(reference).parts
         try:
@@ -456,8 +607,11 @@ def status_text(reference: Path) -> str:
         held.setdefault((exp, ds, setting, loss), []).append(int(seed[4:]))
         commits[prov["commit"][:7]] = commits.get(prov["commit"][:7], 0) + 1
         minutes.setdefault(device, [])
-        if prov.get("wall_s_job"):
-            minutes[device].append(prov["wall_s_job"] / 60)
+        wall = prov.get("wall_s_job")
+        if wall is not None and (isinstance(wall, bool) or not isinstance(wall, (int, float)) or not math.isfinite(wall)):
+            fail(f"{reference.joinpath(exp, ds, setting, loss, seed, PROVENANCE)}: wall_s_job {wall!r} is not a number of seconds")
+        if wall:
+            minutes[device].append(wall / 60)
     lines = ["| experiment | dataset | setting | loss | seeds |", "|---|---|---|---|---|"]
     for (exp, ds, setting, loss), seeds in sorted(held.items(), key=lambda kv: (kv[0][0], kv[0][1], _gamma(kv[0][2]), kv[0][3])):
         lines.append(f"| {exp} | {ds} | {setting} | {loss} | {', '.join(map(str, sorted(seeds)))} |")
@@ -691,9 +845,13 @@ def main() -> int:
     run.add_argument("--capture", action="store_true", help="train with the captured step (fedbalance train --capture)")
     run.set_defaults(func=cmd_run)
     col = sub.add_parser("collect")
-    col.add_argument("--out", type=path, required=True)
+    col.add_argument("--out", type=path, default=None, help="the folder `run` ran the jobs in")
     col.add_argument("--reference", type=path, required=True)
+    col.add_argument("--config", type=path, default=None, help="the study config of a new set (default "
+                     "config/mnist.yaml); a sealed set's is in its marker")
     col.add_argument("--replace", action="store_true", help="replace jobs of the set that differ from the runs'")
+    col.add_argument("--reason", default=None, help="why (with --replace): recorded in the replaced jobs' provenance")
+    col.add_argument("--adopt", action="store_true", help="seal an existing set that has no marker, as it is")
     col.set_defaults(func=cmd_collect)
     st = sub.add_parser("status")
     st.add_argument("--reference", type=path, required=True)

@@ -27,9 +27,11 @@ def write_job(
     class_counts: list[list[int]] | None = None,
     monitor: dict[str, float] | None = None,
     config: dict | None = None,
+    spec_of: str | Path | None = None,
 ) -> Path:
     """Write a synthetic ``metrics.json`` + ``rounds.csv`` for ``job``; return its folder. ``config``: keys set in
-    (or over) its metrics.json's ``config``."""
+    (or over) its metrics.json's ``config``; ``spec_of``: a study config file whose spec of ``job`` is the whole
+    ``config`` instead (a job of that study's protocol, as a reference set's ``collect`` checks)."""
     d = root / job.path
     d.mkdir(parents=True, exist_ok=True)
     train_loss = train_loss or [1.0, 0.5]
@@ -38,7 +40,8 @@ def write_job(
     metrics = {
         "job": {"experiment": job.experiment, "dataset": job.dataset, "setting": job.setting, "loss": job.loss,
                 "seed": job.seed},
-        "config": {"partition": {"scheme": "imbalance"}, "minority_classes": [2], "monitor": {}, **(config or {})},
+        "config": _spec(spec_of, job) if spec_of is not None else
+        {"partition": {"scheme": "imbalance"}, "minority_classes": [2], "monitor": {}, **(config or {})},
         "final": {"acc": 0.9, "acc_minority": acm, "acc_majority": acc_majority, "auc_micro": auc,
                   "auc_hard": auc, "auc_macro": auc - 0.01, "per_class_acc": [0.9, 0.9, acm], "train_loss": train_loss[-1]},
         "partition": {"class_counts": counts, "global_counts": list(np.sum(counts, axis=0).tolist()), "gamma": 5.0,
@@ -61,6 +64,19 @@ def write_job(
         rows.append(row)
     jobfolder.write(d, metrics, jobfolder.rounds_text(rows))
     return d
+
+
+def _spec(config: str | Path, job: Job) -> dict:
+    from fedbalance.config import load_config, resolve_job
+
+    return resolve_job(load_config(config), job).as_dict()
+
+
+def seal_set(root: Path, config: str | Path) -> None:
+    """Seal ``root`` as ``collect`` would (``fedbalance.seal``): a reference set of the study ``config``."""
+    from fedbalance import seal
+
+    seal.seal(root, config)
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,10 @@ def test_collect_one_row_per_job_and_round(tmp_path: Path) -> None:
     a = Job("losses", "mnist", "g10", "ce", 0)
     b = Job("losses", "mnist", "g10", "ce", 1)
     write_job(tmp_path, a, acm=0.2, train_loss=[2.0, 1.0, 0.5], cs={"released": [0.9, 0.8, 0.7]})
-    write_job(tmp_path, b, acm=0.4, train_loss=[3.0, 1.5, 0.25], cs={"released": [0.6, 0.5, 0.4]},
-              monitor={"paper": 0.91, "released": 0.92, "nnls": 0.93, "uniform": 0.5})
+    # metrics.json's monitor summary is the mean of rounds.csv's columns (jobfolder.check_recorded_twice)
+    write_job(tmp_path, b, acm=0.4, train_loss=[3.0, 1.5, 0.25],
+              cs={"released": [0.6, 0.5, 0.4], "nnls": [0.92, 0.93, 0.94], "uniform": [0.5, 0.5, 0.5]},
+              monitor={"released": 0.5, "nnls": 0.93, "uniform": 0.5})
     final, rounds = collect(tmp_path)
     assert len(final) == 2 and len(rounds) == 6
     assert final.groupby("setting")["acc_minority"].mean().loc["g10"] == pytest.approx(0.3)
@@ -30,7 +32,7 @@ def test_collect_one_row_per_job_and_round(tmp_path: Path) -> None:
     assert final["gamma_realised"].tolist() == [5.0, 5.0]
     assert rounds[rounds.seed == 1]["train_loss"].tolist() == [3.0, 1.5, 0.25]
     assert rounds["cs_released"].mean() == pytest.approx(np.mean([0.9, 0.8, 0.7, 0.6, 0.5, 0.4]))
-    assert rounds["cs_paper"].isna().all()
+    assert rounds["cs_paper"].isna().all() and rounds[rounds.seed == 0]["cs_nnls"].isna().all()
     assert parse_list(rounds.loc[0, "true_composition"]) == [10.0, 6.0, 2.0]
     assert parse_list(rounds.loc[0, "est_paper"]) is None
     same, _ = collect(tmp_path, [b])

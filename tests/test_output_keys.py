@@ -110,7 +110,8 @@ def test_a_job_derived_from_a_trajectory_equals_the_job_trained_itself(
     from fedbalance.derive import derive_job
     from fedbalance.jobspec import ConfigError, derivable
 
-    source = tiny(quick, "ce", monitor_record=True, save_trajectory=True, monitor_t_ra=1.25,
+    # the source records the empirical statistics of Y too; the target does not ask for them (its columns stay empty)
+    source = tiny(quick, "ce", monitor_record=True, save_trajectory=True, monitor_t_ra=1.25, empirical=True,
                   monitor_estimators=["paper", "released", "pooled"])
     # another threshold (other weights π) and another lead estimator, read by the acknowledgment
     target = tiny(quick, "ce", experiment="t_ra", monitor_record=True, monitor_t_ra=1.02,
@@ -125,6 +126,7 @@ def test_a_job_derived_from_a_trajectory_equals_the_job_trained_itself(
     assert strip(derived) == strip(trained)
     # the threshold changed what the monitor recorded: a copy of the source's columns would not do
     assert [r["weights"] for r in src] != [r["weights"] for r in trained]
+    assert all(r["emp_cos"] is not None for r in src) and all(r["emp_cos"] is None for r in derived)
     m_trained, m_derived = (json.loads((tmp_path / d / "metrics.json").read_text()) for d in ("trained", "derived"))
     assert m_derived["derived_from"] == str(tmp_path / "source")
     run_only = RUN_ONLY | {"derived_from"}

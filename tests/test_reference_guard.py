@@ -26,11 +26,18 @@ MNIST = REPO / "config" / "mnist.yaml"
 JOBS = ["losses/mnist/g10/ce/seed0", "losses/mnist/g10/ratio/seed0", "losses/mnist/g50/ce/seed1"]
 
 
-def _reference(root: Path) -> Path:
-    """A small copy of the committed set: three of its jobs under ``root/reference/mnist``."""
+def _reference(root: Path, sealed: bool = True) -> Path:
+    """A small copy of the committed set: three of its jobs under ``root/reference/mnist``, sealed as ``collect`` seals
+    a set; unsealed: a plain results folder (no provenance.json, no marker), whose jobs a render reads one by one."""
+    from fedbalance import seal
+
     ref = root / "reference" / "mnist"
     for job in JOBS:
         shutil.copytree(REPO / "reference" / "mnist" / job, ref / job)
+        if not sealed:
+            (ref / job / "provenance.json").unlink()
+    if sealed:
+        seal.seal(ref, MNIST)
     return ref
 
 
@@ -105,7 +112,7 @@ def test_each_held_job_is_checked_before_the_render(tmp_path: Path) -> None:
     """A truncated rounds.csv or a metrics.json without its config names the file; a job of other parameters says
     that a render cannot train it (not "rerun it")."""
     cfg = load_config(MNIST)
-    ref = _reference(tmp_path)
+    ref = _reference(tmp_path, sealed=False)
     rounds = ref / JOBS[0] / "rounds.csv"
     rounds.write_text("".join(rounds.read_text().splitlines(keepends=True)[:16]))
     with pytest.raises(JobFolderError, match="rounds.csv: 15 rows, but metrics.json says the job ran 30 rounds"):
@@ -121,6 +128,11 @@ def test_each_held_job_is_checked_before_the_render(tmp_path: Path) -> None:
     with pytest.raises(ReferenceSetError, match="cannot train one") as exc:
         render_jobs(other, ref)
     assert "rerun" not in str(exc.value) and "provenance.json" in str(exc.value)
+    sealed = _reference(tmp_path / "sealed")
+    rounds = sealed / JOBS[0] / "rounds.csv"
+    rounds.write_text("".join(rounds.read_text().splitlines(keepends=True)[:16]))
+    with pytest.raises(ReferenceSetError, match=f"1 changed \\({JOBS[0]}/rounds.csv\\)"):
+        render_jobs(cfg, sealed)  # in a sealed set the seal names the edited file first
 
 
 @pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_job
+from conftest import seal_set, write_job
 from fedbalance.records import Job
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,6 +31,20 @@ json.dump({"job": job, "config": {"path": "auto"}, "device": "cpu", "threads": 1
            "versions": {"torch": "x"}, "path": "sequential", "wall_time_s": 1.0, "final": {"seed": seed}},
           open(os.path.join(out, "metrics.json"), "w"))
 '''
+
+
+def _spec_of(config: Path, job: Job) -> dict:
+    from fedbalance.config import load_config, resolve_job
+
+    return resolve_job(load_config(config), job).as_dict()
+
+
+def _head() -> str:
+    """This checkout's commit (``--commit`` on a git checkout must be its HEAD)."""
+    import subprocess
+
+    return subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
 
 
 def _runner():
@@ -64,7 +78,7 @@ def test_jobs_run_with_the_given_commit_and_record_it(checkout: Path, tmp_path: 
     msgs = [rj.run_one(args, job) for job in jobs]
     assert all(m.startswith("done") for m in msgs), msgs
     prov = json.loads((tmp_path / "runs/losses/mnist/g10/ratio/seed4/provenance.json").read_text())
-    assert prov["commit"] == "abc1234" and prov["checkout_dirty"] is False
+    assert prov["commit"] == "abc1234" and prov["checkout_dirty"] is None  # a copy without git: its state unknown
     assert prov["job"] == "losses/mnist/g10/ratio/seed4" and prov["concurrent_jobs"] == 1
     assert "--device cuda" in prov["command"] and "--seed 4" in prov["command"]
     assert json.loads((tmp_path / "runs/losses/mnist/g10/ratio/seed4/metrics.json").read_text())["final"] == {"seed": 4}
@@ -110,7 +124,7 @@ def test_gpu_session_script_without_jobspecs_runs_the_sets_missing_jobs(tmp_path
     env = {**os.environ, "DEVICE": "cpu", "CONFIG": "config/quick.yaml", "RUNS": str(tmp_path / "runs"),
            "REFERENCE": str(tmp_path / "ref"), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     out = tmp_path / "out"
-    proc = subprocess.run(["bash", "scripts/gpu_session.sh", str(out), "abc1234", "1", "1", "0"],
+    proc = subprocess.run(["bash", "scripts/gpu_session.sh", str(out), _head(), "1", "1", "0"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     listed = int(re.search(r"^(\d+) jobs to run: early::0,1,2 ", (out / "missing.log").read_text()).group(1))
@@ -130,6 +144,7 @@ def test_status_counts_seeds_commits_and_minutes_per_device(tmp_path: Path) -> N
     for job, commit, device, wall in jobs:
         write_job(tmp_path, Job.from_path(job))
         (tmp_path / job / "provenance.json").write_text(json.dumps({"commit": commit, "runtime": {"device": device}, "wall_s_job": wall}))
+    seal_set(tmp_path, REPO / "config" / "mnist.yaml")
     lines = rj.status_text(tmp_path).splitlines()
     assert lines[2:4] == ["| losses | mnist | g10 | ce | 0, 1 |", "| losses | mnist | g50 | ce | 0, 3 |"]  # Γ order, seeds sorted
     assert lines[-1] == ("4 jobs; commits {'aaaaaaa': 3, 'bbbbbbb': 1}; devices {'cpu': 3, 'cuda (H200)': 1}; "
@@ -148,14 +163,14 @@ def test_gpu_session_script_runs_jobs_until_its_window_closes_and_archives_them(
     env = {**os.environ, "DEVICE": "cpu", "CONFIG": "config/quick.yaml", "RUNS": str(tmp_path / "runs"), "CAPTURE": "1",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}  # the script's `python` is ours
     out = tmp_path / "out"
-    proc = subprocess.run(["bash", "scripts/gpu_session.sh", str(out), "abc1234", "600", "1", "0", "monitor:default:ce:0,1"],
+    proc = subprocess.run(["bash", "scripts/gpu_session.sh", str(out), _head(), "600", "1", "0", "monitor:default:ce:0,1"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     with tarfile.open(out / "refruns.tgz") as tar:
         names = set(tar.getnames())
         prov = json.load(tar.extractfile("./monitor/mnist/default/ce/seed0/provenance.json"))
     assert {"./monitor/mnist/default/ce/seed0/metrics.json", "./monitor/mnist/default/ce/seed0/rounds.csv"} <= names
-    assert prov["commit"] == "abc1234" and prov["runtime"]["device"] == "cpu" and "--device cpu --capture" in prov["command"]
+    assert prov["commit"] == _head() and prov["runtime"]["device"] == "cpu" and "--device cpu --capture" in prov["command"]
     assert "./monitor/mnist/default/ce/seed1/metrics.json" in names  # 600 s hold both quick jobs
     assert not any(n.endswith("trajectory.pt") or n.endswith(".lock") for n in names)
     assert "2 jobs to train, 0 to branch from another's rounds, 0 to derive from their trajectories, 1 workers" in (out / "runner.log").read_text()
@@ -245,7 +260,12 @@ def test_a_job_whose_runner_died_is_recorded_from_its_start_record(quick_checkou
     assert not (job / "provenance.pending.json").exists()
     assert _script(*_run_args(quick_checkout, out, "monitor:default:ce:0")).stdout.count("skip") == 1
     ref = tmp_path / "ref"
-    collected = _script("collect", "--out", str(out), "--reference", str(ref))
+    refused = _script("collect", "--out", str(out), "--reference", str(ref), "--config", str(REPO / "config/quick.yaml"))
+    assert refused.returncode == 2 and "another protocol than the set's config" in refused.stderr and not ref.exists()
+    metrics = json.loads((job / "metrics.json").read_text())  # the fake trainer's config is no spec: make it quick.yaml's
+    metrics["config"] = _spec_of(REPO / "config/quick.yaml", Job.from_path("monitor/mnist/default/ce/seed0"))
+    (job / "metrics.json").write_text(json.dumps(metrics))
+    collected = _script("collect", "--out", str(out), "--reference", str(ref), "--config", str(REPO / "config/quick.yaml"))
     assert collected.returncode == 0 and "1 finished jobs" in collected.stdout, collected.stdout + collected.stderr
     assert json.loads((ref / "monitor/mnist/default/ce/seed0/provenance.json").read_text())["commit"] == "abc1234"
 
@@ -292,7 +312,7 @@ def _bad_inputs(tmp_path: Path, checkout: Path) -> list[tuple[list[str], str]]:
     (nogit / "src" / "fedbalance").mkdir(parents=True)
     (nogit / "config").mkdir()
     (nogit / "config" / "quick.yaml").write_text((REPO / "config" / "quick.yaml").read_text())
-    run = ["run", "--checkout", str(checkout), "--out", str(runs), "--config", "config/quick.yaml", "--commit", "abc"]
+    run = ["run", "--checkout", str(checkout), "--out", str(runs), "--config", "config/quick.yaml", "--commit", "abc1234"]
     good = ["--jobs", "monitor:default:ce:0"]
     write_job(runs, Job("monitor", "mnist", "default", "ce", 0))
     (runs / "monitor/mnist/default/ce/seed0/provenance.json").write_text("{not json")
@@ -300,6 +320,10 @@ def _bad_inputs(tmp_path: Path, checkout: Path) -> list[tuple[list[str], str]]:
     job = write_job(torn, Job("monitor", "mnist", "default", "ce", 1), train_loss=[1.0, 0.5, 0.2])
     (job / "provenance.json").write_text(json.dumps({"commit": "abc"}))
     (job / "rounds.csv").write_text((job / "rounds.csv").read_text().splitlines(keepends=True)[0])
+    seal_set(torn, REPO / "config" / "quick.yaml")
+    badprov = tmp_path / "badprov"
+    (write_job(badprov, Job("monitor", "mnist", "default", "ce", 0)) / "provenance.json").write_text("{not json")
+    seal_set(badprov, REPO / "config" / "quick.yaml")
     return [
         ([*run, "--workers", "0", *good], "--workers 0: must be 1 to"),
         ([*run, "--workers", "100000", *good], "--workers 100000: must be 1 to"),
@@ -320,7 +344,8 @@ def _bad_inputs(tmp_path: Path, checkout: Path) -> list[tuple[list[str], str]]:
         (["collect", "--out", str(torn), "--reference", str(afile)], "is a file"),
         (["status", "--reference", str(tmp_path / "missing")], "not a folder"),
         (["status", "--reference", str(empty)], "holds no job"),
-        (["status", "--reference", str(runs)], "not a provenance record"),
+        (["status", "--reference", str(runs)], "an unsealed reference set"),
+        (["status", "--reference", str(badprov)], "not a provenance record"),
         (["status", "--reference", str(torn)], "rounds.csv: 0 rows"),
         (["docs", "--rendered", str(empty), "--reference", str(ref), "--docs", str(empty)], "render the reference set first"),
     ]
@@ -340,15 +365,26 @@ def test_every_bad_argument_is_one_line_and_exit_2(quick_checkout: Path, tmp_pat
 
 def test_collect_replaces_a_different_job_only_on_purpose(tmp_path: Path) -> None:
     runs, ref = tmp_path / "runs", tmp_path / "ref"
+    mnist = REPO / "config" / "mnist.yaml"
     for root, acm in ((runs, 0.5), (ref, 0.7)):
-        job = write_job(root, Job("losses", "mnist", "g10", "ce", 0), acm=acm)
+        job = write_job(root, Job("losses", "mnist", "g10", "ce", 0), acm=acm, spec_of=mnist)
         (job / "provenance.json").write_text(json.dumps({"commit": "abc", "runtime": {"device": "cpu"}}))
+    seal_set(ref, mnist)
     before = (ref / "losses/mnist/g10/ce/seed0/metrics.json").read_bytes()
     r = _script("collect", "--out", str(runs), "--reference", str(ref))
     assert r.returncode == 2 and "would replace them; pass --replace" in r.stderr
+    assert "final.acc_minority 0.7 -> 0.5" in r.stderr  # what a replacement would change, named
     assert (ref / "losses/mnist/g10/ce/seed0/metrics.json").read_bytes() == before
-    assert _script("collect", "--out", str(runs), "--reference", str(ref), "--replace").returncode == 0
+    r = _script("collect", "--out", str(runs), "--reference", str(ref), "--replace")
+    assert r.returncode == 2 and "--replace needs --reason" in r.stderr
+    r = _script("collect", "--out", str(runs), "--reference", str(ref), "--replace", "--reason", "rerun on purpose")
+    assert r.returncode == 0, r.stderr
     assert (ref / "losses/mnist/g10/ce/seed0/metrics.json").read_bytes() == (runs / "losses/mnist/g10/ce/seed0/metrics.json").read_bytes()
+    prov = json.loads((ref / "losses/mnist/g10/ce/seed0/provenance.json").read_text())
+    assert prov["replaced"][0]["reason"] == "rerun on purpose" and len(prov["replaced"][0]["previous_sha256"]) == 2
+    from fedbalance import seal
+
+    seal.verify(ref)  # collect sealed the set again
 
 
 def _render(root: Path, jobs: list[Job]) -> Path:
@@ -372,6 +408,7 @@ def test_docs_refuse_a_render_of_another_or_a_smaller_set(tmp_path: Path) -> Non
     jobs = [Job("losses", "mnist", "g10", "ce", s) for s in (0, 1, 2)]
     for job in jobs:
         (write_job(ref, job) / "provenance.json").write_text(json.dumps({"commit": "abc", "runtime": {"device": "cpu"}}))
+    seal_set(ref, REPO / "config" / "mnist.yaml")
     docs.mkdir()
     (docs / "fidelity.md").write_text("`tables/Fidelity.md` of the render of the 3 `losses` jobs of ref (commits x):\n")
     (docs / "claims-mnist.md").write_text("`claims.md` of the render of the 3 jobs of ref (commits x):\n")
@@ -381,11 +418,15 @@ def test_docs_refuse_a_render_of_another_or_a_smaller_set(tmp_path: Path) -> Non
     import shutil
 
     shutil.rmtree(ref / jobs[2].path)
+    with pytest.raises(SystemExit, match="files differ from MANIFEST.sha256: 3 missing"):
+        rj.check_render(_render(tmp_path / "smaller", jobs[:2]), ref, docs, allow_fewer=False)  # removed by hand
+    seal_set(ref, REPO / "config" / "mnist.yaml")  # removed on purpose (and sealed again)
     with pytest.raises(SystemExit, match="holds 2 `losses` jobs, but .*fidelity.md was rendered from 3"):
-        rj.check_render(_render(tmp_path / "smaller", jobs[:2]), ref, docs, allow_fewer=False)
+        rj.check_render(tmp_path / "smaller", ref, docs, allow_fewer=False)
     rj.check_render(tmp_path / "smaller", ref, docs, allow_fewer=True)
     for job in jobs[:2]:
         shutil.rmtree(ref / job.path)
+    seal_set(ref, REPO / "config" / "mnist.yaml")
     with pytest.raises(SystemExit, match="holds no job"):
         rj.check_render(tmp_path / "smaller", ref, docs, allow_fewer=True)
 
@@ -397,7 +438,7 @@ def test_twins_are_not_run_and_derived_jobs_follow_their_source(tmp_path: Path, 
 
     rj = _runner()
     monkeypatch.setattr("sys.argv", ["reference_jobs.py", "run", "--checkout", str(REPO), "--out", str(tmp_path / "runs"),
-                                     "--config", "config/quick.yaml", "--commit", "abc1234", "--device", "cpu",
+                                     "--config", "config/quick.yaml", "--device", "cpu",
                                      "--workers", "1", "--jobs", "t_ra:t2,t1.25:ce:0"])
     assert rj.main() == 0
     out = capsys.readouterr().out
@@ -410,9 +451,9 @@ def test_twins_are_not_run_and_derived_jobs_follow_their_source(tmp_path: Path, 
     prov = json.loads((derived / "provenance.json").read_text())
     assert prov["command"].startswith("python -m fedbalance derive ") and "--source RUNS/monitor/mnist/default/ce/seed0" \
         in prov["command"]
-    assert prov["derived_from"] == "monitor/mnist/default/ce/seed0" and prov["commit"] == "abc1234"
+    assert prov["derived_from"] == "monitor/mnist/default/ce/seed0" and prov["commit"] == _head()
     m = read_metrics(derived)
-    assert m["derived_from"] == str(source.resolve()) and m["config"]["monitor"]["t_ra"] == 2.0
+    assert m["derived_from"] == "monitor/mnist/default/ce/seed0" and m["config"]["monitor"]["t_ra"] == 2.0
     # the same training, another monitor: accuracy columns equal, the threshold's own weights
     src_rows, der_rows = round_records(source), round_records(derived)
     assert [r["acc"] for r in der_rows] == [r["acc"] for r in src_rows]

@@ -22,6 +22,7 @@ from fedbalance.jobfolder import PROVENANCE
 from fedbalance.jobspec import JobSpec
 from fedbalance.records import Job
 from fedbalance.partition import PartitionError
+from fedbalance.seal import refuse_inside
 
 
 def user_errors() -> tuple[type[Exception], ...]:
@@ -31,8 +32,9 @@ def user_errors() -> tuple[type[Exception], ...]:
     from fedbalance.cost import CostError
     from fedbalance.jobfolder import JobFolderError
     from fedbalance.jobs import JobError
+    from fedbalance.seal import SealError
 
-    return (ConfigError, DataError, PartitionError, FLError, JobError, CostError, JobFolderError)
+    return (ConfigError, DataError, PartitionError, FLError, JobError, CostError, JobFolderError, SealError)
 
 
 def path_argument(text: str) -> Path:
@@ -269,6 +271,7 @@ def _job_out(args: argparse.Namespace) -> tuple[dict[str, Any], JobSpec]:
     if (args.out / PROVENANCE).exists():
         raise ConfigError(f"--out {args.out} holds {PROVENANCE}: a job of a reference set, which nothing writes over; "
                           "name a folder of its own")
+    refuse_inside(args.out, "--out")
     cfg = load_config(args.config)
     spec = job_spec(cfg, args.experiment, args.dataset, args.setting, args.loss, args.seed)
     threads = args.threads if args.threads is not None else int(cfg["threads"])
@@ -329,6 +332,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)
     results = args.results if args.results is not None else Path(cfg["results_dir"])
+    refuse_inside(results, "--results")
     specs, outs = pack_jobs(cfg, args.job, results)
     threads = args.threads if args.threads is not None else int(cfg["threads"])
     check_threads(threads, "--threads")

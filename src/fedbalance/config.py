@@ -22,6 +22,7 @@ from typing import Any, Callable, Collection, Mapping
 import jsonschema
 import yaml
 
+from fedbalance.seal import SealError, refuse_inside
 from fedbalance.partition import PARTITION_KEYS, partition_args  # noqa: F401  (partition_args: re-exported)
 from fedbalance.jobspec import (  # noqa: F401  (re-exported: the config's readers import them from here)
     JOB_DEFAULTS,
@@ -472,6 +473,10 @@ def _check_names_and_dirs(cfg: Mapping[str, Any]) -> None:
             raise ConfigError(f"results_dir: {results!r} is data_dir too ({data!r}, both {_folder(data)}); outputs and "
                               "data need folders of their own")
         _check_reference_dir(cfg.get("reference_dir"), results)
+        try:
+            refuse_inside(results, "results_dir")
+        except SealError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 def validate(cfg: Mapping[str, Any]) -> dict[str, Any]:

@@ -23,8 +23,9 @@ from fedbalance import jobfolder
 from fedbalance.data import Dataset, load_dataset
 from fedbalance.estimators import Observer
 from fedbalance.fl import TAG_MONITOR, RoundState, build_acknowledger, client_keys, monitor_round, select_clients, torch_generator
-from fedbalance.jobspec import ConfigError, JobSpec, as_spec, derivable
-from fedbalance.records import JOB_KEYS, is_monitor_column
+from fedbalance.jobs import job_lock
+from fedbalance.jobspec import ConfigError, JobSpec, as_spec, derivable, training_differences
+from fedbalance.records import EMPIRICAL_COLUMNS, JOB_KEYS, is_monitor_column
 from fedbalance.replay import load_trajectory, replay_setup
 
 
@@ -49,7 +50,8 @@ def derive_rows(
         t = int(r["round"])
         if t != row["round"]:
             raise ConfigError(f"the trajectory's round {t} meets rounds.csv's round {row['round']}")
-        new = {c: (None if is_monitor_column(c) else v) for c, v in row.items()}
+        new = {c: (None if is_monitor_column(c) or (c in EMPIRICAL_COLUMNS and not spec.empirical) else v)
+               for c, v in row.items()}
         model.load_state_dict(r["model"])
         clients = select_clients(spec.required("selection"), num_clients, k, spec.seed, t)
         observed = observer.observe(model, state_t1, r["totals"], torch_generator(spec.seed, TAG_MONITOR, t),
@@ -57,6 +59,35 @@ def derive_rows(
         monitor_round(state, new, observed, ack, lead, np.asarray(row["true_composition"]), r["totals"])
         out.append(new)
     return out, state.ack_round
+
+
+def read_trajectory(path: Path) -> dict[str, Any]:
+    """A source's ``trajectory.pt``; ConfigError in one line naming the file when it is missing, torn or not one."""
+    if not path.is_file():
+        raise ConfigError(f"{path}: missing; a derived job needs its source's trajectory (save_trajectory: true)")
+    try:
+        trajectory = load_trajectory(path)
+    except Exception as exc:  # noqa: BLE001 - torch.load of a torn or foreign file raises many kinds
+        raise ConfigError(f"{path}: not a readable trajectory ({type(exc).__name__}: {str(exc).splitlines()[0][:120]}); "
+                          "train the source again with save_trajectory: true") from None
+    if not isinstance(trajectory, Mapping) or not {"spec", "rounds", "final"} <= set(trajectory):
+        raise ConfigError(f"{path}: not a trajectory (a dict with spec, rounds and final)")
+    return dict(trajectory)
+
+
+def check_trajectory(trajectory: Mapping[str, Any], source: Mapping[str, Any], path: Path) -> None:
+    """ConfigError naming the keys unless the trajectory was saved by the very job whose metrics.json is ``source``:
+    the same seed and training keys (``jobspec.training_differences``; the path as each resolved it)."""
+    recorded = dict(source["config"])
+    recorded["path"] = source.get("path") or recorded.get("path")
+    try:
+        differ = training_differences(trajectory["spec"], recorded)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: its spec is not a job spec ({exc})") from None
+    if differ:
+        shown = ", ".join(f"{k} {a} vs {b}" for k, (a, b) in list(differ.items())[:4])
+        raise ConfigError(f"{path} was saved by another job than the one in its folder (trajectory vs metrics.json: "
+                          f"{shown}): a trajectory copied from another run; train the source again")
 
 
 def derive_job(
@@ -68,13 +99,15 @@ def derive_job(
     dataset: Dataset | None = None,
 ) -> dict[str, Any]:
     """Write ``out_dir``'s rounds.csv and metrics.json (last) for ``target`` from the finished job in ``source_dir``
-    and its ``trajectory.pt``; return the metrics. ConfigError when ``target`` is not derivable from it."""
-    source_dir = Path(source_dir)
+    and its ``trajectory.pt``, holding ``out_dir``'s job lock; return the metrics. ConfigError when ``target`` is not
+    derivable from it, when the trajectory is not the source's own or unreadable, or when ``out_dir`` is the
+    source's folder; JobError when ``out_dir`` is in use or in a reference set (``jobs.job_lock``)."""
+    source_dir, out = Path(source_dir), Path(out_dir)
+    if out.resolve() == source_dir.resolve():
+        raise ConfigError(f"--out {out_dir} is the source's folder {source_dir}: a derived job gets a folder of its own")
     source = jobfolder.read_metrics(source_dir)
     rows = jobfolder.round_records(source_dir)
     trajectory_path = source_dir / jobfolder.TRAJECTORY
-    if not trajectory_path.is_file():
-        raise ConfigError(f"{trajectory_path}: missing; a derived job needs its source's trajectory (save_trajectory: true)")
     spec = as_spec(target)
     source_spec = as_spec(source["config"])
     if not derivable(source_spec, spec):
@@ -82,16 +115,19 @@ def derive_job(
             f"{spec.name} cannot be derived from {source_dir}: it must train alike (jobspec.training_key), record the "
             "monitor with a loss that does not train on it, in FedAvg without a switch of partition, from a saved trajectory"
         )
+    trajectory = read_trajectory(trajectory_path)
+    check_trajectory(trajectory, source, trajectory_path)
     spec = spec.with_path(str(source.get("path") or source_spec.path))
-    ds = dataset if dataset is not None else load_dataset(spec.source, data_dir, **dict(spec.options))
-    new_rows, ack_round = derive_rows(load_trajectory(trajectory_path), rows, spec, ds)
-    metrics = {
-        **source,
-        "job": {k: getattr(spec.job, k) for k in JOB_KEYS},
-        "config": as_spec(target).as_dict(),
-        "monitor": jobfolder.monitor_summary(new_rows),
-        "acknowledged_round": ack_round,
-        "derived_from": str(source_dir),
-    }
-    jobfolder.write(out_dir, jobfolder.clean(metrics), jobfolder.rounds_text(new_rows))
+    with job_lock(out):
+        ds = dataset if dataset is not None else load_dataset(spec.source, data_dir, **dict(spec.options))
+        new_rows, ack_round = derive_rows(trajectory, rows, spec, ds)
+        metrics = {
+            **source,
+            "job": {k: getattr(spec.job, k) for k in JOB_KEYS},
+            "config": as_spec(target).as_dict(),
+            "monitor": jobfolder.monitor_summary(new_rows),
+            "acknowledged_round": ack_round,
+            "derived_from": jobfolder.folder_job(source_dir) or str(source_dir),
+        }
+        jobfolder.write(out, jobfolder.clean(metrics), jobfolder.rounds_text(new_rows))
     return metrics

@@ -12,7 +12,8 @@ when the job has finished:
   mean CS over rounds, ..., "uniform": ...}} or null, "acknowledged_round", "device", "path" (the
   training path ``auto`` resolved to; ``config.path`` keeps what was configured), "versions", "threads",
   "deterministic", "precision", "chunking", "wall_time_s", "rounds"}; a twin's adds "reused_from", a derived job's
-  "derived_from", a branched job's "branched_from" (the folder and round of the kept state it started from).
+  "derived_from", a branched job's "branched_from" (the folder and round of the kept state it started from); a
+  source is named by its job path, relative to the results folder (``folder_job``), never by a machine's path.
   Non-finite floats are written as null. It is written last: a folder with it is a finished job.
 
 Every read checks the folder as a whole (``check``): metrics.json holds ``job``, ``config``, ``final`` and
@@ -41,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from fedbalance.atomic import atomic_write, write_json
+from fedbalance.seal import refuse_inside
 from fedbalance.records import ESTIMATORS, JOB_KEYS, ROUND_COLUMNS, UNIFORM, Job, cs_column, est_column
 
 METRICS = "metrics.json"
@@ -142,8 +144,10 @@ def monitor_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
 
 
 def write(folder: str | Path, metrics: Mapping[str, Any], rounds: str | bytes) -> None:
-    """Write rounds.csv (text or bytes as given), then metrics.json (``metrics`` as is), each atomically."""
+    """Write rounds.csv (text or bytes as given), then metrics.json (``metrics`` as is), each atomically; a folder in a
+    reference set is refused first (``seal.refuse_inside``: only ``collect`` writes there)."""
     folder = Path(folder)
+    refuse_inside(folder, "job folder")
     mode = "wb" if isinstance(rounds, bytes) else "w"
     atomic_write(folder / ROUNDS, lambda fh: fh.write(rounds), mode=mode)
     write_json(metrics, folder / METRICS)
@@ -204,17 +208,18 @@ def check_metrics(data: Mapping[str, Any], path: Path) -> None:
                              "(each job lies in <experiment>/<dataset>/<setting>/<loss>/seed<k>, as its 'job' says)")
 
 
-def _round_numbers(path: Path) -> list[int]:
-    """The ``round`` cells of rounds.csv, checked: present, integers, increasing."""
+def _round_rows(path: Path) -> list[dict[str, str]]:
+    """rounds.csv's rows as text, the ``round`` cells checked: present, integers, increasing."""
     try:
         with open(path, newline="") as fh:
             reader = csv.DictReader(fh)
-            rounds = [rec.get("round") for rec in reader]
+            rows = list(reader)
             columns = reader.fieldnames or []
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise JobFolderError(f"{path}: not a readable CSV: {exc}") from exc
     if "round" not in columns:
         raise JobFolderError(f"{path}: no 'round' column (columns: {list(columns)})")
+    rounds = [r.get("round") for r in rows]
     try:
         numbers = [int(r) for r in rounds]  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -222,7 +227,43 @@ def _round_numbers(path: Path) -> list[int]:
         raise JobFolderError(f"{path}: column 'round': bad cell {bad!r}") from None
     if any(b <= a for a, b in zip(numbers, numbers[1:])):
         raise JobFolderError(f"{path}: the rounds are not increasing ({numbers[:8]}...): rows repeated or out of order")
-    return numbers
+    return rows
+
+
+FINAL_FROM_LAST_ROUND = ("train_loss", "acc", "acc_minority", "acc_majority", "auc_micro", "auc_hard")
+"""metrics.json's ``final`` values that rounds.csv's last row records too (the final model is the last round's)."""
+
+
+def _same(recorded: Any, cell: str | None) -> bool:
+    """A value of metrics.json (None: not finite) and rounds.csv's cell of it (empty: not recorded) agree."""
+    if recorded is None or cell in (None, ""):
+        return recorded is None and cell in (None, "")
+    try:
+        return math.isclose(float(recorded), float(cell), rel_tol=1e-12, abs_tol=1e-15)
+    except (TypeError, ValueError):
+        return False
+
+
+def check_recorded_twice(data: Mapping[str, Any], rows: Sequence[Mapping[str, str]], path: Path) -> None:
+    """JobFolderError naming the key unless what metrics.json and rounds.csv both record agrees: ``final`` and the last
+    round's row (``FINAL_FROM_LAST_ROUND``), and each estimator's ``monitor.mean_cs`` and the mean of its column."""
+    final = data["final"]
+    last = rows[-1] if rows else {}
+    for key in FINAL_FROM_LAST_ROUND:
+        if key in final and key in last and last[key] != "" and not _same(final[key], last[key]):
+            raise JobFolderError(f"{path}: final.{key} is {final[key]} but the last row of {ROUNDS} records {last[key]}: "
+                                 "one of the two files was edited or belongs to another job")
+    mean_cs = (data.get("monitor") or {}).get("mean_cs") or {}
+    for name, recorded in mean_cs.items():
+        column = cs_column(name)
+        if not rows or column not in rows[0]:
+            continue
+        values = [float(r[column]) for r in rows if r.get(column) not in (None, "")]
+        values = [v for v in values if math.isfinite(v)]
+        mean = float(np.mean(values)) if values else None
+        if (recorded is None) != (mean is None) or (mean is not None and not math.isclose(recorded, mean, rel_tol=1e-9)):
+            raise JobFolderError(f"{path}: monitor.mean_cs.{name} is {recorded} but {ROUNDS}'s {column} averages {mean}: "
+                                 "one of the two files was edited or belongs to another job")
 
 
 def check(folder: str | Path) -> dict[str, Any]:
@@ -234,10 +275,11 @@ def check(folder: str | Path) -> dict[str, Any]:
     rounds_path = metrics_path.parent / ROUNDS
     if not rounds_path.is_file():
         raise JobFolderError(f"{rounds_path}: missing (the job has not finished?)")
-    rows = len(_round_numbers(rounds_path))
-    if rows != data["rounds"]:
-        raise JobFolderError(f"{rounds_path}: {rows} rows, but {metrics_path.name} says the job ran {data['rounds']} "
+    rows = _round_rows(rounds_path)
+    if len(rows) != data["rounds"]:
+        raise JobFolderError(f"{rounds_path}: {len(rows)} rows, but {metrics_path.name} says the job ran {data['rounds']} "
                              "rounds: the file is truncated or not this job's")
+    check_recorded_twice(data, rows, metrics_path)
     return data
 
 

@@ -62,9 +62,11 @@ from fedbalance.losses import get_loss
 from fedbalance.metrics import evaluate
 from fedbalance.models import build_model, device_layout
 from fedbalance.atomic import atomic_write
+from fedbalance.seal import SealError, refuse_inside
 from fedbalance.sgd import use_deterministic_algorithms
 from fedbalance.jobfolder import (
-    CHECKPOINT, LOCK, METRICS, ROUNDS, TRAJECTORY, branch_file, branch_files, clean, monitor_summary, rounds_text,
+    CHECKPOINT, LOCK, METRICS, ROUNDS, TRAJECTORY, branch_file, branch_files, clean, folder_job, monitor_summary,
+    rounds_text,
 )
 from fedbalance.jobfolder import write as write_folder
 from fedbalance.partition import (  # noqa: F401  (save/load re-exported for callers of the job API)
@@ -216,9 +218,14 @@ def runtime(device: torch.device, deterministic: bool, precision: str = "fp32") 
 
 @contextmanager
 def job_lock(out: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``out/.lock`` (creating ``out``); JobError naming the holder if taken."""
+    """Hold an exclusive ``flock`` on ``out/.lock`` (creating ``out``); JobError naming the holder if taken, or when
+    ``out`` lies in a reference set (``seal.refuse_inside``), before anything is created."""
     if out.exists() and not out.is_dir():
         raise JobError(f"output folder {out} is a file, not a folder")
+    try:
+        refuse_inside(out, "output folder")
+    except SealError as exc:
+        raise JobError(str(exc)) from None
     try:
         out.mkdir(parents=True, exist_ok=True)
         fh = open(out / LOCK, "a+")  # noqa: SIM115 - closed by the with below
@@ -591,7 +598,7 @@ def prepare_job(
     state, chunks = _load_checkpoint(out / CHECKPOINT, fp, rt)
     if state is None and branch_from is not None:
         state, chunks, done = load_branch(branch_from, spec, parts, rt)
-        state.branched_from = {"folder": str(branch_from), "round": done}
+        state.branched_from = {"folder": folder_job(branch_from) or str(branch_from), "round": done}
     branched = None if state is None else state.branched_from
     plan = job_plan(dev, rt["precision"], capture) if plan is None else plan
     plan.chunks.update(chunks)

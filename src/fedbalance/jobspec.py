@@ -296,6 +296,24 @@ def training_key(spec: Mapping[str, Any] | JobSpec) -> str:
     return json.dumps(rest, sort_keys=True, default=str)
 
 
+def flat_keys(tree: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Dotted key -> the value as JSON, for every leaf of ``tree`` (an empty mapping is a leaf)."""
+    out: dict[str, str] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping) and value:
+            out.update(flat_keys(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = json.dumps(value, sort_keys=True, default=str)
+    return out
+
+
+def training_differences(a: Mapping[str, Any] | JobSpec, b: Mapping[str, Any] | JobSpec) -> dict[str, tuple[str, str]]:
+    """The dotted keys (``seed`` among them) whose values differ between two jobs' training (``training_key``) ->
+    (a's, b's) as JSON: empty when they train alike from the same seed."""
+    fa, fb = (flat_keys(json.loads(training_key(x))) for x in (a, b))
+    return {k: (fa.get(k, "unset"), fb.get(k, "unset")) for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)}
+
+
 def monitor_key(spec: Mapping[str, Any] | JobSpec) -> str | None:
     """What a job's recorded monitor columns depend on besides its training: its ``monitor`` keys less
     ``monitor.record``; None when the monitor does not run."""
@@ -320,11 +338,11 @@ def covers(source: Mapping[str, Any] | JobSpec, target: Mapping[str, Any] | JobS
 def derivable(source: Mapping[str, Any] | JobSpec, target: Mapping[str, Any] | JobSpec) -> bool:
     """``target``'s outputs follow from ``source``'s trajectory (``fedbalance.derive``): the same training, a
     FedAvg run without a switch of partition whose loss does not train on the monitor, ``target`` records the
-    monitor and ``source`` saved its trajectory. Its monitor is run again, with its own keys, on every round's G_t."""
+    monitor, ``source`` saved its trajectory and recorded the empirical statistics if ``target`` asks for them. Its monitor is run again, with its own keys, on every round's G_t."""
     s, t = as_spec(source), as_spec(target)
     return (
         training_key(s) == training_key(t) and s.save_trajectory and t.monitor.record and t.is_fl
-        and t.switch_round is None and t.base_loss not in MONITOR_FED_LOSSES
+        and t.switch_round is None and t.base_loss not in MONITOR_FED_LOSSES and (s.empirical or not t.empirical)
     )
 
 

@@ -20,11 +20,12 @@ import pandas as pd
 
 from fedbalance.aggregate import collect
 from fedbalance.config import ConfigError, jobs, resolve_job, twins
-from fedbalance.jobspec import covers, training_key
+from fedbalance.jobspec import covers, flat_keys, training_key
 from fedbalance.records import Job, plus_minus
 from fedbalance.jobfolder import check, job_folders, read_metrics
 from fedbalance.jobfolder import finished as folder_finished
 from fedbalance.reuse import twin_config
+from fedbalance.seal import SealError, verify_if_sealed
 
 # metric (final.csv column) -> how it prints: Ac.M and accuracies in %, AUCs as fractions
 METRICS = {"acc_minority": 100.0, "acc_majority": 100.0, "acc": 100.0, "auc_hard": 1.0, "auc_micro": 1.0}
@@ -92,14 +93,18 @@ class ReferenceSetError(ValueError):
 def render_jobs(cfg: Mapping[str, Any], root: str | Path) -> tuple[list[Job], dict[Job, Job]]:
     """``reference_jobs`` of a set about to be rendered, checked before any job starts.
 
-    ReferenceSetError unless ``root`` is a folder holding at least one finished job of ``cfg`` and each held
-    job was trained with the spec ``cfg`` gives it now (a render copies jobs, it cannot retrain one);
+    ReferenceSetError unless ``root`` is a folder holding at least one finished job of ``cfg``, its set's files are
+    those its manifest records (``seal.verify_if_sealed``) and each held job was trained with the spec ``cfg`` gives it now (a render copies jobs, it cannot retrain one);
     JobFolderError naming the file when a held job's folder is not whole (``jobfolder.check``).
     """
     path = Path(root)
     if not path.is_dir():
         what = "is a file" if path.exists() else "does not exist"
         raise ReferenceSetError(f"reference_dir {root}: {what}; name the folder of a reference set (e.g. reference/mnist)")
+    try:
+        verify_if_sealed(path, "reference_dir")
+    except SealError as exc:
+        raise ReferenceSetError(str(exc)) from None
     held, copied = reference_jobs(cfg, path)
     if not held:
         below = _sets_below(cfg, path)
@@ -149,11 +154,14 @@ def verdict(diff: float, std_a: float, std_b: float, n_a: int, n_b: int) -> str:
 def compare(ours: str | Path, reference: str | Path, metrics: list[str] | None = None) -> pd.DataFrame:
     """Cell by cell (experiment, dataset, setting, loss, metric): ours and the reference, mean ± std over seeds.
 
-    Each side is every finished job folder under it; cells held by one side only are listed with
+    Each side is every finished job folder under it (a reference set's seal checked first: ``seal.verify_if_sealed``,
+    SealError naming the files that differ from its manifest); cells held by one side only are listed with
     ``missing``. ``diff`` is ours − reference; ``protocol`` names the keys whose values differ between the
     sides' jobs of the cell (``protocol_differences``), empty when they were run alike.
     """
     metrics = list(metrics or ["acc_minority", "acc_majority", "auc_hard"])
+    verify_if_sealed(ours, "--ours")
+    verify_if_sealed(reference, "--reference")
     a = _cells(collect(ours)[0], metrics)
     b = _cells(collect(reference)[0], metrics)
     keys = ["experiment", "dataset", "setting", "loss", "metric"]
@@ -170,23 +178,12 @@ CELL = ("experiment", "dataset", "setting", "loss")
 """The keys of one comparison cell (its seeds pooled)."""
 
 
-def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """Dotted key -> the value as JSON, for every leaf of ``tree``."""
-    out: dict[str, str] = {}
-    for key, value in tree.items():
-        if isinstance(value, Mapping) and value:
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = json.dumps(value, sort_keys=True, default=str)
-    return out
-
-
 def protocol(metrics: Mapping[str, Any]) -> dict[str, str]:
     """A finished job's protocol: its configured keys as dotted key -> JSON value, less what does not decide its
     training (``jobspec.training_key``: the identity and output-only keys, the monitor of a loss not fed by it)
     and the seed."""
     config = {"loss": metrics["job"]["loss"], **metrics["config"]}
-    flat = _flat(json.loads(training_key(config)))
+    flat = flat_keys(json.loads(training_key(config)))
     flat.pop("seed", None)
     return flat
 
@@ -256,3 +253,47 @@ def compare_markdown(frame: pd.DataFrame, header: str | None = None) -> str:
     summary = ", ".join(f"{counts[v]} {v}" for v in ("inside the spread", "outside the spread", "too few seeds", "missing")
                         if v in counts)
     return "\n".join(lines) + f"\n\n{len(frame)} cells: {summary}.\n"
+
+
+def spec_differences(cfg: Mapping[str, Any], job: Job, metrics: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    """The configured keys whose values differ between the job ``cfg`` gives ``job`` and the one ``metrics`` (its
+    metrics.json) was run with: dotted key -> (config's, the job's), as JSON; empty when the job is the config's (a
+    resolved ``path`` where the config says ``auto`` is the config's). ConfigError when ``cfg`` has no such job."""
+    cell = (job.experiment, job.dataset, job.setting, job.loss)
+    if cell not in {(j.experiment, j.dataset, j.setting, j.loss) for j in jobs(cfg)}:
+        raise ConfigError(f"{job.path}: the set's config defines no such job (experiment/dataset/setting/loss)")
+    spec = resolve_job(cfg, job)
+    try:
+        twin_config(metrics, spec, job.path)
+        return {}
+    except ConfigError:
+        pass
+    want, got = flat_keys(spec.as_dict()), flat_keys(dict(metrics["config"]))
+    if want.get("path") == '"auto"':
+        got.pop("path", None)
+        want.pop("path", None)
+    return {k: (want.get(k, "unset"), got.get(k, "unset")) for k in sorted(set(want) | set(got))
+            if want.get(k) != got.get(k)}
+
+
+SOURCE_KEYS = (("derived_from",), ("branched_from", "folder"))
+"""Where metrics.json names another job's folder (``jobfolder``): named by its job path, relative to the results root."""
+
+
+def relative_sources(metrics: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[str, str]]]:
+    """``metrics`` with every source folder (``SOURCE_KEYS``) given as a machine's path rewritten as its job path (the
+    folder's last five parts, relative to the results root), and the list of changes (key, to): the machine's path is
+    not kept anywhere."""
+    out = json.loads(json.dumps(metrics))
+    changes = []
+    for keys in SOURCE_KEYS:
+        node = out
+        for k in keys[:-1]:
+            node = node.get(k) if isinstance(node, dict) else None
+        value = node.get(keys[-1]) if isinstance(node, dict) else None
+        if isinstance(value, str) and Path(value).is_absolute():
+            parts = Path(value).parts
+            new = "/".join(parts[-5:])
+            node[keys[-1]] = new
+            changes.append({"key": ".".join(keys), "to": new})
+    return out, changes

@@ -754,6 +754,8 @@ def docs_texts(rendered: Path, reference: Path, docs: Path) -> dict[Path, str]:
     reproduction = (rendered / "tables" / "Reproduction.md").read_text()
     every = held_summary(reference)
     blocks = [
+        (docs / "claims-mnist.md", "rule-change", f"Every claim under the rule used until 2026-11-29 and the rule now, "
+                                                  f"from the render of the {every}:\n\n{rule_change_text(rendered)}"),
         (docs / "fidelity.md", "reproduction", f"`tables/Reproduction.md` of the render of the {every}:\n\n{reproduction}"),
         (docs / "fidelity.md", "fidelity", f"`tables/Fidelity.md` of the render of the {held_summary(reference, 'losses')}:"
                                            f"\n\n{fidelity}"),
@@ -764,6 +766,19 @@ def docs_texts(rendered: Path, reference: Path, docs: Path) -> dict[Path, str]:
     for path, name, body in blocks:
         texts[path] = spliced(texts.get(path, path.read_text()), name, body, source=DOCS_SOURCE)
     return texts
+
+
+def rule_change_text(rendered: Path) -> str:
+    """The before/after table of the claims' verdicts (``fedbalance.presentation.claims.write_rule_changes``) of a render,
+    from its tidy frames."""
+    import tempfile
+
+    from fedbalance.aggregate import read_tidy
+    from fedbalance.presentation.claims import write_rule_changes
+
+    final, rounds = read_tidy(rendered / "aggregate")
+    with tempfile.TemporaryDirectory() as tmp:
+        return write_rule_changes(final, rounds, Path(tmp) / "rule.md").read_text()
 
 
 RENDERED_FROM = re.compile(r"of the render of the (\d+) (?:`[\w-]+` )?jobs of ")

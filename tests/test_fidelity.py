@@ -36,21 +36,40 @@ def test_fidelity_frame_by_hand() -> None:
     # published: Res_3_datasets, MNIST, 10:1; the variant is compared with the Ratio Loss's cell
     assert (ce.paper_acm, ce.paper_auc) == (90.19, 0.978)
     assert (f.loc["ratio_rel"].paper_acm, f.loc["ratio_rel"].paper_auc) == (92.05, 0.9815)
-    # two seeds, final 85 and 86 -> std 0.7071 %; published 90.19 is 4.69 above: outside 2 std -> "above"
-    assert ce.acm_std == pytest.approx(100 * 0.01 / 2**0.5) and ce.acm_verdict == "above"
+    # two seeds, final 85 and 86 -> std 0.7071 %; 95 % interval 85.5 ± 12.7062 * 0.7071 / 1.4142 = [79.15, 91.85]:
+    # published 90.19 lies in it, but it is 12.7 points wide -> "undetermined"
+    assert ce.acm_std == pytest.approx(100 * 0.01 / 2**0.5) and ce.acm_verdict == "undetermined"
+    assert ce.acm_interval == "[79.15, 91.85]"
     assert ce.auc_std == pytest.approx(0.005 / 2**0.5)
     md = fidelity_markdown(f.reset_index()[list(fidelity_frame(final, rounds).columns)])
-    assert "| mnist | g10 | ce | 2 | 85.50 ± 0.71 | 90.19 | above |" in md and "95.00 (3)" in md
+    assert "| mnist | g10 | ce | 2 | 85.50 ± 0.71 | 90.19 | undetermined: ours spans [79.15, 91.85] |" in md
+    assert "95.00 (3)" in md
 
 
-@pytest.mark.parametrize("mean, std, seeds, paper, want", [
-    (80.0, 3.0, 3, 85.9, "inside"), (80.0, 3.0, 3, 86.1, "above"), (80.0, 3.0, 3, 73.0, "below"),
-    (80.0, float("nan"), 1, 80.0, "one seed"), (80.0, 3.0, 3, float("nan"), "not published"),
+# Student t quantiles t(0.975, df) from a printed table (a second source beside scipy): df 1, 2, 4
+T975 = {1: 12.7062, 2: 4.30265, 4: 2.77645}
+
+
+def _interval(mean: float, std: float, n: int) -> tuple[float, float]:
+    half = T975[n - 1] * std / n ** 0.5
+    return mean - half, mean + half
+
+
+@pytest.mark.parametrize("mean, std, seeds, paper, metric, want", [
+    # 5 seeds, std 1: [78.76, 81.24], 2.48 wide (narrower than 5 points)
+    (80.0, 1.0, 5, 81.2, "acm", "inside"), (80.0, 1.0, 5, 81.3, "acm", "above"), (80.0, 1.0, 5, 78.7, "acm", "below"),
+    # 3 seeds, std 3: [72.55, 87.45], 14.9 wide: a value in it cannot be told from values 7 points away
+    (80.0, 3.0, 3, 85.9, "acm", "undetermined"), (80.0, 3.0, 3, 87.5, "acm", "above"), (80.0, 3.0, 3, 72.5, "acm", "below"),
+    # CS variance: at most half our mean wide. std 50 of 1000 (5 seeds): 124 wide; std 400: 993 wide
+    (1000.0, 50.0, 5, 1050.0, "cs_var", "inside"), (1000.0, 400.0, 5, 1100.0, "cs_var", "undetermined"),
+    (80.0, float("nan"), 1, 80.0, "acm", "one seed"), (80.0, 3.0, 3, float("nan"), "acm", "not published"),
 ])
-def test_paper_verdict_by_hand(mean, std, seeds, paper, want) -> None:
-    from fedbalance.presentation.fidelity import paper_verdict
+def test_paper_verdict_by_hand(mean, std, seeds, paper, metric, want) -> None:
+    from fedbalance.presentation.fidelity import mean_interval, paper_verdict
 
-    assert paper_verdict(mean, std, seeds, paper) == want
+    assert paper_verdict(mean, std, seeds, paper, metric) == want
+    if seeds > 1 and std == std:
+        assert mean_interval(mean, std, seeds) == pytest.approx(_interval(mean, std, seeds), abs=1e-3)
 
 
 def test_rows_run_in_the_papers_order() -> None:
@@ -82,14 +101,18 @@ def _vs_rows() -> pd.DataFrame:
     cols = ["table", "metric", "dataset", "column", "row", "ours_mean", "ours_std", "n_seeds", "paper", "diff"]
     nan = float("nan")
     rows = [
-        # 80 ± 5 (3 seeds) against 88: |88 - 80| = 8 <= 2 * 5 -> inside
+        # 80 ± 5 (3 seeds): [67.58, 92.42], 24.8 wide; 88 in it -> undetermined
         ("T1", "acm", "mnist", "10:1", "ce", 80.0, 5.0, 3, 88.0),
-        # 80 ± 1 against 90: 10 > 2 -> the paper above ours (ours lower), 10 std
+        # 80 ± 1 (3): [77.52, 82.48]; 90 above it -> ours lower, 10 points
         ("T1", "acm", "mnist", "10:1", "ratio", 80.0, 1.0, 3, 90.0),
-        # 80 ± 1 against 83: 3 > 2 -> above, 3 std (smaller gap, named second)
+        # 80 ± 1 against 83: above, 3 points (the smallest gap, named last)
         ("T1", "acm", "mnist", "50:1", "ratio", 80.0, 1.0, 3, 83.0),
-        # 95 ± 0.5 against 90: below (ours higher)
+        # 50 ± 10 (3): [25.16, 74.84]; 95 above it: 45 points (4.5 of our std: fewer std than the 10-point gap's 10)
+        ("T1", "acm", "mnist", "100:1", "ratio", 50.0, 10.0, 3, 95.0),
+        # .95 ± .005 (3): [.9376, .9624]; .90 below it -> ours higher
         ("T1", "auc", "mnist", "50:1", "ce", 0.95, 0.005, 3, 0.90),
+        # 80 ± 0.5 (5): [79.38, 80.62], 1.24 wide; 80.5 in it -> inside
+        ("T1", "acm", "mnist", "20:1", "ce", 80.0, 0.5, 5, 80.5),
         # one seed
         ("T1", "acm", "mnist", "B.", "ce", 97.0, nan, 1, 98.0),
         # published, no job
@@ -109,8 +132,9 @@ def test_reproduction_frame_by_hand() -> None:
     from fedbalance.presentation.fidelity import reproduction_frame
 
     f = reproduction_frame(_vs_rows(), "mnist")
-    assert list(f.verdict) == ["inside", "above", "above", "below", "one seed", "not run", "not run", "not run"]
-    assert list(f.gap_std.iloc[:4]) == pytest.approx([8 / 5, 10.0, 3.0, 10.0])
+    assert list(f.verdict) == ["undetermined", "above", "above", "above", "below", "inside", "one seed", "not run",
+                               "not run", "not run"]
+    assert list(f.gap.iloc[:6]) == pytest.approx([8.0, 10.0, 3.0, 45.0, 0.05, 0.5])
     assert set(reproduction_frame(_vs_rows(), "cifar10").verdict) == {"below"}
 
 
@@ -119,12 +143,15 @@ def test_reproduction_summary_by_hand() -> None:
 
     md = reproduction_summary(_vs_rows(), ["mnist"])
     t1 = next(line for line in md.splitlines() if line.startswith("- **T1**"))
-    assert t1.startswith("- **T1**: 5 of its 6 published cells run (1–3 seeds); ")
-    assert "(the seeds cannot tell ours from it): 1;" in t1
-    # the two cells where ours is lower, the larger gap (in std) first; metrics named: T1 prints two
-    assert "ours lower than the paper's by more than the spread: 2 — ratio 10:1 Ac.M (80.00 vs 90.00); ratio 50:1 Ac.M (80.00 vs 83.00);" in t1
-    assert "ours higher than the paper's by more than the spread: 1 — ce 50:1 AUC (.9500 vs .9000);" in t1
-    assert "one seed, no spread to judge by: 1;" in t1 and t1.endswith("not run: 1.")
+    assert t1.startswith("- **T1**: 7 of its 8 published cells run (1–5 seeds); ")
+    assert "inside our 95 % interval, which is narrow (reproduced): 1;" in t1
+    assert "but it is too wide to tell (undetermined): 1;" in t1
+    # the three cells where ours is lower, the largest gap in points first (45 points before 10, though 4.5 std < 10)
+    assert ("ours lower than the paper's (the published value above our 95 % interval): 3 — ratio 100:1 Ac.M "
+            "(ours 50.00 ± 10.00 vs 95.00); ratio 10:1 Ac.M (ours 80.00 ± 1.00 vs 90.00); ratio 50:1 Ac.M "
+            "(ours 80.00 ± 1.00 vs 83.00);") in t1
+    assert "ours higher than the paper's (the published value below our 95 % interval): 1 — ce 50:1 AUC (ours .9500 ± .0050 vs .9000);" in t1
+    assert "one seed, no interval: 1;" in t1 and t1.endswith("not run: 1.")
     assert "- **T3**: 1 cells run; the paper publishes none of this dataset." in md
     assert "- **Not run at all** (published cells): T2 (2)." in md
     assert md.startswith("**MNIST**") and "cifar10" not in md.lower().split("within")[0]

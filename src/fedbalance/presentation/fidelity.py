@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pandas as pd
+from scipy import stats
 
 from fedbalance.records import plus_minus
 from fedbalance.presentation.names import DATASET_NAME, DATASETS, GAMMAS, PLAIN_METRIC, Read, gamma_setting
@@ -21,21 +22,67 @@ from fedbalance.presentation.tables import fmt, published
 TABLE_OF = {"mnist": "Res_3_datasets", "cifar10": "Res_3_datasets", "fer2013": "Res_3_datasets", "femnist": "FL_FEMNIST"}
 COLUMNS = [
     "dataset", "setting", "loss", "seeds", "acm_final", "acm_std", "acm_last", "acm_best", "best_round", "paper_acm",
-    "acm_verdict", "auc_final", "auc_std", "auc_last", "paper_auc", "auc_micro_final", "wall_time_min", "minutes",
+    "acm_verdict", "acm_interval", "auc_final", "auc_std", "auc_last", "paper_auc", "auc_micro_final", "wall_time_min", "minutes",
 ]
 READS: tuple[Read, ...] = (Read("losses", by="Fidelity"),)
 """The jobs the fidelity table reads (``fedbalance.presentation.contract``)."""
-SPREAD = 2.0
-"""A published cell is inside the spread of our seeds when within SPREAD standard deviations of our mean."""
+CONFIDENCE = 0.95
+"""The confidence of every interval the verdicts read (Student t over seeds)."""
+WIDTH = {"acm": 5.0, "acc_majority": 5.0, "auc": 0.02, "cs": 0.02, "cs_mean": 0.01}
+"""The widest 95 % interval of our mean (in the metric's printed units: points of Ac.M and Ac., AUC and CS as
+fractions) that can call a published value "inside": a wider one cannot tell it from values far away."""
+RELATIVE_WIDTH = {"cs_var": 0.5}
+"""Metrics whose interval may be at most this share of our mean wide (the CS variance spans orders of magnitude)."""
+UNDETERMINED = "undetermined"
 
 
-def paper_verdict(mean: float, std: float, seeds: int, paper: float) -> str:
-    """Whether the published value lies inside our seeds' spread (|paper - mean| <= SPREAD * std)."""
+def mean_interval(mean: float, std: float, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The Student-t ``confidence`` interval of a mean over ``n`` seeds with standard deviation ``std`` (ddof 1)."""
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * std / math.sqrt(n)
+    return mean - half, mean + half
+
+
+def widest(metric: str, mean: float) -> float:
+    """The widest interval of ``metric`` that can call a published value inside (``WIDTH``, ``RELATIVE_WIDTH``)."""
+    return RELATIVE_WIDTH[metric] * abs(mean) if metric in RELATIVE_WIDTH else WIDTH[metric]
+
+
+def paper_verdict(mean: float, std: float, seeds: int, paper: float, metric: str = "acm") -> str:
+    """Where the published value lies against our seeds' 95 % interval of the mean (``mean_interval``): "above" or
+    "below" it; "inside" it when the interval is also narrower than ``widest`` (else "undetermined": the interval is
+    too wide to tell); "one seed" without a spread."""
     if math.isnan(paper):
         return "not published"
     if seeds < 2 or math.isnan(std):
         return "one seed"
-    return "inside" if abs(paper - mean) <= SPREAD * std else ("above" if paper > mean else "below")
+    low, high = mean_interval(mean, std, seeds)
+    if paper > high:
+        return "above"
+    if paper < low:
+        return "below"
+    return "inside" if high - low <= widest(metric, mean) else UNDETERMINED
+
+
+VERDICT_RULE = (
+    "a published value is *inside* when it lies in the 95 % interval of our mean over seeds (Student t) and that "
+    "interval is narrower than 5 points (Ac.M, Ac.), 0.02 (AUC, CS), 0.01 (mean CS) or half our mean (CS variance); "
+    "*undetermined* when it lies in a wider one (the interval printed); *above* or *below* when it lies outside it; "
+    "'one seed' has no interval."
+)
+"""The fidelity and reproduction verdicts' rule, in the words the tables print under them (``paper_verdict``)."""
+
+
+def verdict_text(verdict: str, interval: str) -> str:
+    """A verdict as the tables print it: an undetermined one with the interval that could not tell."""
+    return f"{verdict}: ours spans {interval}" if verdict == UNDETERMINED else verdict
+
+
+def interval_text(mean: float, std: float, seeds: int, metric: str) -> str:
+    """Our 95 % interval as printed ("[80.1, 93.4]"), or "–" without one."""
+    if seeds < 2 or math.isnan(std):
+        return "–"
+    low, high = mean_interval(mean, std, seeds)
+    return f"[{fmt(low, metric)}, {fmt(high, metric)}]"
 
 
 def fidelity_frame(
@@ -74,7 +121,8 @@ def fidelity_frame(
             "acm_final": 100 * grp.acc_minority.mean(), "acm_std": acm_std, "acm_last": 100 * tail.acc_minority.mean(),
             "acm_best": 100 * per_round.acc_minority.max(), "best_round": int(per_round.acc_minority.idxmax()),
             "paper_acm": paper_acm,
-            "acm_verdict": paper_verdict(100 * grp.acc_minority.mean(), acm_std, len(grp), paper_acm),
+            "acm_verdict": paper_verdict(100 * grp.acc_minority.mean(), acm_std, len(grp), paper_acm, "acm"),
+            "acm_interval": interval_text(100 * grp.acc_minority.mean(), acm_std, len(grp), "acm"),
             "auc_final": grp.auc_hard.mean(), "auc_std": grp.auc_hard.std(ddof=1) if len(grp) > 1 else float("nan"),
             "auc_last": tail.auc_hard.mean(),
             "paper_auc": float(paper["auc"].iloc[0]) if len(paper["auc"]) else float("nan"),
@@ -101,19 +149,18 @@ def _rank(known: list[str], value: str) -> tuple[int, str]:
 
 def fidelity_markdown(frame: pd.DataFrame) -> str:
     """The frame as a Markdown table (Ac.M in %, two decimals, mean ± std over seeds; AUC four)."""
-    head = ("| dataset | Γ | loss | seeds | Ac.M final | paper Ac.M | paper vs our seeds | Ac.M last 5 | "
+    head = ("| dataset | Γ | loss | seeds | Ac.M final | paper Ac.M | paper vs our 95 % interval | Ac.M last 5 | "
             "Ac.M best (round) | AUC (hard) final | paper AUC | AUC last 5 | score AUC | min/job |")
     lines = [head, "|" + "---|" * 14]
     for row in frame.itertuples(index=False):
         lines.append(
             f"| {row.dataset} | {row.setting} | {row.loss} | {row.seeds} | {plus_minus(row.acm_final, row.acm_std, 2)} | "
-            f"{row.paper_acm:.2f} | {row.acm_verdict} | {row.acm_last:.2f} | {row.acm_best:.2f} ({row.best_round}) | "
+            f"{row.paper_acm:.2f} | {verdict_text(row.acm_verdict, row.acm_interval)} | {row.acm_last:.2f} | {row.acm_best:.2f} ({row.best_round}) | "
             f"{plus_minus(row.auc_final, row.auc_std, 4)} | {row.paper_auc:.4f} | {row.auc_last:.4f} | "
             f"{row.auc_micro_final:.4f} | {row.minutes} |"
         )
     return "\n".join(lines) + (
-        f"\n\nAc.M and AUC: mean ± std over seeds of the final round. 'paper vs our seeds': inside when the published "
-        f"value is within {SPREAD:g} std of our mean, else above/below; 'one seed' has no spread to judge by. "
+        f"\n\nAc.M and AUC: mean ± std over seeds of the final round. 'paper vs our 95 % interval': {VERDICT_RULE} "
         "AUC (hard) is the micro AUC of one-hot predictions, score AUC that of the softmax scores: which of the two the "
         "paper prints is not established (docs/fidelity.md). min/job: mean minutes a job, per device where the seeds ran on "
         "several.\n"
@@ -122,10 +169,11 @@ def fidelity_markdown(frame: pd.DataFrame) -> str:
 
 NOT_RUN = "not run"
 REPRODUCTION_SAYS = {
-    "inside": "the published value inside our seeds' spread (the seeds cannot tell ours from it)",
-    "above": "ours lower than the paper's by more than the spread",
-    "below": "ours higher than the paper's by more than the spread",
-    "one seed": "one seed, no spread to judge by",
+    "inside": "the published value inside our 95 % interval, which is narrow (reproduced)",
+    UNDETERMINED: "the published value inside our 95 % interval, but it is too wide to tell (undetermined)",
+    "above": "ours lower than the paper's (the published value above our 95 % interval)",
+    "below": "ours higher than the paper's (the published value below our 95 % interval)",
+    "one seed": "one seed, no interval",
     NOT_RUN: "not run",
 }
 """Where a published cell lies against our seeds (``paper_verdict``), or that no job of it was run, in the order the
@@ -136,19 +184,22 @@ LISTED = 3
 
 def reproduction_frame(vs: pd.DataFrame, dataset: str = "mnist") -> pd.DataFrame:
     """Every published cell of ``dataset`` in ``vs`` (the ``<label>_vs_paper.csv`` rows of one or more tables): where
-    the published value lies against our seeds (``paper_verdict``, or ``NOT_RUN``) and the gap in our seeds' std."""
+    the published value lies against our 95 % interval (``paper_verdict``, or ``NOT_RUN``) and the gap in the metric's
+    printed units (``gap``: |paper - ours|)."""
     pub = vs[(vs.dataset == dataset) & vs.paper.notna()].copy()
     n = pub.n_seeds.fillna(0).astype(int)
-    pub["verdict"] = [NOT_RUN if k == 0 else paper_verdict(m, s, k, p)
-                      for m, s, k, p in zip(pub.ours_mean, pub.ours_std, n, pub.paper)]
+    pub["verdict"] = [NOT_RUN if k == 0 else paper_verdict(m, s, k, p, metric)
+                      for m, s, k, p, metric in zip(pub.ours_mean, pub.ours_std, n, pub.paper, pub.metric)]
     pub["n_seeds"] = n
-    pub["gap_std"] = (pub.paper - pub.ours_mean).abs() / pub.ours_std
+    pub["gap"] = (pub.paper - pub.ours_mean).abs()
     return pub.reset_index(drop=True)
 
 
 def _cell(row: pd.Series, several_metrics: bool) -> str:
     what = f"{row['row']} {row['column']}" + (f" {PLAIN_METRIC.get(row['metric'], row['metric'])}" if several_metrics else "")
-    return f"{what} ({fmt(row['ours_mean'], row['metric'])} vs {fmt(row['paper'], row['metric'])})"
+    m = row["metric"]
+    ours = fmt(row["ours_mean"], m) + (f" ± {fmt(row['ours_std'], m)}" if row["n_seeds"] > 1 else "")
+    return f"{what} (ours {ours} vs {fmt(row['paper'], m)})"
 
 
 def reproduction_markdown(frame: pd.DataFrame, unpublished: Mapping[str, int] | None = None) -> str:
@@ -173,7 +224,7 @@ def reproduction_markdown(frame: pd.DataFrame, unpublished: Mapping[str, int] | 
                 continue
             text = f"{say}: {k}"
             if verdict in ("above", "below"):
-                top = cells[cells.verdict == verdict].sort_values("gap_std", ascending=False).head(LISTED)
+                top = cells[cells.verdict == verdict].sort_values("gap", ascending=False).head(LISTED)
                 text += (" — largest: " if k > LISTED else " — ") + "; ".join(_cell(r, several) for _, r in top.iterrows())
             parts.append(text)
         if unpublished.get(table, 0):
@@ -201,6 +252,5 @@ def reproduction_summary(vs: pd.DataFrame, datasets: Iterable[str]) -> str:
         out.append(f"**{DATASET_NAME.get(d, d)}**\n\n"
                    + reproduction_markdown(reproduction_frame(vs, d), ran.groupby("table", sort=False).size().to_dict()))
     return "\n\n".join(out) + (
-        f"\n\nA published value is inside our seeds' spread when within {SPREAD:g} std of our mean (the Fidelity "
-        "table's rule), else ours is lower or higher; a cell is one (row, column, metric) of the table as printed; "
-        "the largest gaps are the largest in our seeds' std.\n")
+        f"\n\n{VERDICT_RULE} A cell is one (row, column, metric) of the table as printed; the largest gaps are the "
+        "largest in the metric's printed units (points of Ac.M, fractions of AUC), ours given as mean ± std over seeds.\n")

@@ -293,15 +293,73 @@ def published() -> pd.DataFrame:
 # ---------------------------------------------------------------- values
 
 
-def _final_stats(final: pd.DataFrame, metric: str) -> pd.DataFrame:
-    col, scale = FINAL_SOURCE[metric]
-    g = final.dropna(subset=[col]).groupby(KEY)[col]
-    out = pd.DataFrame({"mean": g.mean() * scale, "std": g.std() * scale, "n": g.count()})
-    return out.reset_index()
+SEED_KEY = KEY + ["seed"]
+
+
+def _cell_column(spec: TableSpec, row: str, estimator: str) -> str | None:
+    """The rounds.csv column a cell of ``spec`` in ``row`` reads (None: the table reads final.csv)."""
+    if spec.source == "final":
+        return None
+    return cs_column(row) if spec.source == "imbalance" else cs_column(spec.estimator or estimator)
+
+
+def _per_seed(final: pd.DataFrame, rounds: pd.DataFrame, metric: str, column: str | None) -> pd.DataFrame:
+    """One row per job (``SEED_KEY``) with ``value``: the final round's ``metric`` (in the paper's units), or the seed's
+    statistic of ``column`` over its rounds (``cs_var``: the variance over rounds, in 1e-5; else the mean)."""
+    if column is None:
+        col, scale = FINAL_SOURCE[metric]
+        out = final.dropna(subset=[col])[SEED_KEY + [col]].rename(columns={col: "value"})
+        out["value"] = out["value"] * scale
+        return out
+    if column not in rounds.columns:
+        return pd.DataFrame(columns=SEED_KEY + ["value"])
+    g = rounds.dropna(subset=[column]).groupby(SEED_KEY)[column]
+    return (g.var() * 1e5 if metric == "cs_var" else g.mean()).rename("value").reset_index()
+
+
+def _groups(spec: TableSpec) -> list[str]:
+    """The cell keys of one comparison group of ``spec``: the cells its bold rule compares (a column of losses, a
+    sweep's row), or, for a table without a bold rule, the cells of one column."""
+    return ["metric", "row"] if spec.bold == "row" else ["metric", "dataset", "column"]
+
+
+def shared_seeds(spec: TableSpec, per_seed: pd.DataFrame) -> pd.DataFrame:
+    """``per_seed`` (``cell_seed_values``' rows) with each cell kept to the seeds another cell of its comparison group
+    holds (``_groups``): like is compared with like, so a twin cell of another family (e.g. a sweep's default point,
+    the losses' five seeds) is read on the seeds the rest of its sweep or column has. A cell alone in its group keeps
+    every seed."""
+    if per_seed.empty:
+        return per_seed
+    keep = []
+    for _, group in per_seed.groupby(_groups(spec), sort=False):
+        cells = {c: set(g.seed) for c, g in group.groupby(["dataset", "column", "row"], sort=False)}
+        for cell, seeds in cells.items():
+            others = set().union(*(v for c, v in cells.items() if c != cell))
+            allowed = seeds & others if others else seeds
+            keep.append(group[(group[["dataset", "column", "row"]].apply(tuple, axis=1) == cell)
+                              & group.seed.isin(allowed)])
+    return pd.concat(keep, ignore_index=True) if keep else per_seed.iloc[:0]
+
+
+def cell_seed_values(spec: TableSpec, final: pd.DataFrame, rounds: pd.DataFrame, estimator: str = DEFAULT_ESTIMATOR,
+                     *, shared: bool = True) -> pd.DataFrame:
+    """One row per (cell, seed) of ``spec``: the cell's keys, ``seed`` and ``value`` (the final round's metric, or the
+    seed's statistic over its rounds); ``shared``: each cell kept to the seeds its comparison group shares
+    (``shared_seeds``)."""
+    cells = spec.cell_frame()
+    parts, cache = [], {}
+    for (metric, row), sub in cells.groupby(["metric", "row"], sort=False):
+        column = _cell_column(spec, row, estimator)
+        if (metric, column) not in cache:
+            cache[(metric, column)] = _per_seed(final, rounds, metric, column)
+        parts.append(sub.merge(cache[(metric, column)], on=KEY, how="inner"))
+    out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=[*cells.columns, "seed", "value"])
+    out = out.astype({"seed": int}) if len(out) else out
+    return shared_seeds(spec, out) if shared else out
 
 
 def _round_stats(rounds: pd.DataFrame, column: str, metric: str) -> pd.DataFrame:
-    """Pooled over rounds and seeds; std over seeds of the per-seed statistic."""
+    """Pooled over rounds and seeds; std over seeds of the per-seed statistic (``cs``: over rounds and seeds)."""
     if column not in rounds.columns:
         return pd.DataFrame(columns=KEY + ["mean", "std", "n"])
     r = rounds.dropna(subset=[column])
@@ -318,16 +376,25 @@ def _round_stats(rounds: pd.DataFrame, column: str, metric: str) -> pd.DataFrame
     return pd.DataFrame({"mean": mean, "std": std, "n": n}).reset_index()
 
 
-def cell_values(spec: TableSpec, final: pd.DataFrame, rounds: pd.DataFrame, estimator: str = DEFAULT_ESTIMATOR) -> pd.DataFrame:
-    """One row per cell of ``spec``: the cell's keys and jobs, ``mean``, ``std`` and ``n`` (seeds)."""
+def cell_values(spec: TableSpec, final: pd.DataFrame, rounds: pd.DataFrame, estimator: str = DEFAULT_ESTIMATOR, *,
+                shared: bool = True) -> pd.DataFrame:
+    """One row per cell of ``spec``: the cell's keys and jobs, ``mean``, ``std`` and ``n`` (seeds), over the seeds its
+    comparison group shares (``shared_seeds``; ``shared=False``: every seed). A final-round cell is the mean and std over
+    seeds; a monitor cell pools its rounds and seeds (the CS variance: the variance over every round of its seeds),
+    its std is over seeds of the per-seed statistic."""
     cells = spec.cell_frame()
-    parts, cache = [], {}
+    seeds = cell_seed_values(spec, final, rounds, estimator, shared=shared)
+    parts = []
     for (metric, row), sub in cells.groupby(["metric", "row"], sort=False):
-        column = cs_column(row) if spec.source == "imbalance" else cs_column(spec.estimator or estimator)
-        key = (metric, None if spec.source == "final" else column)
-        if key not in cache:
-            cache[key] = _final_stats(final, metric) if spec.source == "final" else _round_stats(rounds, column, metric)
-        parts.append(sub.merge(cache[key], on=KEY, how="left"))
+        mine = seeds[(seeds.metric == metric) & (seeds.row == row)]
+        if spec.source == "final":
+            g = mine.groupby(KEY)["value"]
+            stats = pd.DataFrame({"mean": g.mean(), "std": g.std(), "n": g.count()}).reset_index()
+        else:
+            column = _cell_column(spec, row, estimator)
+            kept = rounds.merge(mine[SEED_KEY].drop_duplicates(), on=SEED_KEY, how="inner")
+            stats = _round_stats(kept, column, metric)
+        parts.append(sub.merge(stats, on=KEY, how="left"))
     out = pd.concat(parts, ignore_index=True) if parts else cells
     out["n"] = out["n"].fillna(0).astype(int)
     out.insert(0, "table", spec.label)

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from fedbalance.aggregate import collect
-from fedbalance.records import plus_minus, setting_name, setting_value
+from fedbalance.records import UNIFORM, cs_column, plus_minus, setting_name, setting_value
 from fedbalance.presentation.fidelity import paper_verdict
 from fedbalance.presentation.names import FOUR_LOSSES, GAMMAS, PROSE_LOSS_NAME, gamma_setting
 from fedbalance.presentation.tables import CS_LEVELS
@@ -309,6 +309,46 @@ def shrinkage_context(rounds: pd.DataFrame) -> dict[str, Any]:
     }
 
 
+LATE = 5
+"""The last rounds whose Ac.M says whether a job has settled, rises or alternates (``late_state``)."""
+SETTLED = 2.0
+"""A job has settled when its Ac.M over the last LATE rounds stays within this many points (max - min)."""
+AT_ZERO = 1.0
+"""A job sits at 0 when its Ac.M stays below this many points in each of the last LATE rounds."""
+RISING = 0.5
+"""A job rises (falls) when the least-squares slope of its Ac.M over the last LATE rounds is at least this many points
+a round (at most minus this)."""
+STATES = ("at 0", "settled", "alternates", "rises", "falls", "wavers")
+"""The states of ``late_state``, in the order it tests them."""
+
+
+def late_state(acm: np.ndarray, late: int = LATE) -> dict[str, Any]:
+    """A job's last ``late`` rounds of Ac.M (in points): their values, range (max - min), least-squares slope (points a
+    round) and state, the first of STATES that holds: every value below AT_ZERO; range within SETTLED; every successive
+    change changes sign and moves more than SETTLED; slope at least RISING; slope at most -RISING; none of these ("wavers")."""
+    tail = np.asarray(acm, dtype=float)[-late:]
+    rng = float(tail.max() - tail.min())
+    slope = float(np.polyfit(np.arange(len(tail)), tail, 1)[0])
+    step = np.diff(tail)
+    d = np.sign(step)
+    alternate = len(d) > 1 and bool(np.all(d[1:] * d[:-1] < 0)) and bool(np.all(np.abs(step) > SETTLED))
+    state = ("at 0" if tail.max() < AT_ZERO else "settled" if rng <= SETTLED else "alternates" if alternate
+             else "rises" if slope >= RISING else "falls" if slope <= -RISING else "wavers")
+    return {"values": [float(v) for v in tail], "range": rng, "slope": slope, "state": state}
+
+
+def state_groups(jobs: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    """``jobs`` (dicts with ``key``, 'seed' and 'state') grouped by state in STATES order, then by ``key``: [{state,
+    items: [(key value, seeds)]}]."""
+    out = []
+    for state in STATES:
+        js = [j for j in jobs if j["state"] == state]
+        keys = list(dict.fromkeys(j[key] for j in js))
+        if js:
+            out.append({"state": state, "items": [(k, sorted(j["seed"] for j in js if j[key] == k)) for k in keys]})
+    return out
+
+
 SWEEPS = ("alpha", "beta")
 """The Ratio Loss's hyper-parameter sweeps (Sup_hyper_a, Sup_hyper_b) whose collapses docs/fidelity.md lists."""
 
@@ -319,6 +359,53 @@ def sweep_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
     trained = final[final.experiment.isin(SWEEPS)]
     return {"jobs": len(trained), "settings": sorted(set(trained.setting)), "collapses": col, "fmt": _fmt,
             "COLLAPSE": 100 * COLLAPSE}
+
+
+SLOPE_GAMMA = 50
+"""The Γ of the α and β sweeps (their default point is the `losses` family's Ratio job at this Γ)."""
+EARLY_ROUND = 10
+"""The round at which docs/fidelity.md compares how far the α sweep's step sizes have come."""
+
+
+def sweep_slope_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
+    """The late rounds of the jobs the α and β sweeps compare at Γ = SLOPE_GAMMA: CE, the Ratio Loss at its default
+    (α = 1, β = 0.1, the `losses` jobs) and each trained sweep value; per job the state and slope of its last LATE
+    rounds (``late_state``) and its Ac.M at EARLY_ROUND; and α = 5 against α = 1 on the seeds both hold."""
+    setting = gamma_setting(SLOPE_GAMMA)
+    groups = [("losses", setting, "ce", "CE"), ("losses", setting, "ratio", "Ratio, α = 1.00, β = 0.10")]
+    for experiment in SWEEPS:
+        for s in sorted(set(final[final.experiment == experiment].setting)):
+            value = setting_value(s, experiment[0])
+            groups.append((experiment, s, "ratio", f"Ratio, {'α' if experiment == 'alpha' else 'β'} = {value:.2f}"))
+    rows, jobs = [], []
+    for experiment, s, loss, label in groups:
+        seeds = sorted(int(x) for x in final[(final.experiment == experiment) & (final.setting == s) & (final.loss == loss)].seed)
+        if not seeds:
+            continue
+        per = []
+        for seed in seeds:
+            jr = job_rounds(rounds, experiment, s, loss, seed)
+            a = 100 * jr.acc_minority.to_numpy()
+            st = {"label": label, "seed": seed, **late_state(a),
+                  "early": float(a[jr["round"].to_numpy() == EARLY_ROUND][0]), "last5": float(np.mean(a[-LATE:]))}
+            per.append(st)
+            jobs.append(st)
+        slopes = [j["slope"] for j in per]
+        window = job_rounds(rounds, experiment, s, loss, seeds[0])["round"]
+        rows.append({"label": label, "path": f"{experiment}/mnist/{s}/{loss}", "seeds": seeds, "jobs": per,
+                     "slope": plus_minus(float(np.mean(slopes)), float(np.std(slopes, ddof=1)) if len(slopes) > 1 else math.nan, 2),
+                     "rounds": (int(window.iloc[-LATE]), int(window.iloc[-1]))})
+    pair = None
+    a1 = next((r for r in rows if r["path"] == f"losses/mnist/{setting}/ratio"), None)
+    a5 = next((r for r in rows if r["path"].startswith("alpha/")), None)
+    if a1 and a5:
+        common = sorted(set(a1["seeds"]) & set(a5["seeds"]))
+        def mean(r: dict[str, Any], key: str) -> float:
+            return float(np.mean([j[key] for j in r["jobs"] if j["seed"] in common]))
+        pair = {"seeds": common, "label": a5["label"], "early": (mean(a5, "early"), mean(a1, "early")),
+                "last5": (mean(a5, "last5"), mean(a1, "last5"))}
+    return {"rows": rows, "by_state": state_groups(jobs, "label"), "pair": pair, "late": LATE, "rising": RISING,
+            "settled": SETTLED, "early_round": EARLY_ROUND, "gamma": SLOPE_GAMMA, "seed_words": seed_words}
 
 
 EARLY = ("S", "M", "E")
@@ -353,6 +440,56 @@ def early_context(final: pd.DataFrame, rounds: pd.DataFrame, reference: str | Pa
     return {"rows": out, "ce100": float(res.value.iloc[0]), "fmt": _fmt, "isnan": math.isnan}
 
 
+T_RA_ESTIMATOR = "paper"
+"""The estimator T_Ra moves (Sup_hyper_T_ra's, as in the paper)."""
+T_RA_BLIND = ("pooled", "released", "nnls")
+"""The recorded estimators that do not read T_Ra."""
+T_RA_DEFAULT = ("monitor", "default", 1.25)
+"""The `t_ra` family's default point: the `monitor` family's jobs (a twin, not held in the family)."""
+
+
+def t_ra_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
+    """The T_Ra sweep: per value, each seed's mean CS of the ``paper`` estimator over its rounds; the mean over the
+    seeds every value holds and over each value's own seeds, where either falls from one value to the next, where a
+    seed does; the best value; the sweep's CS against the published values and the uniform guess; and how far the
+    estimators that do not read T_Ra differ between values."""
+    sources = [("t_ra", s, float(setting_value(s, "t"))) for s in sorted(set(final[final.experiment == "t_ra"].setting))]
+    if T_RA_DEFAULT[0] in set(final.experiment):
+        sources.append(T_RA_DEFAULT)
+    cs: dict[float, dict[int, float]] = {}
+    other: dict[tuple[str, int], list[np.ndarray]] = {}
+    uniform = []
+    for experiment, setting, value in sorted(sources, key=lambda x: x[2]):
+        r = rounds[(rounds.experiment == experiment) & (rounds.setting == setting) & (rounds.loss == "ce")]
+        for seed, g in r.groupby("seed"):
+            g = g.sort_values("round")
+            cs.setdefault(value, {})[int(seed)] = float(g[cs_column(T_RA_ESTIMATOR)].dropna().mean())
+            uniform.append(float(g[cs_column(UNIFORM)].dropna().mean()))
+            for e in T_RA_BLIND:
+                other.setdefault((e, int(seed)), []).append(g[cs_column(e)].to_numpy(dtype=float))
+    if not cs:
+        return {"values": []}
+    values = sorted(cs)
+    common = sorted(set.intersection(*(set(cs[v]) for v in values)))
+    on_common = {v: float(np.mean([cs[v][s] for s in common])) for v in values}
+    on_own = {v: float(np.mean(list(cs[v].values()))) for v in values}
+    def falls(means: dict[float, float]) -> list[tuple[float, float, float, float]]:
+        return [(a, b, means[a], means[b]) for a, b in zip(values, values[1:]) if means[b] <= means[a]]
+    seed_falls = {s: falls({v: cs[v][s] for v in values}) for s in common}
+    extra = {v: sorted(set(cs[v]) - set(common)) for v in values if set(cs[v]) - set(common)}
+    best = max(values, key=lambda v: on_common[v])
+    rank = sorted(values, key=lambda v: -on_common[v]).index(T_RA_DEFAULT[2]) + 1 if T_RA_DEFAULT[2] in values else None
+    pub = published()
+    pub = pub[(pub.table == "Sup_hyper_T_ra") & (pub.dataset == "mnist") & (pub.metric == "cs_mean")]
+    spread = max(float(np.nanmax(np.abs(a - x))) for arrays in other.values() for a in arrays for x in arrays)
+    return {"values": values, "cs": cs, "common": common, "on_common": on_common, "on_own": on_own,
+            "common_falls": falls(on_common), "own_falls": falls(on_own), "seed_falls": seed_falls, "extra": extra,
+            "best": best, "default": T_RA_DEFAULT[2], "rank": rank, "estimator": T_RA_ESTIMATOR,
+            "job_max": max(x for d in cs.values() for x in d.values()), "pub_min": float(pub.value.min()),
+            "uniform_min": min(uniform), "other_spread": spread, "seed_words": seed_words,
+            "blind": ", ".join(f"`{e}`" for e in T_RA_BLIND[:-1]) + f" and `{T_RA_BLIND[-1]}`"}
+
+
 MISMATCH_GAMMA = 10
 """The global imbalance of the mismatch levels docs/fidelity.md reads (Res_mismatch, claims 24 and 25)."""
 ALTERNATION = 0.9
@@ -367,11 +504,33 @@ def swing(acm: pd.Series, last: int = SWING_ROUNDS) -> float:
     return float(100 * acm.tail(last + 1).diff().abs().mean())
 
 
-def flips(acm: pd.Series, last: int = SWING_ROUNDS) -> tuple[int, int]:
-    """(k, n): of the n pairs of successive round-to-round changes of Ac.M in a job's last ``last`` rounds, k change
-    sign (up then down, or down then up): k = n is a strict alternation, k ≈ n/2 a random walk."""
-    d = np.sign(acm.tail(last + 1).diff().dropna().to_numpy())
-    return int((d[1:] * d[:-1] < 0).sum()), max(len(d) - 1, 0)
+def flips(acm: pd.Series, last: int | None = SWING_ROUNDS) -> tuple[int, int, int, int]:
+    """(k, n, k_moved, n_moved): of the n pairs of successive round-to-round changes of Ac.M in a job's last ``last``
+    rounds (every round when None), k change sign (up then down, or down then up: k = n is a strict alternation, k ≈ n/2
+    a random walk); n_moved of the pairs have Ac.M move both times, k_moved of those change sign."""
+    a = acm.to_numpy() if last is None else acm.tail(last + 1).to_numpy()
+    d = np.sign(np.diff(a))
+    flip = d[1:] * d[:-1] < 0
+    moved = (d[1:] != 0) & (d[:-1] != 0)
+    return int(flip.sum()), len(flip), int(flip[moved].sum()), int(moved.sum())
+
+
+def seed_words(seeds: list[int] | tuple[int, ...]) -> str:
+    """'seed 0' or 'seeds 0, 1, 2'."""
+    return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(str(s) for s in seeds)
+
+
+def by_loss(jobs: list[dict[str, Any]], names: dict[str, str]) -> list[str]:
+    """'CE seeds 0, 1, 2 (9, 9, 8 of 9)' per loss of ``jobs`` (dicts with 'loss', 'seed', 'k', 'n'), in the order of
+    ``names``."""
+    out = []
+    for loss in names:
+        js = sorted((j for j in jobs if j["loss"] == loss), key=lambda j: j["seed"])
+        if js:
+            n = sorted({j["n"] for j in js})
+            out.append(f"{names[loss]} {seed_words([j['seed'] for j in js])} ({', '.join(str(j['k']) for j in js)} of "
+                       f"{', '.join(str(x) for x in n)})")
+    return out
 
 
 def mismatch_context(final: pd.DataFrame, rounds: pd.DataFrame, gamma: int = MISMATCH_GAMMA) -> dict[str, Any]:
@@ -405,10 +564,35 @@ def mismatch_context(final: pd.DataFrame, rounds: pd.DataFrame, gamma: int = MIS
                          "paper": paper, "verdict": paper_verdict(float(acm.mean()), std, len(acm), paper)})
         best = max(rows, key=lambda x: x["mean"])["loss"]
         best5 = max(rows, key=lambda x: x["last5"])["loss"]
-        flipped = [flips(job_rounds(r, "mismatch", setting, j.loss, int(j.seed)).acc_minority)
-                   for j in sub.itertuples() if j.loss != "ratio"]
+        jobs = []
+        for j in sub.itertuples():
+            acm = job_rounds(r, "mismatch", setting, j.loss, int(j.seed)).acc_minority
+            k, n, _, _ = flips(acm)
+            ka, na, km, nm = flips(acm, None)
+            jobs.append({"loss": j.loss, "seed": int(j.seed), "k": k, "n": n, "k_all": ka, "n_all": na, "k_moved": km,
+                         "n_moved": nm, "still": int((acm.tail(SWING_ROUNDS + 1).diff().dropna() == 0).sum()),
+                         "alternates": bool(n) and k >= ALTERNATION * n})
+        jobs.sort(key=lambda j: (FOUR_LOSSES.index(j["loss"]), j["seed"]))
+        alt = [j for j in jobs if j["alternates"]]
+        spread = []
+        for row in rows:
+            g = sub[sub.loss == row["loss"]]
+            if len(g) > 1:
+                five = [100 * job_rounds(r, "mismatch", setting, row["loss"], int(s)).acc_minority.tail(5).mean() for s in g.seed]
+                spread.append({"loss": row["loss"], "final": row["std"], "last5": float(np.std(five, ddof=1))})
+        window = job_rounds(r, "mismatch", setting, sub.loss.iloc[0], int(sub.seed.iloc[0]))["round"]
         levels.append({"c": c, "setting": setting, "paper_cs": paper_cs[c], "cs": float(sub.mean_cs.mean()),
-                       "rows": rows, "best": best, "best5": best5, "flips": [sum(k for k, _ in flipped), sum(n for _, n in flipped)]})
+                       "rows": rows, "best": best, "best5": best5, "jobs": jobs,
+                       "flips": [sum(j["k"] for j in jobs if j["loss"] != "ratio"), sum(j["n"] for j in jobs if j["loss"] != "ratio")],
+                       "flips_ratio": [sum(j["k"] for j in jobs if j["loss"] == "ratio"), sum(j["n"] for j in jobs if j["loss"] == "ratio")],
+                       "alt": alt, "alt_names": by_loss(alt, PROSE_LOSS_NAME),
+                       "steady": [j for j in jobs if not j["alternates"]],
+                       "alt_all": [sum(j["k_all"] for j in alt), sum(j["n_all"] for j in alt)],
+                       "alt_moved": [sum(j["k_moved"] for j in alt), sum(j["n_moved"] for j in alt)],
+                       "window": (int(window.iloc[-SWING_ROUNDS - 1]), int(window.iloc[-1])),
+                       "rounds": (int(window.iloc[0]), int(window.iloc[-1])),
+                       "steadier": [x for x in spread if x["last5"] < x["final"]],
+                       "not_steadier": [x for x in spread if x["last5"] >= x["final"]]})
     falls, falls5 = {}, {}
     for loss in FOUR_LOSSES:
         per = [row for lv in levels for row in lv["rows"] if row["loss"] == loss]
@@ -427,12 +611,59 @@ def mismatch_context(final: pd.DataFrame, rounds: pd.DataFrame, gamma: int = MIS
     def named(d: dict[str, bool], value: bool) -> list[str]:
         return [PROSE_LOSS_NAME[k] for k in FOUR_LOSSES if d.get(k) is value]
 
-    alternating = [lv["c"] for lv in levels if lv["flips"][1] and lv["flips"][0] >= ALTERNATION * lv["flips"][1]]
     return {"gamma": gamma, "label": label, "levels": levels, "names": PROSE_LOSS_NAME, "judged": bool(falls),
-            "alternating": alternating, "ALTERNATION": ALTERNATION,
+            "ALTERNATION": ALTERNATION, "seed_words": seed_words,
             "falls": named(falls, True), "rises": named(falls, False), "falls5": named(falls5, True), "jobs": len(f), "collapses": by_job,
             "losses_swing": float(np.mean(ref_swing)) if ref_swing else math.nan, "losses_jobs": len(ref_swing),
             "swing_rounds": SWING_ROUNDS, "fmt": _fmt, "COLLAPSE": 100 * COLLAPSE, "isnan": math.isnan}
+
+
+MFE_LOSSES = ("mse", "mfe")
+"""Sup_MFE's rows: MSE, and MFE with local knowledge."""
+MFE_NAME = {"mse": "MSE", "mfe": "MFE"}
+
+
+def mfe_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
+    """The `mfe` family level by level (classes per client, most first): each loss's final Ac.M over seeds beside its
+    Sup_MFE cell, the state of each job's last LATE rounds (``late_state``), the first round whose Ac.M reaches AT_ZERO,
+    and the std over seeds of the final Ac.M."""
+    f = final[(final.experiment == "mfe") & (final.dataset == "mnist")].sort_values("seed")
+    pub = published()
+    pub = pub[(pub.table == "Sup_MFE") & (pub.dataset == "mnist") & (pub.metric == "acm")]
+    paper_cs = dict(CS_LEVELS[OWN_Q["mnist"]])
+    levels, jobs = [], []
+    for c in sorted({int(setting_value(s, "c")) for s in f.setting}, reverse=True):
+        setting = setting_name(("c", c))
+        rows = []
+        for loss in [x for x in MFE_LOSSES if x in set(f[f.setting == setting].loss)]:
+            g = f[(f.setting == setting) & (f.loss == loss)]
+            acm = 100 * g.acc_minority.to_numpy()
+            std = float(np.std(acm, ddof=1)) if len(acm) > 1 else math.nan
+            sel = pub[(pub.column == paper_cs[c]) & (pub.row == loss)]
+            paper = float(sel.value.iloc[0]) if len(sel) else math.nan
+            states = []
+            for s in g.seed:
+                jr = job_rounds(rounds, "mfe", setting, loss, int(s))
+                a = 100 * jr.acc_minority.to_numpy()
+                above = jr["round"][a >= AT_ZERO]
+                st = {"c": c, "loss": loss, "seed": int(s), **late_state(a),
+                      "first": int(above.iloc[0]) if len(above) else None}
+                states.append(st)
+                jobs.append(st)
+            window = job_rounds(rounds, "mfe", setting, loss, int(g.seed.iloc[0]))["round"]
+            rows.append({"loss": loss, "seeds": len(acm), "mean": float(acm.mean()), "std": std,
+                         "pm": plus_minus(float(acm.mean()), std, 2), "values": ", ".join(_fmt(float(v)) for v in acm),
+                         "paper": paper, "gap": float(acm.mean()) - paper, "states": states})
+        levels.append({"c": c, "paper_cs": paper_cs[c], "rows": rows, "rounds": (int(window.iloc[-LATE]), int(window.iloc[-1]))})
+    by = {loss: state_groups([j for j in jobs if j["loss"] == loss], "c") for loss in MFE_LOSSES}
+    std = {lv["c"]: {row["loss"]: row["std"] for row in lv["rows"]} for lv in levels}
+    both = [c for c in std if all(x in std[c] for x in MFE_LOSSES)]
+    paper_gap = [abs(lv["rows"][0]["paper"] - lv["rows"][1]["paper"]) for lv in levels if len(lv["rows"]) == 2]
+    return {"levels": levels, "names": MFE_NAME, "by_state": by, "late": LATE, "settled": SETTLED, "at_zero": AT_ZERO,
+            "rising": RISING, "wider": [c for c in both if std[c]["mse"] > std[c]["mfe"]],
+            "narrower": [c for c in both if std[c]["mse"] <= std[c]["mfe"]], "std": std,
+            "paper_gap": max(paper_gap) if paper_gap else math.nan, "fmt": _fmt, "isnan": math.isnan,
+            "seed_words": seed_words}
 
 
 def auc_context() -> dict[str, Any]:
@@ -450,6 +681,9 @@ TEMPLATES = {
     "sweep-collapses": ("fidelity.md", "sweep_collapses.md.j2"),
     "mismatch": ("fidelity.md", "mismatch.md.j2"),
     "early": ("fidelity.md", "early.md.j2"),
+    "mfe": ("fidelity.md", "mfe.md.j2"),
+    "sweep-slopes": ("fidelity.md", "sweep_slopes.md.j2"),
+    "t-ra": ("fidelity.md", "t_ra.md.j2"),
 }
 """Block name -> (the page of docs/ it is spliced into, its template)."""
 
@@ -460,7 +694,8 @@ def blocks(reference: str | Path) -> dict[str, tuple[str, str]]:
     seeds = seeds_context(final, rounds)
     contexts = {"seeds": seeds, "collapses": seeds, "shrunk-evidence": shrinkage_context(rounds), "auc-fits": auc_context(),
                 "sweep-collapses": sweep_context(final, rounds), "mismatch": mismatch_context(final, rounds),
-                "early": early_context(final, rounds, reference)}
+                "early": early_context(final, rounds, reference), "mfe": mfe_context(final, rounds),
+                "sweep-slopes": sweep_slope_context(final, rounds), "t-ra": t_ra_context(final, rounds)}
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TABLE_TEMPLATES / "prose")),
                              keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
     return {name: (page, env.get_template(template).render(**contexts[name]).strip() + "\n")

@@ -486,6 +486,17 @@ def _adopt(reference: Path, cfg: dict) -> int:
     return migrated
 
 
+def _uncommitted(reference: Path) -> int:
+    """How many paths of ``reference`` git reports changed or untracked (0 outside a git repository)."""
+    if not reference.is_dir():
+        return 0
+    try:
+        out = _git(reference.resolve(), "status", "--porcelain", "--", ".")
+    except (OSError, subprocess.CalledProcessError):
+        return 0
+    return len([line for line in out.splitlines() if line.strip()])
+
+
 def cmd_collect(args: argparse.Namespace) -> int:
     """Copy the finished jobs of ``--out`` into ``--reference``, each checked before anything is copied, then seal the
     set (``fedbalance.seal``); ``--adopt`` seals an unsealed set as it is."""
@@ -503,6 +514,10 @@ def cmd_collect(args: argparse.Namespace) -> int:
             fail(f"--out {args.out} and --reference {args.reference} are the same folder or one lies in the other")
     root, config = _set_config(args)
     cfg = load_config(config)
+    pending = _uncommitted(args.reference)
+    if pending:
+        print(f"note: {args.reference} has {pending} uncommitted change(s) (git status): earlier collected jobs not yet "
+              "committed; commit them with the jobs they belong to", file=sys.stderr)
     if args.adopt:
         migrated = _adopt(args.reference, cfg)
         seal.seal(args.reference, config)

@@ -101,6 +101,13 @@ def test_a_hand_edit_of_final_is_detected_by_render_compare_and_docs(copy: Path,
         compare(REPO / "reference" / "cuda-vs-cpu", copy)
     status = _script("status", "--reference", str(copy))
     _one_line(status, "1 changed")
+    rendered, docs = tmp_path / "rendered", tmp_path / "docs"
+    for name in ("tables/Fidelity.md", "tables/Reproduction.md", "claims.md"):
+        (rendered / name).parent.mkdir(parents=True, exist_ok=True)
+        (rendered / name).write_text("x\n")
+    docs.mkdir()
+    _one_line(_script("docs", "--rendered", str(rendered), "--reference", str(copy), "--docs", str(docs), "--check"),
+              "1 changed")
     (copy / seal.MARKER).unlink()
     (copy / seal.MANIFEST).unlink()
     with pytest.raises(ReferenceSetError, match="unsealed reference set"):
@@ -222,3 +229,70 @@ def test_status_names_a_provenance_whose_wall_time_is_not_a_number(tmp_path: Pat
     (job / "provenance.json").write_text(json.dumps({"commit": "a" * 40, "wall_s_job": "twelve minutes"}))
     seal.seal(root, MNIST)
     _one_line(_script("status", "--reference", str(root)), "wall_s_job 'twelve minutes' is not a number")
+
+
+def test_a_pack_refuses_a_job_finished_on_the_other_path_and_leaves_no_folder_when_refused(tmp_path: Path) -> None:
+    """L6: a pack trains on the vectorised path; a job `train` finished on the sequential one (path: auto on the CPU) is
+    not counted as the pack's. A nit: a pack refused because one of its folders is locked leaves none of its own."""
+    from fedbalance.config import resolve_job
+    from fedbalance.jobs import JobError, job_lock
+    from fedbalance.pack import PackError, run_pack
+
+    cfg = load_config(QUICK)
+    jobs = [Job("losses", "mnist", "g10", loss, 0) for loss in ("ce", "focal")]
+    specs = [resolve_job(cfg, j) for j in jobs]
+    done = write_job(tmp_path / "res", jobs[0], spec_of=QUICK)
+    metrics = json.loads((done / "metrics.json").read_text())
+    (done / "metrics.json").write_text(json.dumps({**metrics, "path": "sequential"}))
+    outs = [tmp_path / "res" / j.path for j in jobs]
+    with pytest.raises(PackError, match="finished on the sequential path; a pack trains on the vectorised path"):
+        run_pack(specs, outs, device="cpu")
+    assert not outs[1].exists()
+    fresh = [tmp_path / "fresh" / j.path for j in jobs]
+    with job_lock(fresh[1]), pytest.raises(JobError, match="in use"):
+        run_pack(specs, fresh, device="cpu")
+    assert not fresh[0].exists() and {p.name for p in fresh[1].iterdir()} == {".lock"}
+
+
+def test_a_branch_of_another_training_names_the_keys_that_differ(tmp_path: Path) -> None:
+    """A nit: a branch refused for another lr said "shares its first 0 rounds" without naming lr."""
+    import torch
+
+    from fedbalance.config import resolve_job
+    from fedbalance.jobs import JobError, load_branch
+
+    cfg = load_config(QUICK)
+    spec = resolve_job(cfg, Job("early", "mnist", "S", "ce", 0))
+    source = tmp_path / "E"
+    source.mkdir()
+    torch.save({"spec": {**spec.as_dict(), "lr": 0.5, "switch_round": spec.rounds - 1}}, source / "branch-r003.pt")
+    with pytest.raises(JobError, match=r"trains otherwise from round 0 \(lr 0.5 there"):
+        load_branch(source, spec, {}, {})
+
+
+def test_collect_notes_uncommitted_changes_of_the_set(copy: Path, tmp_path: Path) -> None:
+    """A nit: collecting into a set whose earlier collected jobs are not committed says so."""
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "set"]):
+        subprocess.run(["git", *cmd], cwd=copy, env=env, check=True)
+    runs = tmp_path / "runs"
+    for seed in (5, 6):
+        job = write_job(runs / str(seed), Job("losses", "mnist", "g10", "ce", seed), spec_of=MNIST)
+        (job / "provenance.json").write_text(json.dumps({"commit": "a" * 40, "runtime": {"device": "cpu"}}))
+    first = _script("collect", "--out", str(runs / "5"), "--reference", str(copy))
+    assert first.returncode == 0 and "uncommitted" not in first.stderr, first.stderr
+    second = _script("collect", "--out", str(runs / "6"), "--reference", str(copy))
+    assert second.returncode == 0 and "uncommitted change(s)" in second.stderr
+    seal.verify(copy)
+
+
+def test_the_gpu_session_fails_when_its_runner_refuses(tmp_path: Path) -> None:
+    """L1: a runner that refuses its jobs (exit 2) makes the session fail with its status, the archive written anyway."""
+    env = {**os.environ, "DEVICE": "cpu", "CONFIG": "config/quick.yaml", "RUNS": str(tmp_path / "runs"),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    proc = subprocess.run(["bash", "scripts/gpu_session.sh", str(tmp_path / "out"), commit, "60", "1", "0",
+                           "losses:g10:no_such_loss:0"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "FAILED: the runner exited with status 2" in proc.stderr
+    assert "done after" not in proc.stdout and (tmp_path / "out" / "refruns.tgz").is_file()

@@ -45,7 +45,7 @@ import torch
 
 import fedbalance
 from fedbalance.centralised import num_epochs, run_centralised
-from fedbalance.jobspec import JobSpec, as_spec, shared_rounds
+from fedbalance.jobspec import BRANCH_KEYS, JobSpec, as_spec, shared_rounds, training_differences
 from fedbalance.data import Dataset, load_dataset
 from fedbalance.records import JOB_KEYS, cs_column
 from fedbalance.fl import (
@@ -310,11 +310,12 @@ def load_branch(
     kept = branch_files(source)
     if not kept:
         raise JobError(f"--branch-from {source}: no kept round state (branch-rNNN.pt) there; run that job with keep_rounds")
-    shared = None
+    shared, kept_spec = None, None
     for done in sorted(kept, reverse=True):
         try:
             ckpt = torch.load(kept[done], map_location="cpu", weights_only=False)
-            shared = shared_rounds(as_spec(ckpt["spec"]), spec)
+            kept_spec = as_spec(ckpt["spec"])
+            shared = shared_rounds(kept_spec, spec)
         except Exception as exc:  # noqa: BLE001 - a torn or foreign file is named, not used
             raise JobError(f"{kept[done]}: not a kept round state this version reads ({exc})") from None
         if done > shared:
@@ -327,6 +328,12 @@ def load_branch(
             diff = ", ".join(f"{k} {ckpt['runtime'].get(k)!r} -> {rt.get(k)!r}" for k in rt if ckpt["runtime"].get(k) != rt.get(k))
             raise JobError(f"{kept[done]} was run under another runtime ({diff}), which changes the numbers")
         return RoundState.from_dict(ckpt["state"]), dict(ckpt.get("chunks") or {}), done
+    differ = {} if kept_spec is None else {
+        k: v for k, v in training_differences(kept_spec, spec).items() if k.split(".")[0] not in BRANCH_KEYS}
+    if not shared and differ:
+        shown = ", ".join(f"{k} {a} there, {b} here" for k, (a, b) in list(differ.items())[:4])
+        raise JobError(f"--branch-from {source}: {spec.name} trains otherwise from round 0 ({shown}), so it shares no "
+                       "round with that job")
     raise JobError(f"--branch-from {source}: {spec.name} shares its first {shared} rounds with that job, and it kept "
                    f"no round state at or before them (kept: {', '.join(map(str, sorted(kept)))})")
 
@@ -344,7 +351,10 @@ def check_keep_rounds(spec: JobSpec, keep_rounds: Collection[int]) -> frozenset[
 def resolve_path(path: str, device: torch.device) -> str:
     """The training path: ``auto`` is the batched path on CUDA and the sequential one on the CPU.
 
-    Both give the same numbers (tests/test_vectorised.py); on the CPU the sequential path is the
+    The two compute the same steps (tests/test_vectorised.py: equal in float64, within float32 rounding per step), but
+    not bit for bit in float32: over a whole job the rounding drifts apart like another seed's would, so a finished
+    job records the path it ran (metrics.json ``path``) and ``fedbalance pack``, which trains on the vectorised path,
+    refuses a job finished on the sequential one (``pack.finished_metrics``). On the CPU the sequential path is the
     faster (docs/performance.md).
     """
     if path == "auto":

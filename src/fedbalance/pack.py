@@ -33,7 +33,7 @@ from torch import Tensor, nn
 
 from fedbalance.data import Dataset, load_dataset
 from fedbalance.fl import FedAvgStep, JobData, RoundCallback, RoundState, run_rounds, sgd_config
-from fedbalance.jobfolder import JobFolderError, clean, finished, read_metrics
+from fedbalance.jobfolder import LOCK, JobFolderError, clean, finished, read_metrics
 from fedbalance.jobs import (
     JobError,
     PreparedJob,
@@ -306,7 +306,14 @@ def finished_metrics(spec: JobSpec, out: Path) -> dict[str, Any] | None:
         metrics = read_metrics(out)
     except JobFolderError:
         return None
-    return metrics if metrics.get("config") == clean(spec.as_dict()) else None
+    if metrics.get("config") != clean(spec.as_dict()):
+        return None
+    ran = metrics.get("path")
+    if ran is not None and ran != spec.path:
+        raise PackError(f"{out} holds this job finished on the {ran} path; a pack trains on the {spec.path} path, whose "
+                        "numbers differ (float rounding over 30 rounds, docs/performance.md): leave the job out of the "
+                        "pack, or move its folder away to train it again here")
+    return metrics
 
 
 def run_pack(
@@ -344,9 +351,15 @@ def run_pack(
     typed = [s.with_path("vectorised") for s in typed]
     rt = runtime(dev, deterministic, precision)
     metrics: list[dict[str, Any] | None] = [None] * len(typed)
+    new_folders = [out for out in outs if not out.exists()]
     with ExitStack() as locks, deterministic_kernels(dev, deterministic), precision_policy(precision):
-        for out in outs:
-            locks.enter_context(job_lock(out))
+        try:
+            for out in outs:
+                locks.enter_context(job_lock(out))
+        except JobError:
+            locks.close()
+            _remove_empty(new_folders)
+            raise
         skipped = [i for i, (s, o) in enumerate(zip(typed, outs, strict=True)) if finished_metrics(s, o) is not None]
         for i in skipped:
             metrics[i] = finished_metrics(typed[i], outs[i])
@@ -377,6 +390,14 @@ def run_pack(
         for i, m in zip(todo, members, strict=True):
             metrics[i] = m.result
     return PackResult([m for m in metrics if m is not None], skipped, calls, trained)
+
+
+def _remove_empty(folders: Sequence[Path]) -> None:
+    """Remove the folders a refused pack made: each only when it holds nothing but its lock file."""
+    for out in folders:
+        if out.is_dir() and {p.name for p in out.iterdir()} <= {LOCK}:
+            (out / LOCK).unlink(missing_ok=True)
+            out.rmdir()
 
 
 def _indexed(on_round: Callable[[int, RoundState, dict[str, Any]], None], i: int) -> RoundCallback:

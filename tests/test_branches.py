@@ -106,7 +106,7 @@ def test_bad_branches_are_refused_before_training(quick, tmp_path):
     with pytest.raises(JobError, match="no kept round state"):
         run_job(s, tmp_path / "b", device="cpu", progress=False, branch_from=tmp_path / "a")
     run_job(tiny(quick, "E", switch_round=4, lr=0.04), tmp_path / "other", device="cpu", progress=False, keep_rounds=[1])
-    with pytest.raises(JobError, match="shares its first 0 rounds"):
+    with pytest.raises(JobError, match=r"trains otherwise from round 0 \(lr 0.04 there, 0.05 here\)"):
         run_job(s, tmp_path / "c", device="cpu", progress=False, branch_from=tmp_path / "other")
     run_job(tiny(quick, "E", switch_round=4), tmp_path / "late", device="cpu", progress=False, keep_rounds=[3])
     with pytest.raises(JobError, match=r"shares its first 2 rounds .* \(kept: 3\)"):

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "reference" / "mnist"
 DOCS = REPO / "docs"
 SOURCE = "scripts/reference_jobs.py docs"
-RENDERED = {"fidelity", "claims", "reproduction"}  # spliced from a render (tests/test_reference.py checks them)
+RENDERED = {"fidelity", "claims", "reproduction", "rule-change"}  # spliced from a render (tests/test_reference.py checks them)
 
 
 def block(page: Path, name: str) -> str:

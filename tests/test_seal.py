@@ -240,9 +240,10 @@ def test_a_pack_refuses_a_job_finished_on_the_other_path_and_leaves_no_folder_wh
 
     cfg = load_config(QUICK)
     jobs = [Job("losses", "mnist", "g10", loss, 0) for loss in ("ce", "focal")]
-    specs = [resolve_job(cfg, j) for j in jobs]
+    specs = [{**resolve_job(cfg, j).as_dict(), "path": "auto"} for j in jobs]  # auto: sequential for `train` on the CPU
     done = write_job(tmp_path / "res", jobs[0], spec_of=QUICK)
     metrics = json.loads((done / "metrics.json").read_text())
+    metrics["config"]["path"] = "auto"
     (done / "metrics.json").write_text(json.dumps({**metrics, "path": "sequential"}))
     outs = [tmp_path / "res" / j.path for j in jobs]
     with pytest.raises(PackError, match="finished on the sequential path; a pack trains on the vectorised path"):
@@ -274,9 +275,9 @@ def test_collect_notes_uncommitted_changes_of_the_set(copy: Path, tmp_path: Path
     """A nit: collecting into a set whose earlier collected jobs are not committed says so."""
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@t"}
-    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "set"]):
-        subprocess.run(["git", *cmd], cwd=copy, env=env, check=True)
-    runs = tmp_path / "runs"
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "set"]):  # the set in a repository, as reference/
+        subprocess.run(["git", *cmd], cwd=tmp_path, env=env, check=True)
+    runs = tmp_path.parent / f"{tmp_path.name}-runs"
     for seed in (5, 6):
         job = write_job(runs / str(seed), Job("losses", "mnist", "g10", "ce", seed), spec_of=MNIST)
         (job / "provenance.json").write_text(json.dumps({"commit": "a" * 40, "runtime": {"device": "cpu"}}))

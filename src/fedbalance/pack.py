@@ -353,16 +353,17 @@ def run_pack(
     metrics: list[dict[str, Any] | None] = [None] * len(typed)
     new_folders = [out for out in outs if not out.exists()]
     with ExitStack() as locks, deterministic_kernels(dev, deterministic), precision_policy(precision):
-        try:
+        try:  # refused before any training (a folder in use, a job finished otherwise): leave no folder of ours
             for out in outs:
                 locks.enter_context(job_lock(out))
+            done = [finished_metrics(s, o) for s, o in zip(typed, outs, strict=True)]
         except JobError:
             locks.close()
             _remove_empty(new_folders)
             raise
-        skipped = [i for i, (s, o) in enumerate(zip(typed, outs, strict=True)) if finished_metrics(s, o) is not None]
+        skipped = [i for i, m in enumerate(done) if m is not None]
         for i in skipped:
-            metrics[i] = finished_metrics(typed[i], outs[i])
+            metrics[i] = done[i]
         todo = [i for i in range(len(typed)) if i not in skipped]
         datasets: dict[str, Dataset] = {}
         plan = job_plan(dev, precision, capture)

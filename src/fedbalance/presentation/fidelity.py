@@ -224,7 +224,9 @@ def reproduction_markdown(frame: pd.DataFrame, unpublished: Mapping[str, int] | 
                 continue
             text = f"{say}: {k}"
             if verdict in ("above", "below"):
-                top = cells[cells.verdict == verdict].sort_values("gap", ascending=False).head(LISTED)
+                mine = cells[cells.verdict == verdict]
+                order = {m: i for i, m in enumerate(dict.fromkeys(cells.metric))}  # the table's first metric first
+                top = mine.assign(_m=mine.metric.map(order)).sort_values(["_m", "gap"], ascending=[True, False]).head(LISTED)
                 text += (" — largest: " if k > LISTED else " — ") + "; ".join(_cell(r, several) for _, r in top.iterrows())
             parts.append(text)
         if unpublished.get(table, 0):
@@ -252,5 +254,6 @@ def reproduction_summary(vs: pd.DataFrame, datasets: Iterable[str]) -> str:
         out.append(f"**{DATASET_NAME.get(d, d)}**\n\n"
                    + reproduction_markdown(reproduction_frame(vs, d), ran.groupby("table", sort=False).size().to_dict()))
     return "\n\n".join(out) + (
-        f"\n\n{VERDICT_RULE} A cell is one (row, column, metric) of the table as printed; the largest gaps are the "
-        "largest in the metric's printed units (points of Ac.M, fractions of AUC), ours given as mean ± std over seeds.\n")
+        f"\n\n{VERDICT_RULE[0].upper()}{VERDICT_RULE[1:]} A cell is one (row, column, metric) of the table as printed; "
+        "the largest gaps are the largest in the metric's printed units (points of Ac.M, fractions of AUC; the table's "
+        "first metric first), ours given as mean ± std over seeds.\n")

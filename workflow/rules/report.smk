@@ -7,7 +7,7 @@
 # reads: the tidy CSVs it uses and the code that draws it (a figure's own module, not the others').
 
 from fedbalance.presentation.figures import DEFAULT_DATASET
-from fedbalance.presentation.tables import TABLE_SUFFIXES
+from fedbalance.presentation.table_specs import TABLE_SUFFIXES
 
 TABLES_DIR = result("tables")
 FIGURES_DIR = result("figures")

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import needs_ci_tool
 
 REPO = Path(__file__).resolve().parents[1]
 # index.html: the flags of each deployment method in the run command the page shows
@@ -134,9 +135,10 @@ def test_the_release_has_the_catalogs_layout(release: Path) -> None:
 
 PINS = REPO / ".ci" / "catalog-requirements.txt"
 LINT_OK = "Congratulations, your workflow is in a good condition!"
-# Makes the given top-level modules unimportable, then runs the command line of the module named after it
+# Makes the given top-level modules unimportable and invisible to plug-in discovery (Snakemake finds its plug-ins
+# with pkgutil.iter_modules), then runs the command line of the module named after them
 BLOCKED_RUN = """
-import importlib.abc, runpy, sys
+import importlib.abc, pkgutil, runpy, sys
 blocked, module = set(sys.argv[1].split(",")), sys.argv[2]
 
 class Blocked(importlib.abc.MetaPathFinder):
@@ -144,6 +146,8 @@ class Blocked(importlib.abc.MetaPathFinder):
         if name.partition(".")[0] in blocked:
             raise ModuleNotFoundError(f"No module named {name!r} (blocked by tests/test_catalog.py)", name=name)
 
+_iter_modules = pkgutil.iter_modules
+pkgutil.iter_modules = lambda *a, **k: (m for m in _iter_modules(*a, **k) if m.name not in blocked)
 sys.meta_path.insert(0, Blocked())
 sys.argv = [module, *sys.argv[3:]]
 runpy.run_module(module, run_name="__main__")
@@ -201,22 +205,22 @@ def pins() -> dict[str, str]:
 
 
 def blocked_modules() -> list[str]:
-    """The top-level modules of the project's dependencies that neither Snakemake nor snakefmt brings (numpy, pandas,
-    torch, ...), in this environment."""
+    """The top-level modules of every distribution installed here that neither Snakemake nor snakefmt needs (numpy,
+    pandas, torch, the SLURM plug-in, pytest, ...): what a venv holding only those two lacks. fedbalance is not among
+    them: the release's own src/ is on disk, as in the catalog's checkout."""
     from importlib.metadata import packages_distributions
 
-    report = environment_report(sys.executable)
-    own = set(project_dependencies()) - set(report["closure"])
-    modules = {m for m, dists in packages_distributions().items() if {_norm(d) for d in dists} & own}
-    return sorted(m for m in modules if not m.startswith("_"))
+    closure = set(environment_report(sys.executable)["closure"])
+    modules = {m for m, dists in packages_distributions().items() if not {_norm(d) for d in dists} & closure}
+    return sorted(m for m in modules if m.isidentifier() and m != "fedbalance" and m not in sys.stdlib_module_names)
 
 
-def test_the_blocked_modules_are_the_projects_own_dependencies() -> None:
-    """What the lint below hides is what the catalog's environment lacks: numpy, pandas and torch among them, none of
-    Snakemake's own (yaml, jsonschema, jinja2)."""
+def test_the_blocked_modules_are_what_the_catalogs_environment_lacks() -> None:
+    """What the lint below hides: numpy, pandas and torch among the project's dependencies, nothing Snakemake needs
+    (yaml, jsonschema, jinja2)."""
     blocked = blocked_modules()
     assert {"numpy", "pandas", "torch", "matplotlib", "scipy", "sklearn", "mlxtend"} <= set(blocked), blocked
-    assert not {"yaml", "jsonschema", "jinja2", "snakemake"} & set(blocked), blocked
+    assert not {"yaml", "jsonschema", "jinja2", "snakemake", "snakefmt"} & set(blocked), blocked
 
 
 def test_blocking_a_module_makes_it_unimportable() -> None:
@@ -257,9 +261,8 @@ def catalog_python() -> Path:
     .ci/catalog-requirements.txt), checked: Snakemake and snakefmt within the pins, no dependency of the project but
     those they bring."""
     venv = os.environ.get("FEDBALANCE_CATALOG_VENV")
-    if not venv:
-        pytest.skip("FEDBALANCE_CATALOG_VENV is not set: make a venv with `pip install -r .ci/catalog-requirements.txt` "
-                    "and name it there (.ci/run does)")
+    needs_ci_tool(None if venv else "FEDBALANCE_CATALOG_VENV is not set: make a venv with `pip install -r "
+                  ".ci/catalog-requirements.txt` and name it there (.ci/run does)")
     python = Path(venv) / "bin" / "python"
     report = environment_report(python)
     from packaging.specifiers import SpecifierSet

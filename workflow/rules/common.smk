@@ -76,7 +76,7 @@ def all_inputs(wildcards):
     first when the config's names do not fit the report's (contract_checked)."""
     contract_checked()
     tidy = [result("aggregate", f"{name}.csv") for name in ("final", "rounds", "clients")]
-    return [*TABLE_FILES, *FIGURE_FILES, *SUMMARY_FILES, *FIDELITY_FILES, *tidy]
+    return [*TABLE_FILES, *FIGURE_FILES, *SUMMARY_FILES, *FIDELITY_FILES, *REPORT_FILES, *tidy]
 
 
 EXPERIMENTS = list(config["experiments"])
@@ -236,7 +236,7 @@ def train_inputs(wildcards):
     return inputs
 
 
-# The report's jobs (report.smk): what each table and figure job reads, and its caption.
+# The report's jobs (report.smk): what each table and figure job reads.
 PRESENTATION = Path(presentation_tables.__file__).parent
 TEMPLATES = presentation_tables.TEMPLATES
 NAMES_CODE = str(PRESENTATION / "names.py")
@@ -256,13 +256,3 @@ def figure_inputs(wildcards):
     spec = FIGURES[wildcards.name]
     code = [str(spec.module_file), str(presentation_figures.COMMON_FILE), presentation_figures.__file__, NAMES_CODE]
     return {**{k: TIDY[k] for k in spec.inputs}, "code": code}
-
-
-# workflow/report/ beside this file's rules/, not the main Snakefile's (workflow.basedir is the user's folder when
-# this workflow is a module), read through Snakemake's source cache (a module may come from a git host).
-REPORT_DIR = workflow.current_basedir.join("../report")
-
-
-def caption_text(kind):
-    """The caption of table/figure ``name`` (workflow/report/<name>.rst), rendered by workflow/report/<kind>.rst."""
-    return lambda wc: Path(workflow.sourcecache.get_path(REPORT_DIR.join(f"{getattr(wc, kind)}.rst"))).read_text()

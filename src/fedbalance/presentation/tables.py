@@ -23,7 +23,7 @@ from typing import Iterable
 import jinja2
 import pandas as pd
 
-from fedbalance.presentation.names import DATASET_NAME, LOSS_LABEL
+from fedbalance.presentation.names import DATASET_NAME, LOSS_LABEL, PLAIN_LOSS, PLAIN_METRIC
 from fedbalance.presentation.table_specs import (  # noqa: F401  (re-exported: the tables' readers import them from here)
     CAPTION_BEYOND, CAPTION_LOSSES, CS_LEVELS, PUBLISHED, TABLE_SUFFIXES, TABLES, TEMPLATES, Cell, Group, TableSpec,
     table_files, table_labels,
@@ -265,23 +265,116 @@ def write_table(label: str, final: pd.DataFrame, rounds: pd.DataFrame, out_dir: 
     p = out / f"{label}_vs_paper.csv"
     cmp.to_csv(p, index=False)
     paths.append(p)
-    rows = _vs_paper_rows(cmp)
+    rows = _vs_paper_rows(cmp[cmp.ours_mean.notna()])
     chunks = [rows[i:i + 35] for i in range(0, len(rows), 35)]
     p = out / f"{label}_vs_paper.tex"
-    p.write_text(env.get_template("vs_paper.tex.j2").render(title=label.replace("_", r"\_"), chunks=chunks))
+    p.write_text(env.get_template("vs_paper.tex.j2").render(title=label.replace("_", r"\_"), chunks=chunks,
+                                                            left_out=int(cmp.ours_mean.isna().sum())))
     paths.append(p)
     return paths
 
 
+TEX_ESCAPES = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#",
+               "$": r"\$", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "Γ": r"$\Gamma$", "α": r"$\alpha$",
+               "β": r"$\beta$", "–": "--"}
+
+
+def tex_escape(text: str) -> str:
+    """Plain text as LaTeX text (the study's config path, dataset names: ``_``, ``%``, ``&``, braces, Γ, ...)."""
+    return "".join(TEX_ESCAPES.get(ch, ch) for ch in text)
+
+
 def write_paper_tables(path: str | Path, tables_dir: str | Path, *, estimator: str = DEFAULT_ESTIMATOR,
-                       labels: Iterable[str] | None = None, templates: str | Path | None = None) -> Path:
-    """Write the standalone ``paper_tables.tex`` at ``path``; it \\input's each table of ``tables_dir`` by
-    relative path."""
+                       labels: Iterable[str] | None = None, not_run: Iterable[str] = (),
+                       study: dict[str, str] | None = None, templates: str | Path | None = None) -> Path:
+    """Write the standalone ``paper_tables.tex`` at ``path``: the ``study`` it is about (``config``, ``datasets``,
+    ``origin``: ``fedbalance.presentation.study.identity``) and a contents list, then each table of ``labels`` (default:
+    all) from ``tables_dir``, \\input by relative path, each in its own section; the tables ``not_run`` are listed."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     summary, out = p.parent.resolve(), Path(tables_dir).resolve()
     prefix = "" if summary == out else Path(os.path.relpath(out, summary)).as_posix() + "/"
-    items = [{"table": prefix + t, "std": f"{prefix}{t}_std", "vs": f"{prefix}{t}_vs_paper"}
+    items = [{"table": prefix + t, "std": f"{prefix}{t}_std", "vs": f"{prefix}{t}_vs_paper", "title": tex_escape(t)}
              for t in (TABLES if labels is None else labels)]
-    p.write_text(environment(templates).get_template("paper_tables.tex.j2").render(tables=items, estimator=estimator))
+    study = {k: tex_escape(v) for k, v in (study or {"config": "not named", "datasets": "not named",
+                                                       "origin": "not named"}).items()}
+    p.write_text(environment(templates).get_template("paper_tables.tex.j2").render(
+        tables=items, estimator=estimator, not_run=[tex_escape(t) for t in not_run], study=study))
+    return p
+
+
+# ---------------------------------------------------------------- HTML (the report shows it inline)
+
+
+def table_frame(spec: TableSpec, values: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """(the table as printed cells, the columns left out): rows (metric, row), columns (dataset, column), each cell
+    "mean ± std" as printed (bold the best as in the LaTeX table, ``<b>``); a column or row without any value is left
+    out and named in the list ("CIFAR10 B.", ...)."""
+    bold = bold_mask(spec, values)
+    rows = []
+    for i, r in values.iterrows():
+        m = r["metric"]
+        text = MISSING if math.isnan(r["mean"]) else fmt(r["mean"], m) + (
+            "" if math.isnan(r["std"]) else f" ± {fmt(r['std'], m)}")
+        rows.append({"metric": PLAIN_METRIC.get(m, m), "row": PLAIN_LOSS.get(str(r["row"]), str(r["row"])),
+                     "dataset": DATASET_NAME.get(r["dataset"], r["dataset"]), "column": str(r["column"]),
+                     "text": f"<b>{text}</b>" if bold[i] else text, "has": not math.isnan(r["mean"])})
+    long = pd.DataFrame(rows)
+    has_col = long.groupby(["dataset", "column"], sort=False)["has"].any()
+    has_row = long.groupby(["metric", "row"], sort=False)["has"].any()
+    kept = long[long.set_index(["dataset", "column"]).index.isin(has_col[has_col].index)
+                & long.set_index(["metric", "row"]).index.isin(has_row[has_row].index)]
+    frame = kept.pivot(index=["metric", "row"], columns=["dataset", "column"], values="text")
+    frame = frame.reindex(index=[k for k in has_row.index if has_row[k]], columns=[k for k in has_col.index if has_col[k]])
+    frame.index.names, frame.columns.names = ["", ""], ["", ""]
+    dropped = []
+    for d in dict.fromkeys(d for d, _ in has_col.index):
+        cols = [c for dd, c in has_col.index if dd == d]
+        gone = [c for c in cols if not has_col[(d, c)]]
+        if gone:
+            dropped.append(d if len(gone) == len(cols) else f"{d} {', '.join(gone)}")
+    return frame, dropped
+
+
+def table_html(label: str, values: pd.DataFrame, *, description: str = "") -> str:
+    """Table ``label`` as an HTML page: ``description`` (HTML), the cells over seeds as the LaTeX table prints them
+    (the columns without data named below it, not shown), and every cell with data beside the published number."""
+    from fedbalance.presentation.html import frame_html, page
+
+    spec = TABLES[label]
+    frame, dropped = table_frame(spec, values)
+    seeds = sorted({int(n) for n in values["n"] if n > 0})
+    body = [f"<p>{description}</p>" if description else "",
+            f"<h2>Mean ± standard deviation over seeds ({', '.join(map(str, seeds)) or 'no'} seed"
+            f"{'' if seeds == [1] else 's'} a cell; bold: the best, as in the paper)</h2>",
+            frame_html(frame, escape=False)]
+    if dropped:
+        body.append(f"<p class=\"note\">Not run in this study: {html_escape('; '.join(dropped))}.</p>")
+    cmp = vs_paper(values)
+    cmp = cmp[cmp.ours_mean.notna()]
+    if len(cmp):
+        shown = pd.DataFrame({
+            "metric": [PLAIN_METRIC.get(m, m) for m in cmp.metric],
+            "dataset": [DATASET_NAME.get(d, d) for d in cmp.dataset], "column": cmp.column.astype(str),
+            "row": [PLAIN_LOSS.get(str(r), str(r)) for r in cmp.row],
+            "ours": [fmt(a, m) + ("" if math.isnan(s) else f" ± {fmt(s, m)}")
+                     for a, s, m in zip(cmp.ours_mean, cmp.ours_std, cmp.metric)],
+            "seeds": cmp.n_seeds.astype(int), "paper": [fmt(v, m) for v, m in zip(cmp.paper, cmp.metric)],
+            "ours − paper": [fmt_diff(v, m) for v, m in zip(cmp["diff"], cmp.metric)]})
+        body += ["<h2>Beside the published numbers</h2>", frame_html(shown, index=False)]
+    return page(label, "\n".join(b for b in body if b))
+
+
+def html_escape(text: str) -> str:
+    import html
+
+    return html.escape(text)
+
+
+def write_table_html(label: str, final: pd.DataFrame, rounds: pd.DataFrame, path: str | Path, *,
+                     estimator: str = DEFAULT_ESTIMATOR, description: str = "") -> Path:
+    """Write table ``label`` as an HTML page (``table_html``) at ``path``."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(table_html(label, cell_values(TABLES[label], final, rounds, estimator), description=description))
     return p

@@ -270,6 +270,27 @@ def test_second_job_in_a_busy_folder_is_refused_and_deletes_nothing(tmp_path: Pa
         holder.wait()
     m = run_job(tiny_spec(), out, device="cpu", progress=False)  # its owner is gone: the leftover goes
     assert m["rounds"] == 3 and not live.exists()
+    assert not (out / ".lock").exists()  # the killed holder's lock file too, once the job that took it over ended
+
+
+def test_a_job_lock_leaves_no_file(tmp_path: Path) -> None:
+    """The lock file holds the holder's pid while held and is gone after the job, whether it ends or fails; a second
+    holder, here in the same process, is refused while it is held."""
+    import os
+
+    from fedbalance.jobs import JobError, job_lock
+
+    out = tmp_path / "job"
+    with job_lock(out):
+        assert (out / ".lock").read_text().startswith(f"pid {os.getpid()} on ")
+        with pytest.raises(JobError, match="is in use by pid"):
+            with job_lock(out):
+                pass
+    assert list(out.iterdir()) == []
+    with pytest.raises(RuntimeError, match="boom"):
+        with job_lock(out):
+            raise RuntimeError("boom")
+    assert list(out.iterdir()) == []
 
 
 # --- item 6: threads, device and versions recorded; a resume that changes them is refused ------------

@@ -13,9 +13,9 @@ STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; font-size: 14px; margin: 1.2em; color: #222; }
 h1 { font-size: 1.3em; } h2 { font-size: 1.1em; margin-top: 1.4em; }
 table { border-collapse: collapse; margin: 0.6em 0; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
-th { background: #f3f3f3; text-align: center; } td:first-child, th:first-child { text-align: left; }
-tbody th { text-align: left; background: #fafafa; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; } table.dataframe td { text-align: right; white-space: nowrap; }
+table.dataframe thead th { text-align: center; } tbody th { background: #fafafa; }
 p.note { color: #555; }
 """
 

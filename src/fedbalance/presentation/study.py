@@ -175,10 +175,10 @@ def landing_page(cfg: Mapping[str, Any], jobs: Iterable[Job], study: Mapping[str
     from tabulate import tabulate
 
     rows = family_rows(cfg, jobs)
-    table = tabulate([[r["family"], r["datasets"], r["settings"], r["losses"], r["rounds"], r["clients"], r["seeds"],
-                       r["jobs"]] for r in rows],
-                     headers=["family", "datasets", "settings", "losses", "rounds", "clients", "seeds", "jobs"],
-                     tablefmt="grid")
+    # the datasets column only when the families differ in them (else the line above names them)
+    columns = ["family", *(["datasets"] if len({r["datasets"] for r in rows}) > 1 else []), "settings", "losses",
+               "rounds", "clients", "seeds", "jobs"]
+    table = tabulate([[r[c] for c in columns] for r in rows], headers=columns, tablefmt="grid")
     tables_not_run, figures_not_run = list(tables_not_run), list(figures_not_run)
     not_run = "; ".join(part for part in (
         f"tables {', '.join(tables_not_run)}" if tables_not_run else "",

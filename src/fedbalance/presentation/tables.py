@@ -326,7 +326,7 @@ def table_frame(spec: TableSpec, values: pd.DataFrame) -> tuple[pd.DataFrame, li
                 & long.set_index(["metric", "row"]).index.isin(has_row[has_row].index)]
     frame = kept.pivot(index=["metric", "row"], columns=["dataset", "column"], values="text")
     frame = frame.reindex(index=[k for k in has_row.index if has_row[k]], columns=[k for k in has_col.index if has_col[k]])
-    frame.index.names, frame.columns.names = ["", ""], ["", ""]
+    frame.index.names, frame.columns.names = [None, None], [None, None]
     dropped = []
     for d in dict.fromkeys(d for d, _ in has_col.index):
         cols = [c for dd, c in has_col.index if dd == d]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import logging
 import sys
 import time
 from collections.abc import Sequence
@@ -20,8 +21,11 @@ from fedbalance import __version__
 from fedbalance.config import ConfigError, base_losses, check_threads, data_args, dataset_spec, jobs, load_config, resolve_job, settings
 from fedbalance.jobfolder import PROVENANCE
 from fedbalance.jobspec import JobSpec
+from fedbalance.logs import configure as configure_logging
 from fedbalance.records import Job
 from fedbalance.partition import PartitionError
+
+logger = logging.getLogger(__name__)
 
 
 def user_errors() -> tuple[type[Exception], ...]:
@@ -448,7 +452,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
         threads = args.threads if args.threads is not None else (1 if device_type == "cpu" else None)
         t0 = time.perf_counter()
         cal = cost.calibrate({w.shape for w in works}, device_type, threads=threads)
-        print(f"calibrated {len(cal.probes)} model shape(s) on {cal.device} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        logger.info(f"calibrated {len(cal.probes)} model shape(s) on {cal.device} in {time.perf_counter() - t0:.1f} s")
         if args.calibration is not None:
             cost.save_calibration(cal, args.calibration)
     rows, total = cost.estimate(works, cal, list(cfg["experiments"]))
@@ -490,6 +494,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for bad arguments, configuration or data)."""
     args = build_parser().parse_args(argv)
+    configure_logging()  # the library's messages (a job's progress lines, warnings) to stderr, from INFO
     try:
         return int(args.func(args))
     except user_errors() as exc:

@@ -25,11 +25,11 @@ import errno
 import functools
 import hashlib
 import json
+import logging
 import math
 import os
 import platform
 import socket
-import sys
 import time
 import warnings
 from collections.abc import Callable, Collection, Iterator, Mapping
@@ -80,6 +80,8 @@ from fedbalance.train import PRECISIONS, CopyPlan, copy_plan, job_plan, precisio
 # (deterministic kernels need it; every job gets the same, so deterministic or not they use one setting).
 _CUBLAS_LATE = torch.cuda.is_initialized() and "CUBLAS_WORKSPACE_CONFIG" not in os.environ
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+logger = logging.getLogger(__name__)
 
 
 
@@ -283,15 +285,15 @@ def _load_checkpoint(path: Path, fp: str, rt: Mapping[str, Any]) -> tuple[RoundS
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as exc:  # noqa: BLE001 - a torn or foreign file: start over
-        warnings.warn(f"ignoring unreadable checkpoint {path}: {exc}", stacklevel=2)
+        logger.warning(f"ignoring unreadable checkpoint {path}: {exc}")
         return None, {}
     if ckpt.get("fingerprint") != fp:
-        warnings.warn(f"ignoring checkpoint {path}: written by a different job spec or partition", stacklevel=2)
+        logger.warning(f"ignoring checkpoint {path}: written by a different job spec or partition")
         return None, {}
     was = ckpt.get("runtime")
     if was is None:
-        warnings.warn(f"resuming {path}, which does not record its threads, device and versions: "
-                      f"the numbers may differ from an uninterrupted run", stacklevel=2)
+        logger.warning(f"resuming {path}, which does not record its threads, device and versions: "
+                       f"the numbers may differ from an uninterrupted run")
     elif dict(was) != dict(rt):
         diff = ", ".join(f"{k} {was.get(k)!r} -> {rt.get(k)!r}" for k in rt if was.get(k) != rt.get(k))
         raise JobError(
@@ -301,8 +303,8 @@ def _load_checkpoint(path: Path, fp: str, rt: Mapping[str, Any]) -> tuple[RoundS
     try:
         return RoundState.from_dict(ckpt["state"]), dict(ckpt.get("chunks") or {})
     except (KeyError, TypeError, ValueError) as exc:
-        warnings.warn(f"ignoring checkpoint {path}, whose round state this version cannot read ({exc}): "
-                      f"starting the job over", stacklevel=2)
+        logger.warning(f"ignoring checkpoint {path}, whose round state this version cannot read ({exc}): "
+                       f"starting the job over")
         return None, {}
 
 
@@ -442,7 +444,7 @@ class _Checkpointer:
         if self.log_lines:
             done = len(state.rows)
             per_round = (time.perf_counter() - self.loop_start) / max(done - self.done0, 1)
-            print(progress_line(self.spec.name, done, self.total, row, cs, per_round), file=sys.stderr, flush=True)
+            logger.info(progress_line(self.spec.name, done, self.total, row, cs, per_round))
         if self.on_round is not None:
             self.on_round(state, row)
 

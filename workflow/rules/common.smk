@@ -19,6 +19,7 @@ from fedbalance.presentation import figures as presentation_figures
 from fedbalance.presentation import table_specs as presentation_tables
 from fedbalance.presentation.figures import FIGURES
 from fedbalance.presentation.table_specs import TABLES
+from fedbalance.presentation.study import describe, figure_reads, filling, table_reads
 from fedbalance.records import DEFAULT_ESTIMATOR as RECORDS_DEFAULT_ESTIMATOR
 
 # With `reference_dir` (a reference result set, fedbalance.reference) the study is the jobs that set
@@ -256,3 +257,16 @@ def figure_inputs(wildcards):
     spec = FIGURES[wildcards.name]
     code = [str(spec.module_file), str(presentation_figures.COMMON_FILE), presentation_figures.__file__, NAMES_CODE]
     return {**{k: TIDY[k] for k in spec.inputs}, "code": code}
+
+
+# The protocol of the jobs each table and figure shows, for their pages' captions (rules table_page and figure).
+@cache
+def table_study(label):
+    """The protocol of the jobs that fill table ``label`` in words (fedbalance.presentation.study.describe)."""
+    return describe(config, filling(table_reads(label), JOBS))
+
+
+@cache
+def figure_study(name):
+    """The protocol of the jobs figure ``name`` draws, in words."""
+    return describe(config, filling(figure_reads(name, FIGURE_DATASETS.get(name)), JOBS))

@@ -10,8 +10,6 @@
 
 import os
 
-from functools import cache
-
 from fedbalance.presentation.figures import DEFAULT_DATASET
 from fedbalance.presentation.study import (
     describe,
@@ -56,18 +54,6 @@ STUDY = identity(
     derived=len(_derived),
     reference_dir=REFERENCE_DIR,
 )
-
-
-@cache
-def table_study(label):
-    """The protocol of the jobs that fill table ``label`` in words (fedbalance.presentation.study.describe)."""
-    return describe(config, filling(table_reads(label), JOBS))
-
-
-@cache
-def figure_study(name):
-    """The protocol of the jobs figure ``name`` draws, in words."""
-    return describe(config, filling(figure_reads(name, FIGURE_DATASETS.get(name)), JOBS))
 
 
 wildcard_constraints:
@@ -205,7 +191,7 @@ rule paper_tables:
         mem_mb=1000,
         runtime=5,
     params:
-        tables_dir=TABLES_DIR,
+        tables_dir=lambda wildcards, output: str(Path(output[0]).parent / "tables"),
         labels=TABLES_RUN,
         not_run=TABLES_NOT_RUN,
         study=STUDY,

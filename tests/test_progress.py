@@ -57,8 +57,13 @@ def logged_to_stderr():
     logging.captureWarnings(False)
 
 
-def test_without_a_handler_the_library_prints_nothing(tmp_path, capsys):
-    """A library's convention: its log lines go where the application says, nowhere by default."""
+def test_without_a_handler_the_library_prints_nothing(tmp_path, capsys, monkeypatch):
+    """A library's convention: its log lines go where the application says, nowhere by default (the handlers an
+    earlier CLI call of this process set are put aside)."""
+    import logging
+
+    monkeypatch.setattr(logging.getLogger("fedbalance"), "handlers", [logging.NullHandler()])
+    monkeypatch.setattr(logging.getLogger("fedbalance"), "level", logging.NOTSET)
     run_job(_tiny(), tmp_path / "job", device="cpu")
     assert not [ln for ln in capsys.readouterr().err.splitlines() if LINE.match(ln)]
 

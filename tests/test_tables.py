@@ -342,3 +342,12 @@ def test_sweep_and_grid_claims_say_how_much_was_run(tmp_path: Path) -> None:
     mfe = by_text["MFE with local knowledge is no better than MSE (Sup_MFE Ac.M)"]
     assert (mfe.verdict, mfe.evidence) == ("holds", "MFE <= MSE in 1/1 cells; 1 of 12 cells run; 1 clear for")
     assert by_text["Sup_hyper_b: 0.10 gives the best Ac.M"].evidence == "best: --; 0 of 9 values run"
+
+
+def test_the_specs_are_defined_once_and_re_exported() -> None:
+    """The tables' specs live in presentation.table_specs (standard library only, what the workflow parses with);
+    presentation.tables re-exports the same objects."""
+    from fedbalance.presentation import table_specs
+
+    assert table_specs.TABLES is TABLES and table_specs.TABLE_SUFFIXES[0] == ".tex"
+    assert list(TABLES) == table_labels() and len(TABLES) == 17

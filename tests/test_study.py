@@ -84,7 +84,7 @@ def test_the_landing_page_names_the_study(quick) -> None:
     # family with jobs and the header
     from docutils.core import publish_parts
 
-    html = publish_parts(page, writer_name="html", settings_overrides={"report_level": 2, "halt_level": 2})["body"]
+    html = publish_parts(page, writer="html", settings_overrides={"report_level": 2, "halt_level": 2})["body"]
     families = {j.experiment for j in study}
     shown = re.findall(r"<tr[^>]*>\s*<t[hd][^>]*>(\w+)</t[hd]>", html)
     assert shown == ["family", *[f for f in cfg["experiments"] if f in families]]

@@ -10,11 +10,13 @@ The generator skips a repository without `workflow/Snakefile` (or a root `Snakef
 ("configure workflow"), then one command `snakemake --cores all <method flags> <mandatory flags>` per
 deployment method set true, then `snakemake --report report.zip`; it does not show mandatory-flags.desc.
 
-The tools are this project's (the test extra: Snakemake 9, snakefmt 2.1.0), not the generator's: at the
-commit read (2cac294, February 2025) its environment.yml pins snakemake 8.25.5 and snakefmt 0.10.2, under
-which both QC columns would read failed (Snakemake 8 stops at the Snakefile's min_version("9.0"); snakefmt
-0.10.2 cannot parse the `resource_scopes:` directive of workflow/rules/common.smk, a TypeError). Neither
-keeps the workflow out of the listing.
+Lint and formatting run twice: in the catalog's own environment (FEDBALANCE_CATALOG_VENV, a venv holding only the
+generator's current pins of Snakemake and snakefmt, .ci/catalog-requirements.txt, which .ci/run makes), and here
+with this project's Snakemake but every dependency of the project that Snakemake does not bring made unimportable
+(numpy, pandas, torch, ...): the Snakefile and rules must parse with Snakemake alone, the library's numpy, pandas and
+torch code being imported only when the DAG is built or a job runs. The generator's former pins (snakemake 8.25.5,
+snakefmt 0.10.2, environment.yml until 2025) would fail both QC columns (Snakemake 8 stops at the Snakefile's
+min_version("9.0"); snakefmt 0.10.2 cannot parse the `resource_scopes:` directive of workflow/rules/common.smk).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import needs_ci_tool
 
 REPO = Path(__file__).resolve().parents[1]
 # index.html: the flags of each deployment method in the run command the page shows
@@ -130,25 +133,171 @@ def test_the_release_has_the_catalogs_layout(release: Path) -> None:
     assert missing == [], missing
 
 
-@pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
-def test_the_catalogs_lint_passes(release: Path) -> None:
-    """`snakemake --lint` in the release's root, as the generator runs it (a non-zero exit fails its QC)."""
+PINS = REPO / ".ci" / "catalog-requirements.txt"
+LINT_OK = "Congratulations, your workflow is in a good condition!"
+# Makes the given top-level modules unimportable and invisible to plug-in discovery (Snakemake finds its plug-ins
+# with pkgutil.iter_modules), then runs the command line of the module named after them
+BLOCKED_RUN = """
+import importlib.abc, pkgutil, runpy, sys
+blocked, module = set(sys.argv[1].split(",")), sys.argv[2]
+
+class Blocked(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in blocked:
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked by tests/test_catalog.py)", name=name)
+
+_iter_modules = pkgutil.iter_modules
+pkgutil.iter_modules = lambda *a, **k: (m for m in _iter_modules(*a, **k) if m.name not in blocked)
+sys.meta_path.insert(0, Blocked())
+sys.argv = [module, *sys.argv[3:]]
+runpy.run_module(module, run_name="__main__")
+"""
+# Run by a python: the distributions installed there that a project dependency names, and the closure of what
+# snakemake and snakefmt require there (distribution names, normalised)
+ENV_REPORT = """
+import importlib.metadata as md, json, re, sys
+norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
+wanted = [norm(n) for n in sys.argv[1].split(",")]
+installed = {norm(d.metadata["Name"]): d.version for d in md.distributions()}
+closure, todo = set(), ["snakemake", "snakefmt"]
+while todo:
+    name = todo.pop()
+    if name in closure or name not in installed:
+        continue
+    closure.add(name)
+    for req in md.requires(name) or []:
+        if "extra ==" not in req:
+            todo.append(norm(re.split(r"[ ;<>=!~\\[(]", req, maxsplit=1)[0]))
+print(json.dumps({"installed": {n: installed[n] for n in wanted if n in installed}, "closure": sorted(closure),
+                  "versions": {n: installed.get(n) for n in ("snakemake", "snakefmt")}}))
+"""
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def project_dependencies() -> list[str]:
+    """The distribution names of pyproject.toml's [project] dependencies."""
+    import tomllib
+
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    return [_norm(re.split(r"[ ;<>=!~\[]", d, maxsplit=1)[0]) for d in deps]
+
+
+def environment_report(python: str | Path) -> dict:
+    import json
+
+    r = subprocess.run([str(python), "-c", ENV_REPORT, ",".join(project_dependencies())], capture_output=True,
+                       text=True, timeout=120, check=True)
+    return json.loads(r.stdout)
+
+
+def pins() -> dict[str, str]:
+    """.ci/catalog-requirements.txt: distribution -> its version specifier."""
+    out = {}
+    for line in PINS.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, spec = re.match(r"([A-Za-z0-9_.-]+)\s*(.*)", line).groups()
+            out[_norm(name)] = spec
+    return out
+
+
+def blocked_modules() -> list[str]:
+    """The top-level modules of every distribution installed here that neither Snakemake nor snakefmt needs (numpy,
+    pandas, torch, the SLURM plug-in, pytest, ...): what a venv holding only those two lacks. fedbalance is not among
+    them: the release's own src/ is on disk, as in the catalog's checkout."""
+    from importlib.metadata import packages_distributions
+
+    closure = set(environment_report(sys.executable)["closure"])
+    modules = {m for m, dists in packages_distributions().items() if not {_norm(d) for d in dists} & closure}
+    return sorted(m for m in modules if m.isidentifier() and m != "fedbalance" and m not in sys.stdlib_module_names)
+
+
+def test_the_blocked_modules_are_what_the_catalogs_environment_lacks() -> None:
+    """What the lint below hides: numpy, pandas and torch among the project's dependencies, nothing Snakemake needs
+    (yaml, jsonschema, jinja2)."""
+    blocked = blocked_modules()
+    assert {"numpy", "pandas", "torch", "matplotlib", "scipy", "sklearn", "mlxtend"} <= set(blocked), blocked
+    assert not {"yaml", "jsonschema", "jinja2", "snakemake", "snakefmt"} & set(blocked), blocked
+
+
+def test_blocking_a_module_makes_it_unimportable() -> None:
+    """The check can fail: a module the blocker names cannot be imported under it."""
+    r = subprocess.run([sys.executable, "-c", BLOCKED_RUN, "numpy", "json.tool", "--help"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    code = BLOCKED_RUN.replace("runpy.run_module(module, run_name=\"__main__\")", "import numpy")
+    r = subprocess.run([sys.executable, "-c", code, "numpy", "x"], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "blocked by tests/test_catalog.py" in r.stderr, r.stderr
+
+
+def test_the_catalogs_lint_passes_with_snakemake_alone(release: Path) -> None:
+    """`snakemake --lint` in the release's root, as the generator runs it (a non-zero exit fails its QC), with every
+    dependency of the project that Snakemake does not bring unimportable: what the catalog's environment holds."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    r = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=release, capture_output=True, text=True,
-                       timeout=600, env=env)
+    r = subprocess.run([sys.executable, "-c", BLOCKED_RUN, ",".join(blocked_modules()), "snakemake", "--lint"],
+                       cwd=release, capture_output=True, text=True, timeout=600, env=env)
     out = r.stdout + r.stderr
-    print(out[-2000:])
     assert r.returncode == 0 and "Lints for" not in out, out[-4000:]
-    assert "Congratulations, your workflow is in a good condition!" in out
+    assert LINT_OK in out
 
 
 def test_the_catalogs_formatting_check_passes(release: Path) -> None:
-    """`snakefmt --check -v workflow/Snakefile workflow/rules/*.smk` in the release's root (the generator's files)."""
+    """`snakefmt --check -v workflow/Snakefile workflow/rules/*.smk` in the release's root (the generator's files),
+    with this project's snakefmt."""
     snakefiles = [str(p.relative_to(release)) for p in catalog_record(release)["snakefiles"]]
     assert snakefiles[0] == "workflow/Snakefile" and len(snakefiles) >= 7
     r = subprocess.run([sys.executable, "-m", "snakefmt", "--check", "-v", *snakefiles], cwd=release,
                        capture_output=True, text=True, timeout=300)
     print(r.stdout + r.stderr)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+
+
+@pytest.fixture(scope="module")
+def catalog_python() -> Path:
+    """The python of the catalog's environment (FEDBALANCE_CATALOG_VENV; .ci/run makes it from
+    .ci/catalog-requirements.txt), checked: Snakemake and snakefmt within the pins, no dependency of the project but
+    those they bring."""
+    venv = os.environ.get("FEDBALANCE_CATALOG_VENV")
+    needs_ci_tool(None if venv else "FEDBALANCE_CATALOG_VENV is not set: make a venv with `pip install -r "
+                  ".ci/catalog-requirements.txt` and name it there (.ci/run does)")
+    python = Path(venv) / "bin" / "python"
+    report = environment_report(python)
+    from packaging.specifiers import SpecifierSet
+
+    for name, spec in pins().items():
+        version = report["versions"][name]
+        assert version is not None and version in SpecifierSet(spec), (name, version, spec)
+    extra = sorted(set(report["installed"]) - set(report["closure"]))
+    assert extra == [], f"the catalog's environment holds dependencies of the project: {extra}"
+    assert "numpy" not in report["installed"] and "torch" not in report["installed"]
+    return python
+
+
+def test_the_pins_are_the_generators_current_ones() -> None:
+    """.ci/catalog-requirements.txt pins what the generator's pixi.toml asks (2025): Snakemake 9.17.2 or later
+    9.x, snakefmt 0.11.5 or later 0.11.x."""
+    assert pins() == {"snakemake": ">=9.17.2,<10", "snakefmt": ">=0.11.5,<0.12"}
+
+
+def test_the_catalogs_lint_passes_in_its_environment(release: Path, catalog_python: Path) -> None:
+    """`snakemake --lint` in the release's root with the catalog environment's Snakemake: no numpy, pandas, torch."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PATH"] = f"{catalog_python.parent}{os.pathsep}{env.get('PATH', '')}"
+    r = subprocess.run([str(catalog_python.parent / "snakemake"), "--lint"], cwd=release, capture_output=True,
+                       text=True, timeout=600, env=env)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and "Lints for" not in out, out[-4000:]
+    assert LINT_OK in out
+
+
+def test_the_catalogs_formatting_check_passes_in_its_environment(release: Path, catalog_python: Path) -> None:
+    """`snakefmt --check -v workflow/Snakefile workflow/rules/*.smk` with the catalog environment's snakefmt."""
+    snakefiles = [str(p.relative_to(release)) for p in catalog_record(release)["snakefiles"]]
+    r = subprocess.run([str(catalog_python.parent / "snakefmt"), "--check", "-v", *snakefiles], cwd=release,
+                       capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
 
 

@@ -96,7 +96,9 @@ def test_setting_shape():
     assert setting_shape(None) is None
 
 
-def test_snakemake_warns_before_the_dag(tmp_path):
+def test_snakemake_warns_when_it_plans_the_study(tmp_path):
+    """The warning comes when rule all is planned (its input function: the contract needs the claims' code, which the
+    workflow does not import when it parses, tests/test_catalog.py), before the jobs are listed."""
     raw = read_yaml(QUICK)
     raw["experiments"]["loss_comparison"] = raw["experiments"].pop("losses")
     bad = tmp_path / "renamed.yaml"
@@ -106,7 +108,8 @@ def test_snakemake_warns_before_the_dag(tmp_path):
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
     assert "WARNING: experiment families that no table, figure or claim reads: loss_comparison" in out
-    assert out.index("loss_comparison (their jobs") < out.index("Building DAG")
+    assert out.index("Building DAG") < out.index("loss_comparison (their jobs") < out.index("Job stats")
+    assert out.count("loss_comparison (their jobs") == 1
 
 
 def test_a_reference_set_of_some_families_gets_no_warning():

@@ -43,7 +43,32 @@ def _tiny() -> dict:
     return spec
 
 
-def test_run_job_logs_one_line_per_round_without_a_terminal(tmp_path, capsys):
+@pytest.fixture
+def logged_to_stderr():
+    """The library's messages to stderr at INFO, as the CLI and the workflow's scripts set it (fedbalance.logs)."""
+    import logging
+
+    from fedbalance.logs import configure
+
+    handler = configure()
+    yield
+    logging.getLogger("fedbalance").removeHandler(handler)
+    logging.getLogger("py.warnings").removeHandler(handler)
+    logging.captureWarnings(False)
+
+
+def test_without_a_handler_the_library_prints_nothing(tmp_path, capsys, monkeypatch):
+    """A library's convention: its log lines go where the application says, nowhere by default (the handlers an
+    earlier CLI call of this process set are put aside)."""
+    import logging
+
+    monkeypatch.setattr(logging.getLogger("fedbalance"), "handlers", [logging.NullHandler()])
+    monkeypatch.setattr(logging.getLogger("fedbalance"), "level", logging.NOTSET)
+    run_job(_tiny(), tmp_path / "job", device="cpu")
+    assert not [ln for ln in capsys.readouterr().err.splitlines() if LINE.match(ln)]
+
+
+def test_run_job_logs_one_line_per_round_without_a_terminal(tmp_path, capsys, logged_to_stderr):
     spec = _tiny()
 
     class Killed(Exception):

@@ -50,8 +50,20 @@ def test_compare_cells_by_hand(tmp_path: Path) -> None:
     assert row["diff"] == pytest.approx(-5.0) and row.verdict == "inside the spread"
     assert frame[frame.setting == "g50"].iloc[0].verdict == "missing"
     md = compare_markdown(frame)
-    assert "| losses | mnist | g10 | ratio | acc_minority | 70.00 ± 10.00 (3) | 75.00 ± 1.41 (2) | -5.00 | inside the spread |" in md
-    assert md.rstrip().endswith("2 cells: 1 inside the spread, 1 missing.")
+    assert md_rows(md) == [["losses", "mnist", "g10", "ratio", "acc_minority", "70.00 ± 10.00 (3)", "75.00 ± 1.41 (2)",
+                            "-5.00", "inside the spread"]]
+    assert md.startswith("1 cell (experiment, dataset, setting, loss) both sides hold, 1 metric each (acc_minority);\n"
+                         "0 cells only ours holds, 1 only the reference holds (not listed: --unmatched lists them).")
+    assert md.rstrip().endswith("1 row: 1 inside the spread.")
+    listed = compare_markdown(frame, unmatched=True)
+    assert md_rows(listed)[0][:3] == ["losses", "mnist", "g10"] and md_rows(listed)[1][2::6] == ["g50", "missing"]
+    assert listed.rstrip().endswith("2 rows: 1 inside the spread, 1 missing.")
+
+
+def md_rows(md: str) -> list[list[str]]:
+    """The body rows of the Markdown table in ``md``, their cells stripped."""
+    lines = [line for line in md.splitlines() if line.startswith("|")]
+    return [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
 
 
 def test_compare_cli(tmp_path: Path, capsys) -> None:
@@ -82,7 +94,8 @@ def _protocol_sides(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_compare_names_the_protocols_differences(tmp_path: Path) -> None:
-    """Every key but the seed, the names and output-only keys is compared, cell by cell, and summed up in a header."""
+    """Every key that acts on the cell's loss but the seed, the names and output-only keys is compared, cell by cell,
+    and summed up in a header, one line per key."""
     from fedbalance.reference import protocol_differences, protocol_header
 
     ours, ref = _protocol_sides(tmp_path)
@@ -90,11 +103,37 @@ def test_compare_names_the_protocols_differences(tmp_path: Path) -> None:
     assert differences == {("losses", "mnist", "g10", "ratio"): {
         "partition.num_clients": ("10", "20"), "rounds": ("16", "30"), "source": ("mnist5k", "mnist")}}
     header = protocol_header(differences, 2)
-    assert header == ("protocols differ in 1 of 2 cells both sides hold (ours vs reference): "
-                      "partition.num_clients 10 vs 20, rounds 16 vs 30, source mnist5k vs mnist")
+    assert header.splitlines() == [
+        "protocols differ in 1 of 2 cells both sides hold, in the keys that act on the cell's loss (ours vs reference):",
+        "- partition.num_clients: 10 vs 20", "- rounds: 16 vs 30", "- source: mnist5k vs mnist"]
     frame = compare(ours, ref, ["acc_minority"])
     assert dict(zip(frame.loss, frame.protocol)) == {"ce": "", "ratio": "partition.num_clients, rounds, source"}
+    # no verdict across protocols unless asked
+    assert dict(zip(frame.loss, frame.verdict)) == {"ce": "inside the spread", "ratio": "protocols differ"}
+    across = compare(ours, ref, ["acc_minority"], across_protocols=True)
+    assert dict(zip(across.loss, across.verdict)) == {"ce": "inside the spread", "ratio": "inside the spread"}
     assert protocol_header({}, 3) == "protocols: the same in all 3 cells both sides hold"
+
+
+def test_only_keys_that_act_on_the_cells_loss_differ(tmp_path: Path) -> None:
+    """Another loss's parameters, a partition key the scheme does not read, and an optional key left unset where the
+    other side sets its default are no difference; the cell's own loss parameters are."""
+    from fedbalance.jobspec import JOB_DEFAULTS
+    from fedbalance.reference import protocol_differences
+
+    ours, ref = tmp_path / "ours", tmp_path / "ref"
+    aux = JOB_DEFAULTS["monitor"]["aux_source"]
+    for root, extra in ((ours, {"loss_params": {"focal": {"gamma": 2.0}}}),
+                        (ref, {"loss_params": {"focal": {"gamma": 2.0}, "fedlc": {"tau": 1.0}, "la": {"tau": 1.0}},
+                               "partition": {"scheme": "imbalance", "writers_per_client": 20},
+                               "monitor": {"aux_source": aux}})):
+        for seed in (0, 1):
+            write_job(root, Job("losses", "mnist", "g10", "ce", seed), config=extra)
+            write_job(root, Job("losses", "mnist", "g10", "focal", seed), config=extra)
+    assert protocol_differences(ours, ref) == {}
+    write_job(ref, Job("losses", "mnist", "g10", "focal", 1), config={"loss_params": {"focal": {"gamma": 1.0}}})
+    assert protocol_differences(ours, ref) == {
+        ("losses", "mnist", "g10", "focal"): {"loss_params.focal.gamma": ("2.0", "1.0/2.0")}}
 
 
 def test_compare_cli_protocols(tmp_path: Path, capsys) -> None:
@@ -104,17 +143,24 @@ def test_compare_cli_protocols(tmp_path: Path, capsys) -> None:
     args = ["compare", "--ours", str(ours), "--reference", str(ref), "--metric", "acc_minority"]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert out.startswith("protocols differ in 1 of 2 cells both sides hold (ours vs reference): partition.num_clients")
-    assert "| inside the spread | partition.num_clients, rounds, source |" in out
-    assert "| inside the spread | – |" in out
+    assert out.splitlines()[2] == ("protocols differ in 1 of 2 cells both sides hold, in the keys that act on the "
+                                   "cell's loss (ours vs reference):")
+    rows = {r[3]: r[-1] for r in md_rows(out)}
+    assert rows == {"ce": "inside the spread", "ratio": "protocols differ"}
+    assert "--across-protocols gives one" in out and out.rstrip().endswith("2 rows: 1 inside the spread, 1 protocols differ.")
+    assert main([*args, "--across-protocols"]) == 0
+    assert {r[3]: r[-1] for r in md_rows(capsys.readouterr().out)} == {"ce": "inside the spread",
+                                                                       "ratio": "inside the spread"}
     assert main([*args, "--strict"]) == 2
     err = capsys.readouterr().err
-    assert "--strict: protocols differ" in err and "rounds 16 vs 30" in err
+    assert "--strict: protocols differ" in err and "- rounds: 16 vs 30" in err
     assert main([*args, "--strict", "--experiment", "losses"]) == 2
     capsys.readouterr()
     shutil.rmtree(ours / "losses/mnist/g10/ratio")
     assert main([*args, "--strict"]) == 0
-    assert capsys.readouterr().out.startswith("protocols: the same in all 1 cell both sides hold")
+    out = capsys.readouterr().out
+    assert out.splitlines()[2] == "protocols: the same in all 1 cell both sides hold"
+    assert "0 only the reference holds" not in out and "1 only the reference holds" in out
 
 
 def test_compare_cli_names_a_bad_experiment_and_a_corrupt_job(tmp_path: Path, capsys) -> None:

@@ -6,6 +6,7 @@ Each test names the issue item it covers; docs/reliability.md lists the guarante
 from __future__ import annotations
 
 import copy
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -270,6 +271,27 @@ def test_second_job_in_a_busy_folder_is_refused_and_deletes_nothing(tmp_path: Pa
         holder.wait()
     m = run_job(tiny_spec(), out, device="cpu", progress=False)  # its owner is gone: the leftover goes
     assert m["rounds"] == 3 and not live.exists()
+    assert not (out / ".lock").exists()  # the killed holder's lock file too, once the job that took it over ended
+
+
+def test_a_job_lock_leaves_no_file(tmp_path: Path) -> None:
+    """The lock file holds the holder's pid while held and is gone after the job, whether it ends or fails; a second
+    holder, here in the same process, is refused while it is held."""
+    import os
+
+    from fedbalance.jobs import JobError, job_lock
+
+    out = tmp_path / "job"
+    with job_lock(out):
+        assert (out / ".lock").read_text().startswith(f"pid {os.getpid()} on ")
+        with pytest.raises(JobError, match="is in use by pid"):
+            with job_lock(out):
+                pass
+    assert list(out.iterdir()) == []
+    with pytest.raises(RuntimeError, match="boom"):
+        with job_lock(out):
+            raise RuntimeError("boom")
+    assert list(out.iterdir()) == []
 
 
 # --- item 6: threads, device and versions recorded; a resume that changes them is refused ------------
@@ -302,7 +324,7 @@ def test_resume_under_other_threads_is_refused(tmp_path: Path, one_thread) -> No
     assert m["rounds"] == 3 and m["threads"] == 1
 
 
-def test_legacy_checkpoint_without_runtime_resumes_with_a_warning(tmp_path: Path, one_thread) -> None:
+def test_legacy_checkpoint_without_runtime_resumes_with_a_warning(tmp_path: Path, one_thread, caplog) -> None:
     import torch
 
     from fedbalance.jobs import CHECKPOINT, run_job
@@ -317,11 +339,12 @@ def test_legacy_checkpoint_without_runtime_resumes_with_a_warning(tmp_path: Path
     ckpt = torch.load(out / CHECKPOINT, weights_only=False)
     del ckpt["runtime"]
     torch.save(ckpt, out / CHECKPOINT)
-    with pytest.warns(UserWarning, match="does not record its threads"):
+    with caplog.at_level("WARNING", logger="fedbalance.jobs"):
         assert run_job(spec, out, device="cpu", progress=False)["rounds"] == 3
+    assert any("does not record its threads" in m for m in caplog.messages), caplog.messages
 
 
-def test_checkpoint_with_an_unknown_round_state_is_ignored_with_a_warning(tmp_path: Path, one_thread) -> None:
+def test_checkpoint_with_an_unknown_round_state_is_ignored_with_a_warning(tmp_path: Path, one_thread, caplog) -> None:
     import torch
 
     from fedbalance.jobs import CHECKPOINT, run_job
@@ -336,8 +359,10 @@ def test_checkpoint_with_an_unknown_round_state_is_ignored_with_a_warning(tmp_pa
     ckpt = torch.load(out / CHECKPOINT, weights_only=False)
     ckpt["state"]["format"] = 2
     torch.save(ckpt, out / CHECKPOINT)
-    with pytest.warns(UserWarning, match=r"round state this version cannot read.*unknown keys \['format'\]"):
+    with caplog.at_level("WARNING", logger="fedbalance.jobs"):
         m = run_job(spec, out, device="cpu", progress=False)
+    wanted = r"round state this version cannot read.*unknown keys \['format'\]"
+    assert any(re.search(wanted, m) for m in caplog.messages), caplog.messages
     assert m["rounds"] == 3 and not (out / CHECKPOINT).exists()
 
 

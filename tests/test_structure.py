@@ -169,3 +169,34 @@ def test_shared_names_are_spelled_in_one_place() -> None:
             if path.name != "partition.py" and re.search(r"\bjob_partitions\(", line):
                 built.append(where)
     assert spelled == [] and built == []
+
+
+# What the Snakefile and rules/*.smk import when they parse (tests/test_catalog.py lints them with Snakemake alone)
+PLANNING = ("config", "jobspec", "records", "jobfolder", "reuse", "version", "data", "presentation.table_specs",
+            "presentation.figures", "presentation.study")
+
+
+def test_the_workflow_plans_with_the_standard_library_pyyaml_and_jsonschema() -> None:
+    """The modules the workflow imports when it parses load, and validate and plan the quick study, with numpy,
+    pandas, torch and matplotlib unimportable (the workflow catalog lints with Snakemake alone)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import importlib.abc, sys\n"
+        "class Blocked(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.partition('.')[0] in {'numpy', 'pandas', 'torch', 'matplotlib', 'scipy'}:\n"
+        "            raise ModuleNotFoundError(name)\n"
+        "sys.meta_path.insert(0, Blocked())\n"
+        + "".join(f"import fedbalance.{m}\n" for m in PLANNING)
+        + "from fedbalance.config import jobs, load_config, twins\n"
+        "from fedbalance.presentation.study import figures_run, tables_run\n"
+        "from fedbalance.reuse import branches, derived\n"
+        "cfg = load_config('config/quick.yaml')\n"
+        "study = jobs(cfg)\n"
+        "print(len(study), len(twins(cfg)), len(derived(cfg)), len(branches(cfg)), len(tables_run(study)[0]))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["47", "8", "1", "1", "11"]

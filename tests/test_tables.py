@@ -10,14 +10,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import write_job
+from conftest import needs_ci_tool, write_job
 
 from fedbalance.aggregate import collect
 from fedbalance.records import Job
 from fedbalance.presentation.claims import VERDICTS, claims
 from fedbalance.presentation.report import write_report as write_tables
 from fedbalance.presentation.tables import (
-    TABLES, bold_mask, cell_values, fmt, fmt_diff, layout, published, table_labels, vs_paper,
+    TABLES, bold_mask, cell_values, fmt, fmt_diff, layout, published, table_labels, vs_paper, write_paper_tables,
+    write_table,
 )
 
 PAPER_LABELS = [
@@ -328,14 +329,53 @@ def test_summary_dir_inputs_tables_by_relative_path(frames: tuple[pd.DataFrame, 
     assert (tmp_path / "claims.md").is_file() and not (tmp_path / "tables" / "claims.md").exists()
 
 
-@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed")
 def test_paper_tables_compile(frames: tuple[pd.DataFrame, pd.DataFrame], tmp_path: Path) -> None:
+    """paper_tables.tex compiles (twice: the contents list) with the distribution's pdflatex, which .ci/run installs;
+    the study's identity heads it and the contents list names each table's section."""
+    needs_ci_tool(None if shutil.which("pdflatex") else "pdflatex is not installed (apt-get install texlive-latex-base)")
     final, rounds = frames
     write_tables(final, rounds, tmp_path / "tables", summary_dir=tmp_path)
-    run = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "paper_tables.tex"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stdout[-2000:]
-    assert (tmp_path / "paper_tables.pdf").is_file()
+    study = {"config": "config/my_study.yaml", "datasets": "MNIST (mnist5k)", "origin": "trained by this workflow: 3 jobs"}
+    write_paper_tables(tmp_path / "paper_tables.tex", tmp_path / "tables", labels=["Res_3_datasets", "Sup_hyper_a"],
+                       not_run=["FL_FEMNIST"], study=study)
+    for _ in range(2):
+        run = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "paper_tables.tex"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stdout[-2000:]
+    assert (tmp_path / "paper_tables.pdf").read_bytes()[:5] == b"%PDF-"
+    toc = (tmp_path / "paper_tables.toc").read_text()
+    assert "{1}Res\\_3\\_datasets}{2}" in toc and "{2}Sup\\_hyper\\_a}{3}" in toc and "FL\\_FEMNIST" not in toc
+
+
+def test_paper_tables_open_with_the_study_and_list_what_was_not_run(
+        frames: tuple[pd.DataFrame, pd.DataFrame], tmp_path: Path) -> None:
+    final, rounds = frames
+    write_tables(final, rounds, tmp_path / "tables", summary_dir=tmp_path)
+    study = {"config": "config/my_study.yaml", "datasets": "MNIST (mnist5k)", "origin": "rendered from reference/mnist"}
+    doc = write_paper_tables(tmp_path / "paper_tables.tex", tmp_path / "tables", labels=["Sup_hyper_a"],
+                             not_run=["FL_FEMNIST", "Sup_bs_ep"], study=study).read_text()
+    head = doc[:doc.index("\\tableofcontents")]
+    assert "\\item[Study] config/my\\_study.yaml" in head and "\\item[Numbers] rendered from reference/mnist" in head
+    assert "\\textbf{Not run in this study}" in head and "FL\\_FEMNIST, Sup\\_bs\\_ep" in head
+    assert re.findall(r"\\input\{tables/(\w+)\}", doc) == ["Sup_hyper_a", "Sup_hyper_a_std", "Sup_hyper_a_vs_paper"]
+    assert "\\section{Sup\\_hyper\\_a}" in doc
+
+
+def test_vs_paper_tex_lists_the_cells_with_numbers(tmp_path: Path) -> None:
+    """The LaTeX comparison lists the cells the study has numbers for (the CSV keeps every cell) and says how many it
+    leaves out; each chunk sits in a box with its heading, so a heading never ends a page."""
+    root = tmp_path / "res"
+    for seed in (0, 1):
+        write_job(root, Job("losses", "mnist", "g10", "ratio", seed), acm=0.8 + 0.02 * seed)
+    final, rounds = collect(root)
+    write_table("Res_3_datasets", final, rounds, tmp_path / "tables")
+    tex = (tmp_path / "tables" / "Res_3_datasets_vs_paper.tex").read_text()
+    cells = len(TABLES["Res_3_datasets"].cells)
+    rows = [line for line in tex.splitlines() if line.endswith("\\\\") and not line.startswith("Metric")]
+    assert len(rows) == 2 and all("Ratio" in r or "R\\!L" in r for r in rows), rows  # Ac.M and AUC of the one cell
+    assert f"{cells - 2} cells without numbers in this study left out" in tex
+    assert tex.index("\\begin{minipage}") < tex.index("\\textbf{Res") < tex.index("\\begin{tabular}")
+    assert len(pd.read_csv(tmp_path / "tables" / "Res_3_datasets_vs_paper.csv")) == cells
 
 
 def test_beyond_paper_table(tmp_path: Path) -> None:
@@ -410,3 +450,12 @@ def test_a_cell_is_read_on_the_seeds_the_rest_of_its_comparison_group_holds(tmp_
 
     seeds = cell_seed_values(spec, final, rounds)
     assert sorted(seeds[(seeds.metric == "acm") & (seeds.column == "1.00")].seed) == [0, 1, 2]
+
+
+def test_the_specs_are_defined_once_and_re_exported() -> None:
+    """The tables' specs live in presentation.table_specs (standard library only, what the workflow parses with);
+    presentation.tables re-exports the same objects."""
+    from fedbalance.presentation import table_specs
+
+    assert table_specs.TABLES is TABLES and table_specs.TABLE_SUFFIXES[0] == ".tex"
+    assert list(TABLES) == table_labels() and len(TABLES) == 17

@@ -98,31 +98,41 @@ def test_dry_run_quick_protocol(tmp_path):
     assert len(branches(load_config(QUICK))) == QUICK_BRANCHED
     assert counts["train"] == QUICK_JOBS - QUICK_TWINS - QUICK_DERIVED
     assert counts["prepare_data"] == 1
-    assert_one_job_per_table_and_figure(counts)
+    assert_one_job_per_table_and_figure(counts, not_run=QUICK_NOT_RUN)
 
 
-def assert_one_job_per_table_and_figure(counts: dict[str, int]) -> None:
-    """Rule table runs once per paper table, rule figure once per figure (spec and registry counted by hand)."""
-    captions = {p.stem for p in (REPO / "workflow" / "report").glob("*.rst")}
-    summaries = {"claims", "paper_tables", "workflow", "Fidelity", "Reproduction", "table", "figure"}
-    both = {"Monitor_under_imbalance", "Beyond_paper"}  # a table and a figure of the same name
-    tables = (captions - summaries - FIGURE_NAMES) | both
-    assert counts["table"] == len(tables) == 17
-    assert counts["figure"] == len(FIGURE_NAMES) == 13
+def assert_one_job_per_table_and_figure(counts: dict[str, int], *, not_run: set[str] = frozenset()) -> None:
+    """Rule table runs once per paper table, rule table_page once per table the study fills and rule figure once
+    per figure it fills (tables and figures counted by hand; ``not_run``: those no job of the study fills)."""
+    both = TABLE_NAMES & FIGURE_NAMES  # a table and a figure of the same name
+    assert counts["table"] == len(TABLE_NAMES) == 17 and both == {"Monitor_under_imbalance", "Beyond_paper"}
+    assert counts["table_page"] == len(TABLE_NAMES - not_run)
+    assert counts["figure"] == len(FIGURE_NAMES - not_run) and len(FIGURE_NAMES) == 13
     assert "tables" not in counts and "figures" not in counts
 
 
-# the figures of the paper and ours, as workflow/report/ captions them (independent of the registry)
+# the tables and figures of the paper and ours (independent of the registries)
+TABLE_NAMES = {
+    "Res_3_datasets", "FL_FEMNIST", "Res_without_mismatch", "Sup_MFE", "Sup_hyper_T_ra", "Sup_hyper_a", "Sup_hyper_b",
+    "Importance_early", "Sup_bs_ep", "Sup_majority", "Sup_majority_femnist", "Sup_fe_dynamic", "Sup_data_MNIST",
+    "Sup_data_CIFAR10", "Sup_data_Fer2013", "Monitor_under_imbalance", "Beyond_paper",
+}
 FIGURE_NAMES = {
     "fig_monitoring", "Res_mismatch", "Sup_empirical_sim", "Sup_empirical_mul", "Sup_client_num_CIFAR10",
     "Sup_client_num_FEMNIST", "Sup_curve_cifar_ratio", "Sup_curve_femnist_ratio", "Sup_curve_cifar_four_losses",
     "Sup_curve_femnist_four_losses", "Sup_data_splitting", "Monitor_under_imbalance", "Beyond_paper",
 }
+# what config/quick.yaml (MNIST alone, Γ in {B., 10}, no FEMNIST family) fills none of, by hand: the FEMNIST, CIFAR10
+# and Fer2013 tables, the batch-size and epochs table (CIFAR10/FEMNIST cells), and the Γ = 100 curves
+QUICK_NOT_RUN = {"FL_FEMNIST", "Sup_bs_ep", "Sup_majority_femnist", "Sup_fe_dynamic", "Sup_data_CIFAR10",
+                 "Sup_data_Fer2013", "Sup_client_num_FEMNIST", "Sup_curve_cifar_four_losses",
+                 "Sup_curve_femnist_four_losses"}
 
 
 def test_one_figure_module_reruns_only_its_figures(tmp_path):
     """A figure job's inputs (from the dry run) are its tidy CSVs, its own module and the shared helpers, never
-    another figure's module; a table job's are its CSVs and presentation/tables.py."""
+    another figure's module; a table job's are its CSVs and presentation/tables.py. (The quick study draws the
+    figures it fills.)"""
     from fedbalance.presentation.figures import COMMON_FILE, FIGURES
 
     r = in_tmp(tmp_path, "-n", "--configfile", str(QUICK), timeout=600)
@@ -137,7 +147,7 @@ def test_one_figure_module_reruns_only_its_figures(tmp_path):
             inputs = re.search(r"input: (.*)", block).group(1)
             assert "presentation/tables.py" in inputs and "aggregate/final.csv" in inputs
             assert "/figures/" not in inputs and "claims.py" not in inputs
-    assert set(figure_inputs) == set(FIGURES)
+    assert set(figure_inputs) == set(FIGURES) - QUICK_NOT_RUN
     modules = {str(s.module_file) for s in FIGURES.values()}
     for name, inputs in figure_inputs.items():
         own = str(FIGURES[name].module_file)
@@ -301,7 +311,8 @@ def test_quick_dag_end_to_end(tmp_path):
     for name in FIGURES:
         for ext in ("pdf", "png"):
             p = res / "figures" / f"{name}.{ext}"
-            assert p.is_file() and p.stat().st_size > 0, p
+            # a figure no job of the study fills is not drawn (the landing page lists it)
+            assert (p.is_file() and p.stat().st_size > 0) == (name not in QUICK_NOT_RUN), p
     assert (res / "figures" / "fig_monitoring.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (res / "figures" / "fig_monitoring.pdf").read_bytes()[:5] == b"%PDF-"
     # claims.md: a verdict that rests on one seed is marked so, never "holds" / "does not hold"
@@ -321,16 +332,101 @@ def test_quick_dag_end_to_end(tmp_path):
     paper = (res / "paper_tables.tex").read_text()
     assert r"\begin{document}" in paper
     for label in table_labels():
-        assert f"\\input{{tables/{label}}}" in paper, label
+        # the tables the study fills are input, the others listed as not run
+        assert (f"\\input{{tables/{label}}}" in paper) == (label not in QUICK_NOT_RUN), label
+    assert_paper_tables_about_the_study(res, QUICK_NOT_RUN & TABLE_NAMES)
 
-    # the report holds every table and figure with captions
+    # no job leaves a lock behind
+    assert sorted(str(p.relative_to(res)) for p in res.rglob(".lock")) == []
+
+    # compare with the reference set: rows under 200 characters, no verdict across the protocols
+    cmp_out = subprocess.run([sys.executable, "-m", "fedbalance", "compare", "--ours", str(res), "--reference",
+                              str(REPO / "reference" / "mnist")], capture_output=True, text=True, timeout=600,
+                             cwd=tmp_path)
+    assert cmp_out.returncode == 0, cmp_out.stderr[-3000:]
+    lines = cmp_out.stdout.splitlines()
+    print("\n".join(lines[:15]))
+    assert max(map(len, lines)) < 200
+    verdicts = {line.rstrip(" |").rsplit("|", 1)[-1].strip() for line in lines if line.startswith("| ")}
+    assert verdicts == {"verdict", "protocols differ"}, verdicts
+
+    # the report: every table the study fills as an HTML page shown inline, the summaries as HTML, a landing page
+    # that names the study, captions filled from it and never a param, nothing the study does not fill
     rep = in_tmp(tmp_path, "--configfile", str(QUICK), "--report", str(tmp_path / "report.html"), timeout=600)
     assert rep.returncode == 0, (rep.stdout + rep.stderr)[-5000:]
-    html = (tmp_path / "report.html").read_text(errors="replace")
-    for name in ("Res_3_datasets", "fig_monitoring", "claims.md"):
-        assert name in html
+    assert_report_reads(tmp_path / "report.html", not_run=QUICK_NOT_RUN)
 
     # a second call has nothing left to do
     again = in_tmp(tmp_path, "-n", "--configfile", str(QUICK))
     assert again.returncode == 0
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def report_results(report: Path) -> dict[str, dict]:
+    """The results a Snakemake report embeds (path -> its record: name, caption, params, data_uri, ...)."""
+    html = report.read_text(errors="replace")
+    out = {}
+    for m in re.finditer(r'"(results/[^"]+)": (\{"name": )', html):
+        record, _ = json.JSONDecoder().raw_decode(html, m.start(2))
+        out[m.group(1)] = record
+    return out
+
+
+def assert_report_reads(report: Path, *, not_run: set[str]) -> None:
+    """What a reader of the quick study's report.html meets (checked by hand from its screenshots)."""
+    import base64
+
+    html = report.read_text(errors="replace")
+    results = report_results(report)
+    pages = {Path(p).stem for p in results if p.startswith("results/tables/") and p.endswith(".html")}
+    assert pages == (TABLE_NAMES - not_run) | {"Fidelity", "Reproduction"}
+    assert "results/claims.html" in results
+    figures = {Path(p).stem for p in results if p.startswith("results/figures/")}
+    assert figures == FIGURE_NAMES - not_run
+    # no LaTeX or CSV download in place of a table; no caption passed as a param
+    assert not [p for p in results if p.startswith("results/tables/") and not p.endswith(".html")]
+    assert all("caption" not in r["job_properties"]["params"] for r in results.values())
+    table = results["results/tables/Res_3_datasets.html"]
+    assert table["data_uri"].startswith("data:text/html")
+    page = base64.b64decode(table["data_uri"].split("base64,", 1)[1]).decode()
+    assert "<table" in page and " ± " in page and "Beside the published numbers" in page
+    # captions filled from the study: its datasets, settings, rounds and seeds, not the paper's protocol
+    assert "MNIST (mnist5k); balanced; Γ = 10" in table["caption"] and "16 rounds" in table["caption"]
+    assert "seeds 2 (0, 1)" in table["caption"]
+    curve = results["results/figures/Sup_curve_cifar_ratio.png"]
+    assert "Drawn from mnist" in curve["caption"] and "Γ = 10" in curve["caption"]
+    claims = base64.b64decode(results["results/claims.html"]["data_uri"].split("base64,", 1)[1]).decode()
+    assert "<table>" in claims and "<th>Verdict</th>" in claims
+    # the landing page names the study and lists what it did not run, once
+    assert "config/quick.yaml" in html and f"trained by this workflow: {QUICK_JOBS} jobs" in html
+    listed = html[html.index("Not run in this study"):][:2000]
+    listed = listed[:listed.index("Stages:")]
+    assert sorted(re.findall(r"\b(?:Sup|FL|fig|Res)_\w+", listed)) == sorted(not_run)
+
+
+def assert_paper_tables_about_the_study(res: Path, not_run: set[str]) -> None:
+    """paper_tables.tex opens with the study and a contents list, inputs no table without numbers, lists the others;
+    compiled when pdflatex is there (CI installs it)."""
+    tex = (res / "paper_tables.tex").read_text()
+    head = tex[:tex.index(r"\tableofcontents")]
+    assert "config/quick.yaml" in head and "trained by this workflow" in head and "MNIST (mnist5k)" in head
+    assert all(name.replace("_", r"\_") in head for name in not_run)
+    inputs = [t for t in re.findall(r"\\input\{tables/(\w+)\}", tex) if not t.endswith(("_std", "_vs_paper"))]
+    assert inputs
+    for label in inputs:  # no table the study leaves all dashes: each has a cell with our numbers
+        assert pd.read_csv(res / "tables" / f"{label}_vs_paper.csv").ours_mean.notna().any(), label
+    compile_paper_tables(res)
+
+
+def compile_paper_tables(res: Path) -> None:
+    """pdflatex paper_tables.tex twice (the contents list); its log has no error and the PDF opens with the study."""
+    from conftest import needs_ci_tool
+
+    needs_ci_tool(None if shutil.which("pdflatex") else "pdflatex is not installed (apt-get install texlive-latex-base)")
+    for _ in range(2):
+        run = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "paper_tables.tex"], cwd=res,
+                             capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stdout[-3000:]
+    assert (res / "paper_tables.pdf").read_bytes()[:5] == b"%PDF-"
+    toc = (res / "paper_tables.toc").read_text()
+    assert "Res\\_3\\_datasets" in toc

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import logging
 import sys
 import time
 from collections.abc import Sequence
@@ -20,9 +21,12 @@ from fedbalance import __version__
 from fedbalance.config import ConfigError, base_losses, check_threads, data_args, dataset_spec, jobs, load_config, resolve_job, settings
 from fedbalance.jobfolder import PROVENANCE
 from fedbalance.jobspec import JobSpec
+from fedbalance.logs import configure as configure_logging
 from fedbalance.records import Job
 from fedbalance.partition import PartitionError
 from fedbalance.seal import refuse_inside
+
+logger = logging.getLogger(__name__)
 
 
 def user_errors() -> tuple[type[Exception], ...]:
@@ -215,11 +219,12 @@ def build_parser() -> argparse.ArgumentParser:
     cmp = sub.add_parser(
         "compare",
         help="set your results beside a reference result set, cell by cell",
-        description="For every (experiment, dataset, setting, loss) found in either folder: mean ± std over seeds "
+        description="For every cell (experiment, dataset, setting, loss) both folders hold: mean ± std over seeds "
         "of each metric on both sides, the difference, and whether it lies inside the seeds' spread (within the "
-        "larger of the two standard deviations). Prints Markdown, headed by the keys (every configured key but "
-        "the seed, the names and the output-only keys) whose values differ between the two sides' jobs of a cell; "
-        "--csv also writes the table.",
+        "larger of the two standard deviations) -- where both sides ran the cell alike. Prints Markdown, headed by "
+        "the keys (every configured key that acts on the cell's loss but the seed, the names and the output-only "
+        "keys) whose values differ between the two sides' jobs of a cell; the cells one side alone holds are "
+        "counted (--unmatched lists them); --csv also writes the table, every cell.",
     )
     cmp.add_argument("--ours", required=True, type=path_argument, help="your results folder (e.g. results)")
     cmp.add_argument("--reference", required=True, type=path_argument, help="the reference set (e.g. reference/mnist)")
@@ -228,6 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--experiment", action="append", default=None, help="only this experiment (repeatable)")
     cmp.add_argument("--csv", type=path_argument, default=None, help="also write the table as CSV here")
     cmp.add_argument("--strict", action="store_true", help="refuse (exit status 2) when the two sides' protocols differ")
+    cmp.add_argument("--across-protocols", action="store_true",
+                     help="give a verdict also where the two sides' protocols differ (default: only the differences)")
+    cmp.add_argument("--unmatched", action="store_true", help="also list the cells only one side holds (default: counted)")
     cmp.set_defaults(func=cmd_compare)
     return parser
 
@@ -448,7 +456,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
         threads = args.threads if args.threads is not None else (1 if device_type == "cpu" else None)
         t0 = time.perf_counter()
         cal = cost.calibrate({w.shape for w in works}, device_type, threads=threads)
-        print(f"calibrated {len(cal.probes)} model shape(s) on {cal.device} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        logger.info(f"calibrated {len(cal.probes)} model shape(s) on {cal.device} in {time.perf_counter() - t0:.1f} s")
         if args.calibration is not None:
             cost.save_calibration(cal, args.calibration)
     rows, total = cost.estimate(works, cal, list(cfg["experiments"]))
@@ -469,7 +477,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for name, d in (("--ours", args.ours), ("--reference", args.reference)):
         if not d.is_dir() or not any(d.glob("**/metrics.json")):
             raise ConfigError(f"{name} {d}: no finished job (metrics.json) below it")
-    frame = compare(args.ours, args.reference, args.metric)
+    frame = compare(args.ours, args.reference, args.metric, across_protocols=args.across_protocols)
     if args.experiment:
         unknown = sorted(set(args.experiment) - set(frame.experiment))
         if unknown:
@@ -483,13 +491,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ConfigError(f"--strict: {header}")
     if args.csv is not None:
         atomic_write(args.csv, lambda fh: frame.to_csv(fh, index=False))
-    print(compare_markdown(frame, header), end="")
+    print(compare_markdown(frame, header, unmatched=args.unmatched), end="")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for bad arguments, configuration or data)."""
     args = build_parser().parse_args(argv)
+    configure_logging()  # the library's messages (a job's progress lines, warnings) to stderr, from INFO
     try:
         return int(args.func(args))
     except user_errors() as exc:

@@ -23,16 +23,17 @@ import jsonschema
 import yaml
 
 from fedbalance.seal import SealError, refuse_inside
-from fedbalance.partition import PARTITION_KEYS, partition_args  # noqa: F401  (partition_args: re-exported)
 from fedbalance.jobspec import (  # noqa: F401  (re-exported: the config's readers import them from here)
     JOB_DEFAULTS,
     IDENTITY_KEYS,
+    PARTITION_KEYS,
     ConfigError,
     JobSpec,
     base_loss,
     covers,
     has_key,
     job_value,
+    partition_args,
     training_key,
 )
 from fedbalance.jobspec import required_keys as _spec_required_keys

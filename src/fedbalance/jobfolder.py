@@ -36,14 +36,14 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from fedbalance.atomic import atomic_write, write_json
 from fedbalance.seal import refuse_inside
 from fedbalance.records import ESTIMATORS, JOB_KEYS, ROUND_COLUMNS, UNIFORM, Job, cs_column, est_column
+
+if TYPE_CHECKING:  # numpy and pandas are imported where used: the workflow plans with this module alone
+    import pandas as pd
 
 METRICS = "metrics.json"
 ROUNDS = "rounds.csv"
@@ -132,6 +132,8 @@ def rounds_text(rows: Sequence[Mapping[str, Any]]) -> str:
 
 def monitor_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """metrics.json's ``monitor``: the mean CS over rounds of each recorded estimator and the uniform guess."""
+    import numpy as np
+
     def mean(col: str) -> float | None:
         vals = [r[col] for r in rows if r.get(col) is not None and math.isfinite(r[col])]
         return float(np.mean(vals)) if vals else None
@@ -292,6 +294,8 @@ def read_metrics(folder: str | Path) -> dict[str, Any]:
 def read_rounds(folder: str | Path) -> pd.DataFrame:
     """Parse a folder's rounds.csv (or that file) as a frame, the folder checked first (``check``); JobFolderError
     naming the file otherwise."""
+    import pandas as pd
+
     path = _file(folder, ROUNDS)
     check(path.parent)
     try:

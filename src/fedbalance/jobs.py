@@ -10,8 +10,8 @@
   different runtime is refused (JobError), as the numbers depend on it; and the chunk sizes chosen so far,
   which a resume keeps. It is read onto the CPU (``map_location="cpu"``): the model, loss and
   optimiser states are copied onto the device when loaded, pi, the prior and the trajectory stay there.
-* ``.lock``: held (``flock``) while a job runs in the folder, with the holder's pid and host; a second
-  job in the same folder is refused instead of deleting the first one's temporary files.
+* ``.lock``: held (``filelock``) while a job runs in the folder, with the holder's pid and host, and removed when
+  it ends; a second job in the same folder is refused instead of deleting the first one's temporary files.
 * ``trajectory.pt`` with ``save_trajectory: true``: {"spec", "rounds": [{"round", "model": G_t,
   "totals": selected clients' sample counts}], "final": the last global model, "true_composition"
   per round} -- the monitor's inputs of every round, to replay estimators offline
@@ -22,15 +22,14 @@
 from __future__ import annotations
 
 import errno
-import fcntl
 import functools
 import hashlib
 import json
+import logging
 import math
 import os
 import platform
 import socket
-import sys
 import time
 import warnings
 from collections.abc import Callable, Collection, Iterator, Mapping
@@ -83,6 +82,8 @@ from fedbalance.train import PRECISIONS, CopyPlan, copy_plan, job_plan, precisio
 # (deterministic kernels need it; every job gets the same, so deterministic or not they use one setting).
 _CUBLAS_LATE = torch.cuda.is_initialized() and "CUBLAS_WORKSPACE_CONFIG" not in os.environ
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+logger = logging.getLogger(__name__)
 
 
 
@@ -218,34 +219,52 @@ def runtime(device: torch.device, deterministic: bool, precision: str = "fp32") 
 
 @contextmanager
 def job_lock(out: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``out/.lock`` (creating ``out``); JobError naming the holder if taken, or when
-    ``out`` lies in a reference set (``seal.refuse_inside``), before anything is created."""
+    """Hold the job's lock, ``out/.lock`` (``filelock``: flock on POSIX, msvcrt on Windows), creating ``out``, with the
+    holder's pid and host in it; JobError naming the holder if taken, or when ``out`` lies in a reference set
+    (``seal.refuse_inside``), before anything is created. The lock file is removed when the job lets go, while it still
+    holds it (a process that opened it meanwhile finds an unlinked file and opens a new one: filelock checks), so a
+    finished or failed job leaves none."""
+    from filelock import FileLock, Timeout
+
     if out.exists() and not out.is_dir():
         raise JobError(f"output folder {out} is a file, not a folder")
+    path = out / LOCK
+    holder = f"pid {os.getpid()} on {socket.gethostname()}\n".encode()
+
+    def stamp(fd: int) -> None:
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, holder)
+
+    lock = FileLock(path, timeout=0, on_acquired=stamp, fallback_to_soft=False)
     try:
         refuse_inside(out, "output folder")
     except SealError as exc:
         raise JobError(str(exc)) from None
     try:
         out.mkdir(parents=True, exist_ok=True)
-        fh = open(out / LOCK, "a+")  # noqa: SIM115 - closed by the with below
+        if path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, "is a folder", str(path))
+        lock.acquire()
+    except Timeout:
+        try:
+            holder_now = path.read_text().strip()
+        except OSError:
+            holder_now = ""
+        raise JobError(f"{out} is in use by {holder_now or 'another process'} (lock file {path}); wait for that job "
+                       "or stop it") from None
     except OSError as exc:
         what = {errno.ENOTDIR: "a part of the path is a file", errno.EEXIST: "a part of the path is a file",
                 errno.EACCES: "no permission to write there", errno.EROFS: "a read-only file system",
-                errno.EISDIR: f"{out / LOCK} is a folder, not the job's lock file"}.get(exc.errno, exc.strerror)
+                errno.EISDIR: f"{path} is a folder, not the job's lock file"}.get(exc.errno, exc.strerror)
         raise JobError(f"cannot use {out} as the job's output folder: {what} ({exc.filename})") from None
-    with fh:
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fh.seek(0)
-            holder = fh.read().strip() or "another process"
-            raise JobError(f"{out} is in use by {holder} (lock file {out / LOCK}); wait for that job or stop it") from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
-        fh.flush()
+    try:
         yield
+    finally:
+        try:
+            path.unlink(missing_ok=True)
+        finally:
+            lock.release()
 
 
 def _locked(run: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
@@ -273,15 +292,15 @@ def _load_checkpoint(path: Path, fp: str, rt: Mapping[str, Any]) -> tuple[RoundS
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as exc:  # noqa: BLE001 - a torn or foreign file: start over
-        warnings.warn(f"ignoring unreadable checkpoint {path}: {exc}", stacklevel=2)
+        logger.warning(f"ignoring unreadable checkpoint {path}: {exc}")
         return None, {}
     if ckpt.get("fingerprint") != fp:
-        warnings.warn(f"ignoring checkpoint {path}: written by a different job spec or partition", stacklevel=2)
+        logger.warning(f"ignoring checkpoint {path}: written by a different job spec or partition")
         return None, {}
     was = ckpt.get("runtime")
     if was is None:
-        warnings.warn(f"resuming {path}, which does not record its threads, device and versions: "
-                      f"the numbers may differ from an uninterrupted run", stacklevel=2)
+        logger.warning(f"resuming {path}, which does not record its threads, device and versions: "
+                       f"the numbers may differ from an uninterrupted run")
     elif dict(was) != dict(rt):
         diff = ", ".join(f"{k} {was.get(k)!r} -> {rt.get(k)!r}" for k in rt if was.get(k) != rt.get(k))
         raise JobError(
@@ -291,8 +310,8 @@ def _load_checkpoint(path: Path, fp: str, rt: Mapping[str, Any]) -> tuple[RoundS
     try:
         return RoundState.from_dict(ckpt["state"]), dict(ckpt.get("chunks") or {})
     except (KeyError, TypeError, ValueError) as exc:
-        warnings.warn(f"ignoring checkpoint {path}, whose round state this version cannot read ({exc}): "
-                      f"starting the job over", stacklevel=2)
+        logger.warning(f"ignoring checkpoint {path}, whose round state this version cannot read ({exc}): "
+                       f"starting the job over")
         return None, {}
 
 
@@ -442,7 +461,7 @@ class _Checkpointer:
         if self.log_lines:
             done = len(state.rows)
             per_round = (time.perf_counter() - self.loop_start) / max(done - self.done0, 1)
-            print(progress_line(self.spec.name, done, self.total, row, cs, per_round), file=sys.stderr, flush=True)
+            logger.info(progress_line(self.spec.name, done, self.total, row, cs, per_round))
         if self.on_round is not None:
             self.on_round(state, row)
 

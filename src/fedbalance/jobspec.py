@@ -29,7 +29,7 @@ class ConfigError(ValueError):
 # Every key a job reads is required once the levels are merged (``REQUIRED_*``, checked by
 # ``config.validate`` naming the key), except these optional ones. Each has one default, here: leaving
 # it out means "off" or "none", or the paper's reading for a knob that also has the released code's.
-# The partition schemes' keys (``partition.PARTITION_KEYS``) are all required for their scheme, so the
+# The partition schemes' keys (``PARTITION_KEYS``) are all required for their scheme, so the
 # partition functions' own keyword defaults never apply to a configured job.
 JOB_DEFAULTS: dict[str, Any] = {
     "options": {},  # dataset loader options: the loader's defaults (fedbalance.data)
@@ -381,7 +381,7 @@ def shared_rounds(source: Mapping[str, Any] | JobSpec, target: Mapping[str, Any]
 
 def required_keys(spec: Mapping[str, Any]) -> list[str]:
     """The dotted keys a job with this (merged) configured dict reads and that have no default, less its
-    partition scheme's own keys (``config.required_keys`` adds them: ``partition.PARTITION_KEYS``)."""
+    partition scheme's own keys (``config.required_keys`` adds them: ``PARTITION_KEYS``)."""
     keys = list(REQUIRED_KEYS)
     if spec.get("mode") == "fl" or spec.get("centralised_epochs") is None:
         keys.append("local_epochs")
@@ -390,6 +390,26 @@ def required_keys(spec: Mapping[str, Any]) -> list[str]:
     if base_loss(spec) == "ratio" or job_value(spec, "monitor.record"):
         keys += list(REQUIRED_MONITOR_KEYS)
     return keys
+
+
+PARTITION_KEYS: dict[str, tuple[str, ...]] = {
+    "monitor": ("num_clients", "samples_per_class"),
+    "imbalance": ("num_clients", "min_classes", "max_classes", "majority_samples", "gamma"),
+    "mismatch": ("num_clients", "classes_per_client", "majority_samples", "gamma"),
+    "writers": ("num_clients", "writers_per_client", "gamma"),
+}
+"""The job spec's ``partition.<key>`` each scheme reads (all required for their scheme: ``config.validate``;
+defined here, torch- and numpy-free, so that the workflow plans without the partition code)."""
+
+
+def partition_args(spec: Mapping[str, Any] | JobSpec) -> tuple[str, dict[str, Any]]:
+    """(scheme, keyword arguments) of a job's partition, for ``make_partition``."""
+    spec = as_spec(spec)
+    p = spec.partition
+    kwargs = {k: p[k] for k in PARTITION_KEYS[spec.scheme] if k in p}
+    if spec.scheme != "monitor":
+        kwargs["minority_classes"] = spec.minority_classes
+    return spec.scheme, kwargs
 
 
 def as_spec(spec: Mapping[str, Any] | JobSpec) -> JobSpec:

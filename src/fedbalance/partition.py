@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from fedbalance.atomic import atomic_write
-from fedbalance.jobspec import JobSpec, as_spec
+from fedbalance.jobspec import PARTITION_KEYS, JobSpec, as_spec, partition_args  # noqa: F401  (re-exported)
 
 __all__ = [
     "PartitionError",
@@ -541,25 +541,6 @@ def make_partition(scheme: str, labels: Any, writers: Any = None, **params: Any)
             raise PartitionError("scheme 'writers' needs the writer id of every sample")
         return writer_partition(labels, writers, **params)
     return SCHEMES[scheme](labels, **params)
-
-
-PARTITION_KEYS: dict[str, tuple[str, ...]] = {
-    "monitor": ("num_clients", "samples_per_class"),
-    "imbalance": ("num_clients", "min_classes", "max_classes", "majority_samples", "gamma"),
-    "mismatch": ("num_clients", "classes_per_client", "majority_samples", "gamma"),
-    "writers": ("num_clients", "writers_per_client", "gamma"),
-}
-"""The job spec's ``partition.<key>`` each scheme reads (all required for their scheme: ``config.validate``)."""
-
-
-def partition_args(spec: Mapping[str, Any] | JobSpec) -> tuple[str, dict[str, Any]]:
-    """(scheme, keyword arguments) of a job's partition, for ``make_partition``."""
-    spec = as_spec(spec)
-    p = spec.partition
-    kwargs = {k: p[k] for k in PARTITION_KEYS[spec.scheme] if k in p}
-    if spec.scheme != "monitor":
-        kwargs["minority_classes"] = spec.minority_classes
-    return spec.scheme, kwargs
 
 
 def spec_partitions(spec: Mapping[str, Any] | JobSpec, labels: Any, writers: Any = None, *, num_classes: int) -> dict[str, Partition]:

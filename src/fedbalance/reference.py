@@ -19,8 +19,8 @@ from typing import Any
 import pandas as pd
 
 from fedbalance.aggregate import collect
-from fedbalance.config import ConfigError, jobs, resolve_job, twins
-from fedbalance.jobspec import covers, flat_keys, training_key
+from fedbalance.config import ConfigError, deep_merge, jobs, resolve_job, twins
+from fedbalance.jobspec import JOB_DEFAULTS, PARTITION_KEYS, base_loss, covers, flat_keys, training_key
 from fedbalance.records import Job, plus_minus
 from fedbalance.jobfolder import check, job_folders, read_metrics
 from fedbalance.jobfolder import finished as folder_finished
@@ -139,6 +139,10 @@ def _cells(final: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*keys, "metric", "n", "mean", "std", "seeds"])
 
 
+DIFFERENT_PROTOCOLS = "protocols differ"
+"""The verdict of a row whose cell the two sides ran with different protocols (``compare``), unless asked for one."""
+
+
 def verdict(diff: float, std_a: float, std_b: float, n_a: int, n_b: int) -> str:
     """Whether a difference of means lies inside the seeds' spread: within the larger of the two stds.
 
@@ -151,13 +155,16 @@ def verdict(diff: float, std_a: float, std_b: float, n_a: int, n_b: int) -> str:
     return "inside the spread" if abs(diff) <= max(std_a, std_b) else "outside the spread"
 
 
-def compare(ours: str | Path, reference: str | Path, metrics: list[str] | None = None) -> pd.DataFrame:
-    """Cell by cell (experiment, dataset, setting, loss, metric): ours and the reference, mean ± std over seeds.
+def compare(ours: str | Path, reference: str | Path, metrics: list[str] | None = None, *,
+            across_protocols: bool = False) -> pd.DataFrame:
+    """Cell by cell (a cell: experiment, dataset, setting, loss, its seeds pooled), one row per metric: ours and the
+    reference, mean ± std over seeds.
 
     Each side is every finished job folder under it (a reference set's seal checked first: ``seal.verify_if_sealed``,
-    SealError naming the files that differ from its manifest); cells held by one side only are listed with
-    ``missing``. ``diff`` is ours − reference; ``protocol`` names the keys whose values differ between the
-    sides' jobs of the cell (``protocol_differences``), empty when they were run alike.
+    SealError naming the files that differ from its manifest); cells held by one side only are rows with ``missing``.
+    ``diff`` is ours − reference; ``protocol`` names the keys whose values differ between the sides' jobs of the
+    cell (``protocol_differences``), empty when they were run alike. Where they differ the verdict is
+    ``DIFFERENT_PROTOCOLS`` (a spread says nothing across protocols), unless ``across_protocols``.
     """
     metrics = list(metrics or ["acc_minority", "acc_majority", "auc_hard"])
     verify_if_sealed(ours, "--ours")
@@ -168,9 +175,10 @@ def compare(ours: str | Path, reference: str | Path, metrics: list[str] | None =
     out = a.merge(b, on=keys, how="outer", suffixes=("_ours", "_ref"))
     out[["n_ours", "n_ref"]] = out[["n_ours", "n_ref"]].fillna(0).astype(int)
     out["diff"] = out.mean_ours - out.mean_ref
-    out["verdict"] = [verdict(r.diff, r.std_ours, r.std_ref, r.n_ours, r.n_ref) for r in out.itertuples()]
     differences = protocol_differences(ours, reference)
     out["protocol"] = [", ".join(differences.get(tuple(getattr(r, k) for k in CELL), {})) for r in out.itertuples()]
+    out["verdict"] = [DIFFERENT_PROTOCOLS if r.protocol and not across_protocols
+                      else verdict(r.diff, r.std_ours, r.std_ref, r.n_ours, r.n_ref) for r in out.itertuples()]
     return out.sort_values(keys, ignore_index=True)
 
 
@@ -180,12 +188,17 @@ CELL = ("experiment", "dataset", "setting", "loss")
 
 def protocol(metrics: Mapping[str, Any]) -> dict[str, str]:
     """A finished job's protocol: its configured keys as dotted key -> JSON value, less what does not decide its
-    training (``jobspec.training_key``: the identity and output-only keys, the monitor of a loss not fed by it)
-    and the seed."""
-    config = {"loss": metrics["job"]["loss"], **metrics["config"]}
+    training (``jobspec.training_key``: the identity and output-only keys, the monitor of a loss not fed by it),
+    the seed, the parameters of other losses than its own (``loss_params.<loss>``) and the partition keys its scheme
+    does not read (``jobspec.PARTITION_KEYS``). An optional key left unset counts as its default (``JOB_DEFAULTS``)."""
+    config = deep_merge(JOB_DEFAULTS, {"loss": metrics["job"]["loss"], **metrics["config"]})
     flat = flat_keys(json.loads(training_key(config)))
     flat.pop("seed", None)
-    return flat
+    own = f"loss_params.{base_loss(config)}."
+    scheme = (config.get("partition") or {}).get("scheme")
+    read = {f"partition.{k}" for k in PARTITION_KEYS.get(scheme, ())} | {"partition.scheme"}
+    return {k: v for k, v in flat.items() if (not k.startswith("loss_params.") or k.startswith(own))
+            and (not k.startswith("partition.") or scheme not in PARTITION_KEYS or k in read)}
 
 
 def _protocols(root: str | Path) -> dict[tuple[str, ...], dict[str, set[str]]]:
@@ -216,7 +229,8 @@ def protocol_differences(ours: str | Path, reference: str | Path) -> dict[tuple[
 
 
 def protocol_header(differences: Mapping[tuple[str, ...], Mapping[str, tuple[str, str]]], shared: int) -> str:
-    """One line: which keys differ between the sides' protocols, over how many of the ``shared`` cells."""
+    """Which keys differ between the sides' protocols, over how many of the ``shared`` cells: a line, then one line
+    per key ("- rounds: 16/4 vs 30/50", ours vs reference)."""
     cells = f"{shared} cell{'' if shared == 1 else 's'}"
     if not differences:
         return f"protocols: the same in all {cells} both sides hold"
@@ -226,33 +240,52 @@ def protocol_header(differences: Mapping[tuple[str, ...], Mapping[str, tuple[str
             keys.setdefault(key, (set(), set()))
             keys[key][0].add(ours)
             keys[key][1].add(ref)
-    parts = [f"{k} {'/'.join(sorted(o))} vs {'/'.join(sorted(r))}" for k, (o, r) in keys.items()]
-    return (f"protocols differ in {len(differences)} of {cells} both sides hold (ours vs reference): "
-            + ", ".join(parts))
+    lines = [f"protocols differ in {len(differences)} of {cells} both sides hold, in the keys that act on the "
+             "cell's loss (ours vs reference):"]
+    lines += [f"- {k}: {'/'.join(sorted(o))} vs {'/'.join(sorted(r))}" for k, (o, r) in sorted(keys.items())]
+    return "\n".join(lines)
 
 
 def _pm(mean: float, std: float, n: int, digits: int) -> str:
     return "–" if n == 0 else f"{plus_minus(mean, std, digits)} ({n})"
 
 
-def compare_markdown(frame: pd.DataFrame, header: str | None = None) -> str:
-    """The comparison as a Markdown table: ours and the reference as mean ± std (seeds), the difference, the verdict,
-    and, when any cell's protocols differ, the keys that do; ``header`` (``protocol_header``) above it."""
-    extra = bool(frame.protocol.astype(bool).any()) if "protocol" in frame else False
-    lines = ([header, ""] if header else []) + [
-        "| experiment | dataset | setting | loss | metric | ours | reference | ours − ref | verdict |"
-        + (" protocol differs in |" if extra else ""),
-        "|" + "---|" * (10 if extra else 9)]
-    for r in frame.itertuples():
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def compare_markdown(frame: pd.DataFrame, header: str | None = None, *, unmatched: bool = False) -> str:
+    """The comparison as a Markdown table (pandas ``to_markdown``): one row per cell and metric, ours and the reference
+    as mean ± std (seeds), the difference and the verdict; ``header`` (``protocol_header``) above it. The cells one
+    side alone holds are counted in one line, and listed only with ``unmatched``."""
+    cells = frame.groupby(list(CELL), sort=False).agg(n_ours=("n_ours", "max"), n_ref=("n_ref", "max"))
+    both = cells[(cells.n_ours > 0) & (cells.n_ref > 0)]
+    only_ours, only_ref = cells[cells.n_ref == 0], cells[cells.n_ours == 0]
+    metrics = list(dict.fromkeys(frame.metric))
+    lines = [f"{_count(len(both), 'cell')} (experiment, dataset, setting, loss) both sides hold, "
+             f"{_count(len(metrics), 'metric')} each ({', '.join(metrics)});",
+             f"{_count(len(only_ours), 'cell')} only ours holds, {len(only_ref)} only the reference holds "
+             f"({'listed' if unmatched else 'not listed: --unmatched lists them'})."]
+    if header:
+        lines += [header]
+    if (frame.verdict == DIFFERENT_PROTOCOLS).any():
+        lines += [f"No verdict where the protocols differ ('{DIFFERENT_PROTOCOLS}'; --across-protocols gives one): "
+                  "only the differences."]
+    shown = frame if unmatched else frame[(frame.n_ours > 0) & (frame.n_ref > 0)]
+    rows = []
+    for r in shown.itertuples():
         digits = 2 if METRICS[r.metric] == 100.0 else 4
-        diff = "–" if math.isnan(r.diff) else f"{r.diff:+.{digits}f}"
-        lines.append(f"| {r.experiment} | {r.dataset} | {r.setting} | {r.loss} | {r.metric} | "
-                     f"{_pm(r.mean_ours, r.std_ours, r.n_ours, digits)} | {_pm(r.mean_ref, r.std_ref, r.n_ref, digits)} | "
-                     f"{diff} | {r.verdict} |" + (f" {r.protocol or '–'} |" if extra else ""))
-    counts = frame.verdict.value_counts()
-    summary = ", ".join(f"{counts[v]} {v}" for v in ("inside the spread", "outside the spread", "too few seeds", "missing")
-                        if v in counts)
-    return "\n".join(lines) + f"\n\n{len(frame)} cells: {summary}.\n"
+        rows.append({"experiment": r.experiment, "dataset": r.dataset, "setting": r.setting, "loss": r.loss,
+                     "metric": r.metric, "ours": _pm(r.mean_ours, r.std_ours, r.n_ours, digits),
+                     "reference": _pm(r.mean_ref, r.std_ref, r.n_ref, digits),
+                     "ours − ref": "–" if math.isnan(r.diff) else f"{r.diff:+.{digits}f}", "verdict": r.verdict})
+    table = pd.DataFrame(rows, columns=["experiment", "dataset", "setting", "loss", "metric", "ours", "reference",
+                                        "ours − ref", "verdict"])
+    counts = shown.verdict.value_counts()
+    summary = ", ".join(f"{counts[v]} {v}" for v in ("inside the spread", "outside the spread", DIFFERENT_PROTOCOLS,
+                                                     "too few seeds", "missing") if v in counts)
+    return ("\n".join(lines) + "\n\n" + (table.to_markdown(index=False, disable_numparse=True) if rows else "(no row)")
+            + f"\n\n{_count(len(shown), 'row')}: {summary or 'none'}.\n")
 
 
 def spec_differences(cfg: Mapping[str, Any], job: Job, metrics: Mapping[str, Any]) -> dict[str, tuple[str, str]]:

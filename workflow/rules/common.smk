@@ -1,20 +1,25 @@
 # Shared helpers of the rules: the job list, each job's resolved parameters, device and resources.
 # `config` has been validated by the Snakefile (schema + fedbalance.config.validate) before this runs.
+#
+# What is imported here, when the workflow parses, needs the standard library, PyYAML and jsonschema only (which
+# Snakemake brings): the workflow catalog lints it with Snakemake alone (tests/test_catalog.py). Whatever needs
+# numpy, pandas or torch is imported inside a function that runs when the DAG is built (the reference set's check,
+# the report's contract, the GPU probe of device: auto) or in the rules' scripts.
 
 import re
 
+from functools import cache
 from pathlib import Path
 
 from fedbalance.config import data_args, dataset_spec, jobs, resolve_job, settings, twins
 from fedbalance.records import Job
 from fedbalance.jobfolder import METRICS, ROUNDS, JobFolderError
-from fedbalance.reference import ReferenceSetError, render_jobs
 from fedbalance.reuse import branch_rounds, branches, derived
 from fedbalance.presentation import figures as presentation_figures
-from fedbalance.presentation.contract import contract_warnings
-from fedbalance.presentation import tables as presentation_tables
+from fedbalance.presentation import table_specs as presentation_tables
 from fedbalance.presentation.figures import FIGURES
-from fedbalance.presentation.tables import TABLES
+from fedbalance.presentation.table_specs import TABLES
+from fedbalance.presentation.study import describe, figure_reads, filling, table_reads
 from fedbalance.records import DEFAULT_ESTIMATOR as RECORDS_DEFAULT_ESTIMATOR
 
 # With `reference_dir` (a reference result set, fedbalance.reference) the study is the jobs that set
@@ -23,6 +28,8 @@ from fedbalance.records import DEFAULT_ESTIMATOR as RECORDS_DEFAULT_ESTIMATOR
 # folder that is not whole or a job of other parameters stops here, before the DAG.
 REFERENCE_DIR = config.get("reference_dir")
 if REFERENCE_DIR is not None:
+    from fedbalance.reference import ReferenceSetError, render_jobs  # pandas: a render needs the library's dependencies
+
     try:
         _held, _twins = render_jobs(config, REFERENCE_DIR)
     except (ReferenceSetError, JobFolderError) as exc:
@@ -48,11 +55,31 @@ _derived = {} if REFERENCE_DIR is not None else derived(config)
 _branches = {} if REFERENCE_DIR is not None else branches(config, skip=set(_twins) | set(_derived))
 BRANCHED = {job.path: (src.path, rounds) for job, (src, rounds) in _branches.items()}
 KEEP_ROUNDS = {src.path: rounds for src, rounds in branch_rounds(_branches).items()}
-# The report reads the paper's family and setting names: say before the DAG is built when this config's do not
-# fit (a renamed family or grid prefix would leave cells at '--'), once, in the main process.
-if workflow.is_main_process:
-    for _warning in contract_warnings(config, JOBS):
-        logger.warning(f"WARNING: {_warning}")
+
+
+def contract_checked():
+    """Warn, once, in the main process, when this config's family and setting names do not fit the ones the report
+    reads (a renamed family or grid prefix would leave cells at '--'). Called when rule all is planned (its input
+    function, before any job runs): the report's contract imports the claims' code, which needs pandas."""
+    if workflow.is_main_process and not _CONTRACT_CHECKED:
+        from fedbalance.presentation.contract import contract_warnings
+
+        _CONTRACT_CHECKED.append(True)
+        for warning in contract_warnings(config, JOBS):
+            logger.warning(f"WARNING: {warning}")
+
+
+_CONTRACT_CHECKED = []
+
+
+def all_inputs(wildcards):
+    """Rule all's inputs: every table, figure and summary of the study (rules/report.smk) and the tidy CSVs; warns
+    first when the config's names do not fit the report's (contract_checked)."""
+    contract_checked()
+    tidy = [result("aggregate", f"{name}.csv") for name in ("final", "rounds", "clients")]
+    return [*TABLE_FILES, *FIGURE_FILES, *SUMMARY_FILES, *FIDELITY_FILES, *REPORT_FILES, *tidy]
+
+
 EXPERIMENTS = list(config["experiments"])
 DATASETS = list(config["datasets"])
 # The default composition estimator: the first of monitor.estimators (docs/design.md §2; docs/deviations.md).
@@ -119,10 +146,12 @@ def dataset_source(dataset):
     return dataset_data(dataset)[0]
 
 
+@cache
 def _uses_gpu():
     """Config-driven: device cuda -> every training job asks for one GPU; cpu -> none; auto -> one
     when the machine that plans the workflow sees CUDA (on a cluster whose login node has no GPU,
-    set `device: cuda` -- profiles/slurm does so with `--config device=cuda`)."""
+    set `device: cuda` -- profiles/slurm does so with `--config device=cuda`). Asked when the DAG is
+    built (auto imports torch), once."""
     device = config["device"]
     if device == "cuda":
         return True
@@ -133,13 +162,13 @@ def _uses_gpu():
     return torch.cuda.is_available()
 
 
-USE_GPU = _uses_gpu()
 # A GPU training job asks one `gpu` (on SLURM the plugin turns it into --gpus=1) and one of the
 # machine's `gpu_slots`: locally `--resources gpu_slots=N` (or profiles/local: gpu_slots=2) offers N slots
 # per GPU, with no global `gpu` cap, so N jobs share the GPU (without either nothing caps them);
 # gpu_slots is scoped "local", so on a cluster it caps one submission, never the workflow.
-TRAIN_GPUS = 1 if USE_GPU else 0
-TRAIN_GPU_SLOTS = 1 if USE_GPU else 0
+def train_gpus(wildcards):
+    """Rule train's `gpu` and `gpu_slots`: 1 on a GPU, else 0."""
+    return 1 if _uses_gpu() else 0
 
 
 resource_scopes:
@@ -208,11 +237,11 @@ def train_inputs(wildcards):
     return inputs
 
 
-# The report's jobs (report.smk): what each table and figure job reads, and its caption.
+# The report's jobs (report.smk): what each table and figure job reads.
 PRESENTATION = Path(presentation_tables.__file__).parent
 TEMPLATES = presentation_tables.TEMPLATES
 NAMES_CODE = str(PRESENTATION / "names.py")
-TABLES_CODE = [str(PRESENTATION / "tables.py"), NAMES_CODE]
+TABLES_CODE = [str(PRESENTATION / "tables.py"), str(PRESENTATION / "table_specs.py"), NAMES_CODE]
 TIDY = {name: result("aggregate", f"{name}.csv") for name in ("final", "rounds", "clients")}
 
 
@@ -230,11 +259,14 @@ def figure_inputs(wildcards):
     return {**{k: TIDY[k] for k in spec.inputs}, "code": code}
 
 
-# workflow/report/ beside this file's rules/, not the main Snakefile's (workflow.basedir is the user's folder when
-# this workflow is a module), read through Snakemake's source cache (a module may come from a git host).
-REPORT_DIR = workflow.current_basedir.join("../report")
+# The protocol of the jobs each table and figure shows, for their pages' captions (rules table_page and figure).
+@cache
+def table_study(label):
+    """The protocol of the jobs that fill table ``label`` in words (fedbalance.presentation.study.describe)."""
+    return describe(config, filling(table_reads(label), JOBS))
 
 
-def caption_text(kind):
-    """The caption of table/figure ``name`` (workflow/report/<name>.rst), rendered by workflow/report/<kind>.rst."""
-    return lambda wc: Path(workflow.sourcecache.get_path(REPORT_DIR.join(f"{getattr(wc, kind)}.rst"))).read_text()
+@cache
+def figure_study(name):
+    """The protocol of the jobs figure ``name`` draws, in words."""
+    return describe(config, filling(figure_reads(name, FIGURE_DATASETS.get(name)), JOBS))

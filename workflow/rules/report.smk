@@ -1,26 +1,59 @@
-# Stage 5: one job per LaTeX table (+ std, + comparison with the published numbers), one per
-# figure (PDF + PNG), claims.md and paper_tables.tex, every one registered for `snakemake --report`
-# with its caption (workflow/report/<name>.rst, through table.rst and figure.rst there) in a category
-# named after the experiment family it comes from (the table's spec, the figure's registry entry).
-# The library always writes every table and figure: cells whose jobs the config does not run are
-# rendered as '–', so the file lists below do not depend on the config. Each job declares what it
-# reads: the tidy CSVs it uses and the code that draws it (a figure's own module, not the others').
+# Stage 5: one job per LaTeX table (+ std, + comparison with the published numbers), one per table's HTML page
+# and one per figure (PDF + PNG), claims.md and paper_tables.tex, and the pages `snakemake --report` shows: each
+# table as HTML, each figure, claims, Fidelity and Reproduction as HTML, and the landing page (the study: config,
+# datasets, each family's protocol, where the numbers come from), each with a caption filled from the study
+# (workflow/report/table.rst, figure.rst: jinja2 over the job's wildcards and params) in a category named after
+# its experiment family. A table or figure that no job of the study fills (fedbalance.presentation.study) is not
+# shown: the landing page and paper_tables.tex list it as not run. Every table's LaTeX and CSV files are still
+# written (cells without jobs print '–'; Reproduction.md reads them all). Each job declares what it reads: the
+# tidy CSVs it uses and the code that draws it (a figure's own module, not the others').
+
+import os
 
 from fedbalance.presentation.figures import DEFAULT_DATASET
-from fedbalance.presentation.tables import TABLE_SUFFIXES
+from fedbalance.presentation.study import (
+    describe,
+    figure_reads,
+    figures_run,
+    filling,
+    identity,
+    table_reads,
+    tables_run,
+)
+from fedbalance.presentation.table_specs import TABLE_SUFFIXES
 
 TABLES_DIR = result("tables")
 FIGURES_DIR = result("figures")
 FIGURE_FORMATS = presentation_figures.FORMATS
-
-TABLE_FILES = [f"{TABLES_DIR}/{label}{suffix}" for label in TABLES for suffix in TABLE_SUFFIXES]
-FIGURE_FILES = [f"{FIGURES_DIR}/{name}.{ext}" for name in FIGURES for ext in FIGURE_FORMATS]
 # A figure drawn from one dataset (e.g. the CIFAR10 curves) uses the first dataset of the config
 # when that dataset is not part of the study (config/quick.yaml has only mnist).
 FIGURE_DATASETS = {name: (d if d in config["datasets"] else DATASETS[0]) for name, d in DEFAULT_DATASET.items()}
+TABLES_RUN, TABLES_NOT_RUN = tables_run(JOBS)
+FIGURES_RUN, FIGURES_NOT_RUN = figures_run(JOBS, FIGURE_DATASETS)
+
+TABLE_FILES = [f"{TABLES_DIR}/{label}{suffix}" for label in TABLES for suffix in TABLE_SUFFIXES]
+TABLE_PAGES = [f"{TABLES_DIR}/{label}.html" for label in TABLES_RUN]
+FIGURE_FILES = [f"{FIGURES_DIR}/{name}.{ext}" for name in FIGURES_RUN for ext in FIGURE_FORMATS]
 SUMMARY_FILES = [result("claims.md"), result("paper_tables.tex")]
 FIDELITY_FILES = [f"{TABLES_DIR}/Fidelity.md", f"{TABLES_DIR}/Fidelity.csv", f"{TABLES_DIR}/Reproduction.md"]
+# the Markdown summaries as HTML pages (rule markdown_page), and the report's landing page (rule landing_page)
+PAGES = {
+    result("claims.html"): result("claims.md"),
+    **{f"{TABLES_DIR}/{n}.html": f"{TABLES_DIR}/{n}.md" for n in ("Fidelity", "Reproduction")},
+}
+LANDING_PAGE = result("report", "workflow.rst")
+REPORT_FILES = [*TABLE_PAGES, *PAGES, LANDING_PAGE]
 LOSS_BASES = {name: v["loss"] for name, v in (config.get("loss_variants") or {}).items()}
+# Which study this is (the landing page and paper_tables.tex say so)
+STUDY = identity(
+    config,
+    JOBS,
+    configfiles=[os.path.relpath(f) for f in workflow.config_settings.configfiles],
+    trained=len(JOBS) - len(TWINS) - len(_derived) - len(FROM_REFERENCE),
+    copied=len(TWINS) + len(_twins if REFERENCE_DIR is not None else {}),
+    derived=len(_derived),
+    reference_dir=REFERENCE_DIR,
+)
 
 
 wildcard_constraints:
@@ -30,26 +63,21 @@ wildcard_constraints:
 
 localrules:
     table,
+    table_page,
     figure,
     claims,
     paper_tables,
     fidelity,
     reproduction,
+    markdown_page,
+    landing_page,
 
 
 rule table:
     input:
         unpack(table_inputs),
     output:
-        [
-            report(
-                f"{TABLES_DIR}/{{label}}{suffix}",
-                caption="../report/table.rst",
-                category=lambda wildcards: TABLES[wildcards.label].family,
-                subcategory="Tables",
-            )
-            for suffix in TABLE_SUFFIXES
-        ],
+        [f"{TABLES_DIR}/{{label}}{suffix}" for suffix in TABLE_SUFFIXES],
     log:
         result("logs", "tables", "{label}.log"),
     conda:
@@ -61,9 +89,36 @@ rule table:
     params:
         out_dir=lambda wildcards, output: str(Path(output[0]).parent),
         estimator=DEFAULT_ESTIMATOR,
-        caption=caption_text("label"),
     script:
         "../scripts/table.py"
+
+
+rule table_page:
+    input:
+        final=TIDY["final"],
+        rounds=TIDY["rounds"],
+        code=[*TABLES_CODE, str(PRESENTATION / "html.py")],
+    output:
+        report(
+            f"{TABLES_DIR}/{{label}}.html",
+            caption="../report/table.rst",
+            category=lambda wildcards: TABLES[wildcards.label].family,
+            subcategory="Tables",
+        ),
+    log:
+        result("logs", "tables", "{label}.html.log"),
+    conda:
+        "../envs/report.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        estimator=DEFAULT_ESTIMATOR,
+        family=lambda wildcards: TABLES[wildcards.label].family,
+        study=lambda wildcards: table_study(wildcards.label),
+    script:
+        "../scripts/table_page.py"
 
 
 rule figure:
@@ -91,7 +146,8 @@ rule figure:
         out_dir=lambda wildcards, output: str(Path(output[0]).parent),
         dataset=lambda wildcards: FIGURE_DATASETS.get(wildcards.name),
         estimator=DEFAULT_ESTIMATOR,
-        caption=caption_text("name"),
+        family=lambda wildcards: FIGURES[wildcards.name].family,
+        study=lambda wildcards: figure_study(wildcards.name),
     script:
         "../scripts/figure.py"
 
@@ -102,7 +158,7 @@ rule claims:
         rounds=TIDY["rounds"],
         code=[str(PRESENTATION / "claims.py"), *TABLES_CODE, str(TEMPLATES / "claims.md.j2")],
     output:
-        report(result("claims.md"), caption="../report/claims.rst", category="summary"),
+        result("claims.md"),
     log:
         result("logs", "claims.log"),
     conda:
@@ -119,8 +175,10 @@ rule claims:
 
 rule paper_tables:
     input:
-        # the files it \input's
-        tables=[f"{TABLES_DIR}/{label}{suffix}" for label in TABLES for suffix in (".tex", "_std.tex", "_vs_paper.tex")],
+        # the files it \input's: the tables the study fills (the others are listed as not run)
+        tables=[
+            f"{TABLES_DIR}/{label}{suffix}" for label in TABLES_RUN for suffix in (".tex", "_std.tex", "_vs_paper.tex")
+        ],
         code=[*TABLES_CODE, str(TEMPLATES / "paper_tables.tex.j2")],
     output:
         report(result("paper_tables.tex"), caption="../report/paper_tables.rst", category="summary"),
@@ -133,8 +191,10 @@ rule paper_tables:
         mem_mb=1000,
         runtime=5,
     params:
-        tables_dir=lambda wildcards, input: str(Path(input.tables[0]).parent),
-        labels=list(TABLES),
+        tables_dir=lambda wildcards, output: str(Path(output[0]).parent / "tables"),
+        labels=TABLES_RUN,
+        not_run=TABLES_NOT_RUN,
+        study=STUDY,
         estimator=DEFAULT_ESTIMATOR,
     script:
         "../scripts/paper_tables.py"
@@ -146,7 +206,7 @@ rule fidelity:
         rounds=TIDY["rounds"],
         code=[str(PRESENTATION / "fidelity.py"), *TABLES_CODE],
     output:
-        markdown=report(f"{TABLES_DIR}/Fidelity.md", caption="../report/Fidelity.rst", category="summary"),
+        markdown=f"{TABLES_DIR}/Fidelity.md",
         csv=f"{TABLES_DIR}/Fidelity.csv",
     log:
         result("logs", "fidelity.log"),
@@ -167,7 +227,7 @@ rule reproduction:
         tables=[f"{TABLES_DIR}/{label}_vs_paper.csv" for label in TABLES],
         code=[str(PRESENTATION / "fidelity.py"), *TABLES_CODE],
     output:
-        report(f"{TABLES_DIR}/Reproduction.md", caption="../report/Reproduction.rst", category="summary"),
+        f"{TABLES_DIR}/Reproduction.md",
     log:
         result("logs", "reproduction.log"),
     conda:
@@ -180,3 +240,50 @@ rule reproduction:
         datasets=config["datasets"],
     script:
         "../scripts/reproduction.py"
+
+
+rule markdown_page:
+    input:
+        markdown=lambda wildcards: PAGES[f"{wildcards.folder}/{wildcards.page}.html"],
+        code=str(PRESENTATION / "html.py"),
+    output:
+        report(
+            "{folder}/{page}.html",
+            caption="../report/summary.rst",
+            category="summary",
+        ),
+    log:
+        result("logs", "pages", "{folder}", "{page}.log"),
+    wildcard_constraints:
+        folder=_paths({str(Path(p).parent) for p in PAGES}),
+        page="claims|Fidelity|Reproduction",
+    conda:
+        "../envs/report.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    script:
+        "../scripts/markdown_page.py"
+
+
+rule landing_page:
+    input:
+        code=[str(PRESENTATION / "study.py")],
+    output:
+        LANDING_PAGE,
+    log:
+        result("logs", "landing_page.log"),
+    conda:
+        "../envs/report.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    params:
+        study=STUDY,
+        jobs=[[j.experiment, j.dataset, j.setting, j.loss, j.seed] for j in JOBS],
+        tables_not_run=TABLES_NOT_RUN,
+        figures_not_run=FIGURES_NOT_RUN,
+    script:
+        "../scripts/landing_page.py"

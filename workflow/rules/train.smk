@@ -18,8 +18,8 @@ rule train:
         "../envs/torch.yaml"
     threads: TRAIN_THREADS
     resources:
-        gpu=TRAIN_GPUS,
-        gpu_slots=TRAIN_GPU_SLOTS,
+        gpu=train_gpus,
+        gpu_slots=train_gpus,
         mem_mb=train_mem_mb,
         runtime=train_runtime,
     params:

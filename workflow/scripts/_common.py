@@ -26,7 +26,11 @@ if Path(SRC, "fedbalance").is_dir():
 
 @contextlib.contextmanager
 def logged(smk):
-    """Send stdout and stderr (Python-level and the file descriptors) to the rule's log file."""
+    """Send stdout and stderr (Python-level and the file descriptors) to the rule's log file, and the library's log
+    messages (from INFO: a job's progress lines, warnings) there too (fedbalance.logs.configure)."""
+    from fedbalance.logs import configure
+
+    configure()
     if not smk.log:
         yield
         return

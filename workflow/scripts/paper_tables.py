@@ -1,4 +1,4 @@
-"""Rule paper_tables: the standalone paper_tables.tex that \\input's every table by relative path
+"""Rule paper_tables: the standalone paper_tables.tex about the study that \\input's every table it fills by relative path
 (fedbalance.presentation.tables.write_paper_tables)."""
 
 import _common
@@ -9,4 +9,5 @@ smk = snakemake  # noqa: F821  (injected by Snakemake)
 
 with _common.logged(smk):
     p = smk.params
-    print(write_paper_tables(smk.output[0], p.tables_dir, estimator=p.estimator, labels=p.labels))
+    print(write_paper_tables(smk.output[0], p.tables_dir, estimator=p.estimator, labels=p.labels, not_run=p.not_run,
+                             study=dict(p.study)))

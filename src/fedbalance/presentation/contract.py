@@ -4,7 +4,7 @@ The tables, figures and claims name the paper's experiment families ("losses", "
 setting names ("g10", "c5_g10", ...); a config that renames a family or a grid prefix would leave
 their cells at "--" without a word. ``unmatched`` lists the reads of the report that a config's
 families hold no job for, ``unread`` the config's families that nothing in the report reads; the
-Snakefile warns with both before it builds the DAG.
+workflow warns with both when it plans rule ``all`` (before any job runs).
 """
 
 from __future__ import annotations

@@ -72,3 +72,7 @@ class Read:
         """Whether the job (experiment, dataset, setting, loss) is one this read takes."""
         return (experiment == self.experiment and self.dataset in (None, dataset)
                 and self.setting in (None, setting) and self.loss in (None, loss))
+
+PLAIN_LOSS = {**BEYOND_NAME, **LOSS_NAME, "mse": "MSE", "mfe": "MFE", "bsm": "Balanced Softmax, monitor prior",
+              "bsm_local": "Balanced Softmax, local prior"}
+"""Plain name of each loss in the HTML tables."""

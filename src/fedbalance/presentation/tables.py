@@ -1,6 +1,7 @@
 """The paper's tables regenerated from the tidy frames, beside the published numbers.
 
-One :class:`TableSpec` per paper table (``TABLES``) says which jobs fill each cell. A cell is the
+One :class:`TableSpec` per paper table (``TABLES``, defined in :mod:`fedbalance.presentation.table_specs`)
+says which jobs fill each cell. A cell is the
 mean over seeds (monitor tables: mean and variance of the per-round CS over rounds and seeds).
 Values are kept in the paper's units: Ac.M and Ac. in %, AUC and CS as fractions, CS variance
 in 1e-5. Bold rule: the best loss (stage) per column as in the paper (``bold="column"``, max; ties
@@ -16,273 +17,26 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
 import jinja2
 import pandas as pd
 
-from fedbalance.presentation.names import (
-    BEYOND_LOSSES, DATASET_NAME, ESTIMATORS, FOUR_LOSSES, GAMMAS, LOSS_LABEL, gamma_setting,
+from fedbalance.presentation.names import DATASET_NAME, LOSS_LABEL, PLAIN_LOSS, PLAIN_METRIC
+from fedbalance.presentation.table_specs import (  # noqa: F401  (re-exported: the tables' readers import them from here)
+    CAPTION_BEYOND, CAPTION_LOSSES, CS_LEVELS, PUBLISHED, TABLE_SUFFIXES, TABLES, TEMPLATES, Cell, Group, TableSpec,
+    table_files, table_labels,
 )
-from fedbalance.records import DEFAULT_ESTIMATOR, cs_column, setting_name
+from fedbalance.records import DEFAULT_ESTIMATOR, cs_column
 
-PUBLISHED = Path(__file__).parent.parent / "published" / "paper_numbers.csv"
-TEMPLATES = Path(__file__).with_name("templates")  # package data: also found after a non-editable install
 KEY = ["experiment", "dataset", "setting", "loss"]
 CELL_KEY = ["metric", "dataset", "column", "row"]
 MISSING = "--"
-TABLE_SUFFIXES = (".tex", "_std.tex", "_vs_paper.csv", "_vs_paper.tex")
 METRIC_LABEL = {
     "acm": r"Ac.M \%", "auc": "AUC", "acc_majority": r"Ac. \%", "cs_mean": "Mean", "cs_var": r"Var. ($\times10^{-5}$)",
 }
 FINAL_SOURCE = {"acm": ("acc_minority", 100.0), "auc": ("auc_hard", 1.0), "acc_majority": ("acc_majority", 100.0)}
-CS_LEVELS = {  # classes per client -> the paper's CS level
-    10: ((5, "0.6960"), (4, "0.6158"), (3, "0.5111"), (2, "0.3984")),
-    7: ((6, "0.9343"), (5, "0.8489"), (4, "0.7411"), (3, "0.6732")),
-}
-CAPTION_LOSSES = (
-    r"Comparison between our method ($L_{R\!L}$) and previous methods based on CrossEntropy Loss ($L_{C\!E}$), "
-    r"Focal Loss ($L_{F\!L}$) and GHMC Loss ($L_{G\!H\!M\!C}$)"
-)
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One table cell: its key in the published CSV and the jobs that fill it."""
-
-    metric: str
-    dataset: str
-    column: str
-    row: str
-    experiment: str
-    setting: str
-    loss: str
-
-
-@dataclass(frozen=True)
-class Group:
-    """A run of columns under one header (a dataset or a CS level)."""
-
-    title: str
-    dataset: str
-    columns: tuple[tuple[str, str], ...]
-    realised: tuple[str, tuple[str, ...]] | None = None
-
-
-@dataclass(frozen=True)
-class TableSpec:
-    """How to build one table: its cells, its layout and its bold rule.
-
-    ``family`` is the experiment family the table comes from (its report category); ``realised`` says
-    where a grid table prints the partitions' realised CS of its groups: after each group's title
-    ("title"), in a row under the column labels ("row"), or nowhere (None).
-    """
-
-    label: str
-    caption: str
-    layout: str
-    cells: tuple[Cell, ...]
-    metrics: tuple[str, ...]
-    rows: tuple[tuple[str, str], ...]
-    groups: tuple[Group, ...] = ()
-    corner: tuple[str, str] = (r"\textbf{Data}", r"$\Gamma$")
-    source: str = "final"
-    estimator: str | None = None
-    bold: str | None = "column"
-    block_columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    family: str = "other"
-    realised: str | None = None
-
-    def cell_frame(self) -> pd.DataFrame:
-        """The cells as a frame (one row per cell)."""
-        return pd.DataFrame([c.__dict__ for c in self.cells], columns=list(Cell.__dataclass_fields__))
-
-    @property
-    def inputs(self) -> tuple[str, ...]:
-        """The tidy frames the table reads: ``final`` always (cells or realised CS), ``rounds`` for round statistics."""
-        return ("final",) if self.source == "final" else ("final", "rounds")
-
-
-def _loss_table(label: str, caption: str, experiment: str, datasets: Iterable[str], metrics: tuple[str, ...],
-                corner2: str = r"$\Gamma$") -> TableSpec:
-    """Datasets side by side, Γ columns, one row per loss in each metric block."""
-    groups, cells = [], []
-    for d in datasets:
-        cols = tuple((lab, gamma_setting(g)) for lab, g in GAMMAS)
-        groups.append(Group(rf"\textbf{{{DATASET_NAME[d]}}}", d, tuple((c, c) for c, _ in cols)))
-        cells += [Cell(m, d, c, loss, experiment, s, loss) for m in metrics for c, s in cols for loss in FOUR_LOSSES]
-    rows = tuple((loss, LOSS_LABEL[loss]) for loss in FOUR_LOSSES)
-    return TableSpec(label, caption, "grid", tuple(cells), metrics, rows, tuple(groups),
-                     corner=(r"\textbf{Data}", corner2), family=experiment)
-
-
-def _mismatch_table(label: str, dataset: str) -> TableSpec:
-    """One dataset, three CS levels side by side (as printed in the paper), Γ columns, loss rows."""
-    q = 7 if dataset == "fer2013" else 10
-    experiment = "mismatch_fer2013" if dataset == "fer2013" else "mismatch"
-    skip = 3 if dataset == "fer2013" else 2  # the CS levels the paper prints
-    levels = [lv for i, lv in enumerate(CS_LEVELS[q]) if i != skip]
-    groups, cells = [], []
-    for c, cs in levels:
-        cols = tuple((f"{cs}/{lab}", lab, setting_name(("c", c), ("g", g))) for lab, g in GAMMAS)
-        groups.append(Group(rf"$C\!S$={cs}", dataset, tuple((k, lab) for k, lab, _ in cols),
-                            (experiment, tuple(s for _, _, s in cols))))
-        cells += [Cell(m, dataset, k, loss, experiment, s, loss)
-                  for m in ("acm", "auc") for k, _, s in cols for loss in FOUR_LOSSES]
-    rows = tuple((loss, LOSS_LABEL[loss]) for loss in FOUR_LOSSES)
-    caption = (CAPTION_LOSSES + rf" in federated learning over {DATASET_NAME[dataset]}, under three levels of mismatch "
-               r"between local and global imbalance (paper's $C\!S$; ours, realised, in brackets) and different levels "
-               "of global imbalance.")
-    return TableSpec(label, caption, "grid", tuple(cells), ("acm", "auc"), rows, tuple(groups),
-                     corner=(rf"\textbf{{{DATASET_NAME[dataset]}}}", r"$\Gamma$"), family="mismatch",
-                     realised="title")
-
-
-def _mfe_table() -> TableSpec:
-    groups, cells = [], []
-    for d in ("mnist", "cifar10", "fer2013"):
-        q = 7 if d == "fer2013" else 10
-        exp = "mfe_fer2013" if d == "fer2013" else "mfe"
-        groups.append(Group(rf"\textbf{{{DATASET_NAME[d]}}}", d, tuple((cs, cs) for _, cs in CS_LEVELS[q]),
-                            (exp, tuple(setting_name(("c", c)) for c, _ in CS_LEVELS[q]))))
-        cells += [Cell(m, d, cs, loss, exp, setting_name(("c", c)), loss)
-                  for m in ("acm", "auc") for c, cs in CS_LEVELS[q] for loss in ("mse", "mfe")]
-    caption = (r"Comparison between the Mean-Square-Error Loss ($L_{M\!S\!E}$) and the MFE Loss with local knowledge "
-               r"($L_{M\!F\!E}$) under different levels of mismatch (paper's $C\!S$; ours, realised, in the row "
-               r"below), $\Gamma=10:1$.")
-    return TableSpec("Sup_MFE", caption, "grid", tuple(cells), ("acm", "auc"),
-                     (("mse", LOSS_LABEL["mse"]), ("mfe", LOSS_LABEL["mfe"])), tuple(groups),
-                     corner=(r"\textbf{Data}", r"$C\!S$"), family="mfe", realised="row")
-
-
-def _sweep_table(label: str, caption: str, experiment: str, prefix: str, row: str, symbol: str,
-                 values: tuple[float, ...], metrics: tuple[str, ...], loss: str, source: str = "final",
-                 estimator: str | None = None) -> TableSpec:
-    cols = tuple((f"{v:.2f}", setting_name((prefix, v))) for v in values)
-    cells = tuple(Cell(m, "mnist", c, row, experiment, s, loss) for m in metrics for c, s in cols)
-    return TableSpec(label, caption, "sweep", cells, metrics, ((row, symbol),),
-                     (Group("", "mnist", tuple((c, c) for c, _ in cols)),), corner=(symbol, ""), source=source,
-                     estimator=estimator, bold="row", family=experiment)
-
-
-def _early_table() -> TableSpec:
-    stages = (("E", "E."), ("M", "M."), ("S", "S."))
-    datasets = ("mnist", "cifar10", "fer2013", "femnist")
-    cells = tuple(Cell(m, d, DATASET_NAME[d], st, "early", st, "ce")
-                  for m in ("acm", "auc") for d in datasets for st, _ in stages)
-    groups = tuple(Group(rf"\textbf{{{DATASET_NAME[d]}}}", d, ((DATASET_NAME[d], DATASET_NAME[d]),)) for d in datasets)
-    return TableSpec("Importance_early", "Comparison when global imbalance ($\\Gamma=100:1$) is acknowledged at "
-                     "different stages of FL training (start S., middle M., end E.).", "single", cells,
-                     ("acm", "auc"), stages, groups, corner=(r"\textbf{Metric}", r"\textbf{Stage}"), family="early")
-
-
-def _bs_ep_table() -> TableSpec:
-    blocks = {"bs": ("batch_size", (32, 64, 96, 128, 256)), "ep": ("local_epochs", (4, 8, 10, 20, 30))}
-    cells = tuple(Cell(m, d, str(v), row, exp, setting_name((row, v)), "ce")
-                  for row, (exp, vals) in blocks.items() for d in ("cifar10", "femnist")
-                  for m in ("cs_mean", "cs_var") for v in vals)
-    groups = tuple(Group(rf"\textbf{{{DATASET_NAME[d]}}}", d, tuple((str(i), str(i)) for i in range(5)))
-                   for d in ("cifar10", "femnist"))
-    return TableSpec("Sup_bs_ep", "The mean and variance of the similarity scores between the monitor's estimate of "
-                     "the data composition and the ground truth over CIFAR10 and FEMNIST under different local batch "
-                     "sizes and epochs.", "blocks", cells, ("cs_mean", "cs_var"),
-                     (("bs", r"\textbf{Batch Size}"), ("ep", r"\textbf{Local Epochs}")), groups,
-                     source="monitor", bold=None,
-                     block_columns={r: tuple(str(v) for v in vals) for r, (_, vals) in blocks.items()},
-                     family=" + ".join(exp for exp, _ in blocks.values()))
-
-
-def _imbalance_table() -> TableSpec:
-    datasets = ("mnist", "cifar10", "fer2013", "femnist")
-    cells = tuple(Cell("cs", d, lab, est, "losses", gamma_setting(g), "ratio")
-                  for d in datasets for lab, g in GAMMAS for est in ESTIMATORS)
-    rows = tuple((lab, lab) for lab, _ in GAMMAS)
-    groups = (Group(r"\textbf{Estimator}", "", tuple((e, rf"\texttt{{{e}}}") for e in ESTIMATORS)),)
-    return TableSpec("Monitor_under_imbalance", "Beyond the paper: CS between each estimator's composition estimate "
-                     "(and the uniform guess $N/Q$) and the true composition of the round, mean $\\pm$ std over "
-                     "rounds and seeds, Ratio-Loss jobs of the fixed-client loss comparison.", "imbalance", cells,
-                     ("cs",), rows, groups, corner=(r"\textbf{Data}", r"$\Gamma$"), source="imbalance",
-                     family="losses")
-
-
-# ---------------------------------------------------------------- beyond the paper: newer losses
-
-CAPTION_BEYOND = (
-    r"Beyond the paper: newer class-imbalance losses under the paper's protocol (the fixed clients, "
-    r"partitions and seeds of the loss comparison), over MNIST and CIFAR10 and different levels of global "
-    r"imbalance: logit adjustment ($\tau=1$, i.e.\ Balanced Softmax) with the monitor's estimate of the "
-    r"round's composition as the prior ($L_{L\!A}$ monitor $\pi$) or each client's own label counts "
-    r"(local $\pi$), FedLC ($\tau=1$) and FedRS ($\alpha=0.5$), beside $L_{C\!E}$ and $L_{R\!L}$, and $L_{R\!L}$ "
-    r"with $Ra_p$ the median of the kept units' ratios instead of their mean (a reading that does not spike)."
-)
-
-
-def _beyond_table() -> TableSpec:
-    """Beyond_paper: Res_3_datasets' layout (datasets side by side, Γ columns, Ac.M and AUC blocks) for
-    ``BEYOND_LOSSES`` of the experiment family ``beyond``."""
-    groups, cells = [], []
-    for d in ("mnist", "cifar10"):
-        cols = tuple((lab, gamma_setting(g)) for lab, g in GAMMAS)
-        groups.append(Group(rf"\textbf{{{DATASET_NAME[d]}}}", d, tuple((c, c) for c, _ in cols)))
-        cells += [Cell(m, d, c, loss, "beyond", s, loss) for m in ("acm", "auc") for c, s in cols for loss in BEYOND_LOSSES]
-    rows = tuple((loss, LOSS_LABEL[loss]) for loss in BEYOND_LOSSES)
-    return TableSpec("Beyond_paper", CAPTION_BEYOND, "grid", tuple(cells), ("acm", "auc"), rows, tuple(groups),
-                     family="beyond")
-
-
-def _specs() -> dict[str, TableSpec]:
-    three = ("mnist", "cifar10", "fer2013")
-    specs = [
-        _loss_table("FL_FEMNIST", CAPTION_LOSSES + " in federated learning, over FEMNIST and different levels of "
-                    "global imbalance.", "losses", ("femnist",), ("acm", "auc")),
-        _loss_table("Res_3_datasets", CAPTION_LOSSES + " in federated learning, over three data sets and different "
-                    "levels of global imbalance.", "losses", three, ("acm", "auc")),
-        _loss_table("Res_without_mismatch", CAPTION_LOSSES + ", when the models are not trained with federated "
-                    "learning.", "centralised", three, ("acm", "auc"), corner2=r"$\gamma$"),
-        _mfe_table(),
-        _sweep_table("Sup_hyper_T_ra", "The mean and variance of the similarity scores between the estimate of the "
-                     "data composition (paper estimator) and the ground truth over MNIST under different $T_{Ra}$.",
-                     "t_ra", "t", "T_Ra", "$T_{Ra}$",
-                     (1.0, 1.05, 1.1, 1.15, 1.2, 1.25, 1.3, 1.4, 1.5, 2.0, 5.0), ("cs_mean", "cs_var"), "ce",
-                     source="monitor", estimator="paper"),
-        _sweep_table("Sup_hyper_a", r"Performance comparison under different $\alpha$ values ($\beta=0.10$, global "
-                     r"imbalance $\Gamma=50:1$).", "alpha", "a", "alpha", r"$\alpha$",
-                     (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 3.0, 5.0), ("acm", "auc"), "ratio"),
-        _sweep_table("Sup_hyper_b", r"Performance comparison under different $\beta$ values ($\alpha=1.00$, global "
-                     r"imbalance $\Gamma=50:1$).", "beta", "b", "beta", r"$\beta$",
-                     (0.02, 0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2, 0.3), ("acm", "auc"), "ratio"),
-        _early_table(),
-        _bs_ep_table(),
-        _loss_table("Sup_majority", "Comparison of the classification accuracy on the majority classes between "
-                    r"$L_{R\!L}$, $L_{C\!E}$, $L_{F\!L}$ and $L_{G\!H\!M\!C}$ in federated learning, over three "
-                    "datasets and different levels of global imbalance.", "losses", three, ("acc_majority",)),
-        _loss_table("Sup_majority_femnist", "Comparison of the classification accuracy on the majority classes "
-                    r"between $L_{R\!L}$, $L_{C\!E}$, $L_{F\!L}$ and $L_{G\!H\!M\!C}$ in federated learning, over "
-                    "FEMNIST and different levels of global imbalance.", "losses", ("femnist",), ("acc_majority",)),
-        _loss_table("Sup_fe_dynamic", CAPTION_LOSSES + " over FEMNIST when the global imbalance ratio changes with "
-                    "the selection of clients at each round.", "dynamic", ("femnist",), ("acm", "auc")),
-        _mismatch_table("Sup_data_MNIST", "mnist"),
-        _mismatch_table("Sup_data_CIFAR10", "cifar10"),
-        _mismatch_table("Sup_data_Fer2013", "fer2013"),
-        _imbalance_table(),
-        _beyond_table(),
-    ]
-    return {s.label: s for s in specs}
-
-
-TABLES: dict[str, TableSpec] = _specs()
-
-
-def table_labels() -> list[str]:
-    """Labels of every table (paper order, then ours)."""
-    return list(TABLES)
-
-
-def table_files(label: str) -> list[str]:
-    """The file names :func:`write_table` writes for ``label``."""
-    return [f"{label}{suffix}" for suffix in TABLE_SUFFIXES]
 
 
 def published() -> pd.DataFrame:
@@ -578,23 +332,116 @@ def write_table(label: str, final: pd.DataFrame, rounds: pd.DataFrame, out_dir: 
     p = out / f"{label}_vs_paper.csv"
     cmp.to_csv(p, index=False)
     paths.append(p)
-    rows = _vs_paper_rows(cmp)
+    rows = _vs_paper_rows(cmp[cmp.ours_mean.notna()])
     chunks = [rows[i:i + 35] for i in range(0, len(rows), 35)]
     p = out / f"{label}_vs_paper.tex"
-    p.write_text(env.get_template("vs_paper.tex.j2").render(title=label.replace("_", r"\_"), chunks=chunks))
+    p.write_text(env.get_template("vs_paper.tex.j2").render(title=label.replace("_", r"\_"), chunks=chunks,
+                                                            left_out=int(cmp.ours_mean.isna().sum())))
     paths.append(p)
     return paths
 
 
+TEX_ESCAPES = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#",
+               "$": r"\$", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "Γ": r"$\Gamma$", "α": r"$\alpha$",
+               "β": r"$\beta$", "–": "--"}
+
+
+def tex_escape(text: str) -> str:
+    """Plain text as LaTeX text (the study's config path, dataset names: ``_``, ``%``, ``&``, braces, Γ, ...)."""
+    return "".join(TEX_ESCAPES.get(ch, ch) for ch in text)
+
+
 def write_paper_tables(path: str | Path, tables_dir: str | Path, *, estimator: str = DEFAULT_ESTIMATOR,
-                       labels: Iterable[str] | None = None, templates: str | Path | None = None) -> Path:
-    """Write the standalone ``paper_tables.tex`` at ``path``; it \\input's each table of ``tables_dir`` by
-    relative path."""
+                       labels: Iterable[str] | None = None, not_run: Iterable[str] = (),
+                       study: dict[str, str] | None = None, templates: str | Path | None = None) -> Path:
+    """Write the standalone ``paper_tables.tex`` at ``path``: the ``study`` it is about (``config``, ``datasets``,
+    ``origin``: ``fedbalance.presentation.study.identity``) and a contents list, then each table of ``labels`` (default:
+    all) from ``tables_dir``, \\input by relative path, each in its own section; the tables ``not_run`` are listed."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     summary, out = p.parent.resolve(), Path(tables_dir).resolve()
     prefix = "" if summary == out else Path(os.path.relpath(out, summary)).as_posix() + "/"
-    items = [{"table": prefix + t, "std": f"{prefix}{t}_std", "vs": f"{prefix}{t}_vs_paper"}
+    items = [{"table": prefix + t, "std": f"{prefix}{t}_std", "vs": f"{prefix}{t}_vs_paper", "title": tex_escape(t)}
              for t in (TABLES if labels is None else labels)]
-    p.write_text(environment(templates).get_template("paper_tables.tex.j2").render(tables=items, estimator=estimator))
+    study = {k: tex_escape(v) for k, v in (study or {"config": "not named", "datasets": "not named",
+                                                       "origin": "not named"}).items()}
+    p.write_text(environment(templates).get_template("paper_tables.tex.j2").render(
+        tables=items, estimator=estimator, not_run=[tex_escape(t) for t in not_run], study=study))
+    return p
+
+
+# ---------------------------------------------------------------- HTML (the report shows it inline)
+
+
+def table_frame(spec: TableSpec, values: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """(the table as printed cells, the columns left out): rows (metric, row), columns (dataset, column), each cell
+    "mean ± std" as printed (bold the best as in the LaTeX table, ``<b>``); a column or row without any value is left
+    out and named in the list ("CIFAR10 B.", ...)."""
+    bold = bold_mask(spec, values)
+    rows = []
+    for i, r in values.iterrows():
+        m = r["metric"]
+        text = MISSING if math.isnan(r["mean"]) else fmt(r["mean"], m) + (
+            "" if math.isnan(r["std"]) else f" ± {fmt(r['std'], m)}")
+        rows.append({"metric": PLAIN_METRIC.get(m, m), "row": PLAIN_LOSS.get(str(r["row"]), str(r["row"])),
+                     "dataset": DATASET_NAME.get(r["dataset"], r["dataset"]), "column": str(r["column"]),
+                     "text": f"<b>{text}</b>" if bold[i] else text, "has": not math.isnan(r["mean"])})
+    long = pd.DataFrame(rows)
+    has_col = long.groupby(["dataset", "column"], sort=False)["has"].any()
+    has_row = long.groupby(["metric", "row"], sort=False)["has"].any()
+    kept = long[long.set_index(["dataset", "column"]).index.isin(has_col[has_col].index)
+                & long.set_index(["metric", "row"]).index.isin(has_row[has_row].index)]
+    frame = kept.pivot(index=["metric", "row"], columns=["dataset", "column"], values="text")
+    frame = frame.reindex(index=[k for k in has_row.index if has_row[k]], columns=[k for k in has_col.index if has_col[k]])
+    frame.index.names, frame.columns.names = [None, None], [None, None]
+    dropped = []
+    for d in dict.fromkeys(d for d, _ in has_col.index):
+        cols = [c for dd, c in has_col.index if dd == d]
+        gone = [c for c in cols if not has_col[(d, c)]]
+        if gone:
+            dropped.append(d if len(gone) == len(cols) else f"{d} {', '.join(gone)}")
+    return frame, dropped
+
+
+def table_html(label: str, values: pd.DataFrame, *, description: str = "") -> str:
+    """Table ``label`` as an HTML page: ``description`` (HTML), the cells over seeds as the LaTeX table prints them
+    (the columns without data named below it, not shown), and every cell with data beside the published number."""
+    from fedbalance.presentation.html import frame_html, page
+
+    spec = TABLES[label]
+    frame, dropped = table_frame(spec, values)
+    seeds = sorted({int(n) for n in values["n"] if n > 0})
+    body = [f"<p>{description}</p>" if description else "",
+            f"<h2>Mean ± standard deviation over seeds ({', '.join(map(str, seeds)) or 'no'} seed"
+            f"{'' if seeds == [1] else 's'} a cell; bold: the best, as in the paper)</h2>",
+            frame_html(frame, escape=False)]
+    if dropped:
+        body.append(f"<p class=\"note\">Not run in this study: {html_escape('; '.join(dropped))}.</p>")
+    cmp = vs_paper(values)
+    cmp = cmp[cmp.ours_mean.notna()]
+    if len(cmp):
+        shown = pd.DataFrame({
+            "metric": [PLAIN_METRIC.get(m, m) for m in cmp.metric],
+            "dataset": [DATASET_NAME.get(d, d) for d in cmp.dataset], "column": cmp.column.astype(str),
+            "row": [PLAIN_LOSS.get(str(r), str(r)) for r in cmp.row],
+            "ours": [fmt(a, m) + ("" if math.isnan(s) else f" ± {fmt(s, m)}")
+                     for a, s, m in zip(cmp.ours_mean, cmp.ours_std, cmp.metric)],
+            "seeds": cmp.n_seeds.astype(int), "paper": [fmt(v, m) for v, m in zip(cmp.paper, cmp.metric)],
+            "ours − paper": [fmt_diff(v, m) for v, m in zip(cmp["diff"], cmp.metric)]})
+        body += ["<h2>Beside the published numbers</h2>", frame_html(shown, index=False)]
+    return page(label, "\n".join(b for b in body if b))
+
+
+def html_escape(text: str) -> str:
+    import html
+
+    return html.escape(text)
+
+
+def write_table_html(label: str, final: pd.DataFrame, rounds: pd.DataFrame, path: str | Path, *,
+                     estimator: str = DEFAULT_ESTIMATOR, description: str = "") -> Path:
+    """Write table ``label`` as an HTML page (``table_html``) at ``path``."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(table_html(label, cell_values(TABLES[label], final, rounds, estimator), description=description))
     return p

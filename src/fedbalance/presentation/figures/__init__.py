@@ -4,7 +4,7 @@ Each figure is drawn by ``make_<name>(final, rounds, clients, *, dataset, estima
 from the tidy frames it lists in ``inputs`` (``fedbalance.aggregate``: final.csv, rounds.csv,
 clients.csv); curves are means over seeds per round, CS curves use the ``cs_<estimator>`` columns
 of rounds.csv with the uniform guess drawn beside them. The registry imports no module (nor
-matplotlib) until a figure is drawn, so the workflow can plan from it cheaply.
+matplotlib, nor pandas) until a figure is drawn, so the workflow plans from it with the standard library alone.
 """
 
 from __future__ import annotations
@@ -12,12 +12,13 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Callable
 
 from fedbalance.presentation.names import FOUR_LOSSES, GAMMAS, Read, gamma_setting
 from fedbalance.records import DEFAULT_ESTIMATOR
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 HERE = Path(__file__).parent
 COMMON_FILE = HERE / "common.py"

@@ -1,0 +1,209 @@
+"""What a study's report is about: which tables and figures its jobs fill, and the protocol they ran.
+
+Standard library only (the workflow plans from it when it parses, tests/test_catalog.py): a table is *run* when a
+job of the study fills one of its cells (``TableSpec.cells``), a figure when a job of the study is one it reads
+(``FigureSpec.reads``, on the dataset it is drawn from); the others are listed once as "not run in this study" (the
+report's landing page, paper_tables.tex) instead of being shown as dashes or empty panels. ``describe`` gives the
+protocol of a set of jobs in words (datasets, settings, rounds, clients, seeds) for the landing page and the
+captions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from fedbalance.config import resolve_job
+from fedbalance.presentation.figures import FIGURES
+from fedbalance.presentation.names import DATASET_NAME, Read
+from fedbalance.presentation.table_specs import TABLES
+from fedbalance.records import Job, parse_setting
+
+NOT_RUN = "not run in this study"
+"""How the report and paper_tables.tex name a table or figure that no job of the study fills."""
+
+SETTING_WORDS = {"g": "Γ = {}", "c": "{} classes a client", "t": "T_Ra = {}", "a": "α = {}", "b": "β = {}",
+                 "k": "{} clients a round", "bs": "batch {}", "ep": "{} local epochs"}
+"""How a grid setting's ``<prefix><value>`` part reads ("g10" -> "Γ = 10"; Γ = 1 reads "balanced")."""
+
+
+def table_reads(label: str) -> list[Read]:
+    """The jobs the cells of table ``label`` read."""
+    return [Read(c.experiment, c.dataset, c.setting, c.loss, by=label) for c in TABLES[label].cells]
+
+
+def figure_reads(name: str, dataset: str | None = None) -> list[Read]:
+    """The jobs figure ``name`` reads, on ``dataset`` when it is drawn from another one than the paper's (the workflow
+    draws a one-dataset figure from the study's first dataset when the study lacks the paper's)."""
+    spec = FIGURES[name]
+    return [Read(r.experiment, dataset if dataset and r.dataset else r.dataset, r.setting, r.loss, by=name)
+            for r in spec.reads]
+
+
+def filling(reads: Iterable[Read], jobs: Iterable[Job]) -> list[Job]:
+    """The jobs among ``jobs`` that one of ``reads`` takes, in their order."""
+    reads = list(reads)
+    return [j for j in jobs if any(r.matches(j.experiment, j.dataset, j.setting, j.loss) for r in reads)]
+
+
+def tables_run(jobs: Iterable[Job]) -> tuple[list[str], list[str]]:
+    """(labels of the tables a job of ``jobs`` fills, labels of the others), in the tables' order."""
+    jobs = list(jobs)
+    run = [label for label in TABLES if filling(table_reads(label), jobs)]
+    return run, [label for label in TABLES if label not in run]
+
+
+def figures_run(jobs: Iterable[Job], datasets: Mapping[str, str | None] | None = None) -> tuple[list[str], list[str]]:
+    """(names of the figures a job of ``jobs`` fills, names of the others); ``datasets``: figure -> the dataset it is
+    drawn from."""
+    jobs, datasets = list(jobs), dict(datasets or {})
+    run = [name for name in FIGURES if filling(figure_reads(name, datasets.get(name)), jobs)]
+    return run, [name for name in FIGURES if name not in run]
+
+
+def setting_words(setting: str) -> str:
+    """A setting name in words: "g10" -> "Γ = 10", "g1" -> "balanced", "c5_g10" -> "5 classes a client, Γ = 10"; a
+    named setting ("S", "default") as it is."""
+    try:
+        pairs = parse_setting(setting)
+    except ValueError:
+        return setting
+    words = []
+    for prefix, value in pairs:
+        if prefix == "g" and value == 1:
+            words.append("balanced")
+        else:
+            words.append(SETTING_WORDS.get(prefix, prefix + " = {}").format(f"{value:g}" if isinstance(value, float)
+                                                                             else value))
+    return ", ".join(words)
+
+
+def _span(values: Iterable[Any]) -> str:
+    """Distinct values in words: "16", "0, 1, 2", "4 to 16" (more than three numbers), or "a, b"."""
+    vals = sorted(set(values), key=lambda v: (str(type(v)), v))
+    if not vals:
+        return "–"
+    if len(vals) > 3 and all(isinstance(v, (int, float)) for v in vals):
+        return f"{vals[0]} to {vals[-1]}"
+    return ", ".join(map(str, vals))
+
+
+def dataset_words(cfg: Mapping[str, Any], dataset: str) -> str:
+    """A dataset of the study with its source when that differs: "MNIST (mnist5k)"."""
+    source = (cfg.get("datasets", {}).get(dataset) or {}).get("source", dataset)
+    name = DATASET_NAME.get(dataset, dataset)
+    return name if source == dataset else f"{name} ({source})"
+
+
+def describe(cfg: Mapping[str, Any], jobs: Iterable[Job]) -> dict[str, str]:
+    """The protocol of ``jobs`` in words: datasets, settings, losses, rounds, clients (selected a round of all), seeds
+    and the number of jobs. Values that vary between the jobs are listed or given as a range ("4 to 16"); a
+    centralised job counts epochs, not rounds, and has no clients."""
+    jobs = list(jobs)
+    specs = [resolve_job(cfg, j) for j in jobs]
+    fl = [s for s in specs if s.mode == "fl"]
+    central = [s for s in specs if s.mode != "fl"]
+    rounds = [_span(s.rounds for s in fl) + " rounds"] if fl else []
+    rounds += [_span(s.centralised_epochs or s.rounds * s.local_epochs for s in central) + " epochs (centralised)"
+               ] if central else []
+    clients = sorted({(s.clients_per_round, s.partition.get("num_clients")) for s in fl})
+    return {
+        "datasets": ", ".join(dataset_words(cfg, d) for d in dict.fromkeys(j.dataset for j in jobs)) or "–",
+        "settings": "; ".join(setting_words(s) for s in dict.fromkeys(j.setting for j in jobs)) or "–",
+        "losses": ", ".join(dict.fromkeys(j.loss for j in jobs)) or "–",
+        "rounds": ", ".join(rounds) or "–",
+        "clients": ", ".join(f"{k} of {n}" for k, n in clients) or "–",
+        "seeds": f"{len({j.seed for j in jobs})} ({_span(j.seed for j in jobs)})" if jobs else "–",
+        "jobs": str(len(jobs)),
+    }
+
+
+def family_rows(cfg: Mapping[str, Any], jobs: Iterable[Job]) -> list[dict[str, str]]:
+    """``describe`` of each experiment family's jobs, in the config's order (the landing page's table)."""
+    jobs = list(jobs)
+    out = []
+    for family in cfg["experiments"]:
+        mine = [j for j in jobs if j.experiment == family]
+        if mine:
+            out.append({"family": family, **describe(cfg, mine)})
+    return out
+
+
+LANDING = """\
+Regeneration of Wang et al., *Addressing Class Imbalance in Federated Learning* (AAAI 2021): every table and
+figure this study's jobs fill, beside the published numbers.
+
+**Study**: {configs}. **Datasets**: {datasets}. **Where the numbers come from**: {origin}
+
+**Protocol** of each experiment family (the categories below; settings, losses, rounds, clients selected each round
+of all, seeds):
+
+{table}
+
+**Not run in this study** (no job of the study fills them, so they are not shown): {not_run}
+
+Stages: ``prepare_data`` (verify/download each dataset, manifest with md5) → ``partition`` (client
+partitions per experiment, dataset, setting and seed) → ``train`` (one FedAvg or centralised job per
+experiment, dataset, setting, loss and seed: metrics.json, rounds.csv) → ``aggregate`` (tidy CSVs) → one job per
+table (HTML here; LaTeX, its standard deviations and its comparison with the published numbers in
+``tables/``) and per figure; ``claims``, ``Fidelity`` and ``Reproduction`` weigh the numbers against the paper's.
+"""
+
+
+def identity(cfg: Mapping[str, Any], jobs: Iterable[Job], *, configfiles: Iterable[str], trained: int, copied: int,
+             derived: int, reference_dir: str | None = None) -> dict[str, str]:
+    """Which study a report or paper_tables.tex is about, in words: ``config`` (its files), ``datasets`` and
+    ``origin`` (trained here, or rendered from a reference set, with the job counts)."""
+    jobs = list(jobs)
+    if reference_dir is not None:
+        origin = (f"rendered from the reference set {reference_dir}, nothing trained: {len(jobs)} jobs, "
+                  f"{len(jobs) - copied} held by the set and {copied} copied from a held job that trains alike")
+    else:
+        origin = (f"trained by this workflow: {len(jobs)} jobs, {trained} trained, {copied} copied from a job that "
+                  f"trains alike and {derived} derived from a trained job's trajectory")
+    return {"config": ", ".join(configfiles) or "config/config.yaml (the default)",
+            "datasets": ", ".join(dataset_words(cfg, d) for d in dict.fromkeys(j.dataset for j in jobs)) or "none",
+            "origin": origin}
+
+
+def landing_page(cfg: Mapping[str, Any], jobs: Iterable[Job], study: Mapping[str, str], *,
+                 tables_not_run: Iterable[str] = (), figures_not_run: Iterable[str] = ()) -> str:
+    """The report's landing page (reStructuredText; Snakemake renders it on the report's first panel): the study
+    (``identity``: the config, the datasets, where the numbers come from), each family's protocol (``family_rows``)
+    and the tables and figures not run."""
+    from tabulate import tabulate
+
+    rows = family_rows(cfg, jobs)
+    # the datasets column only when the families differ in them (else the line above names them)
+    columns = ["family", *(["datasets"] if len({r["datasets"] for r in rows}) > 1 else []), "settings", "losses",
+               "rounds", "clients", "seeds", "jobs"]
+    table = tabulate([[r[c] for c in columns] for r in rows], headers=columns, tablefmt="grid")
+    tables_not_run, figures_not_run = list(tables_not_run), list(figures_not_run)
+    not_run = "; ".join(part for part in (
+        f"tables {', '.join(tables_not_run)}" if tables_not_run else "",
+        f"figures {', '.join(figures_not_run)}" if figures_not_run else "") if part) or "none"
+    configs = ", ".join(f"``{c.strip()}``" for c in study["config"].split(","))
+    return LANDING.format(configs=configs, datasets=study["datasets"], origin=study["origin"] + ".", table=table,
+                          not_run=not_run + ".")
+
+
+def write_landing_page(path: str | Path, cfg: Mapping[str, Any], jobs: Iterable[Job], study: Mapping[str, str], *,
+                       tables_not_run: Iterable[str] = (), figures_not_run: Iterable[str] = ()) -> Path:
+    """Write ``landing_page`` at ``path``."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(landing_page(cfg, jobs, study, tables_not_run=tables_not_run, figures_not_run=figures_not_run))
+    return p
+
+
+def study_line(study: Mapping[str, str], *, html: bool = False) -> str:
+    """``describe``'s words as one sentence ("The jobs shown: MNIST (mnist5k); balanced; Γ = 10; ..."), HTML-escaped
+    when ``html``."""
+    text = (f"The jobs shown: {study['datasets']}; {study['settings']}; losses {study['losses']}; {study['rounds']}; "
+            f"clients selected a round of all: {study['clients']}; seeds {study['seeds']}; {study['jobs']} jobs.")
+    if html:
+        import html as _html
+
+        return _html.escape(text)
+    return text

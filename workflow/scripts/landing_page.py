@@ -1,0 +1,15 @@
+"""Rule landing_page: the study (config, datasets, where the numbers come from), each family's protocol and what was
+not run -> the report's landing page, reStructuredText (fedbalance.presentation.study.write_landing_page)."""
+
+import _common
+
+from fedbalance.presentation.study import write_landing_page
+from fedbalance.records import Job
+
+smk = snakemake  # noqa: F821  (injected by Snakemake)
+
+with _common.logged(smk):
+    p = smk.params
+    jobs = [Job(*j) for j in p.jobs]
+    print(write_landing_page(smk.output[0], smk.config, jobs, p.study, tables_not_run=p.tables_not_run,
+                             figures_not_run=p.figures_not_run))

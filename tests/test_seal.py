@@ -250,9 +250,10 @@ def test_a_pack_refuses_a_job_finished_on_the_other_path_and_leaves_no_folder_wh
         run_pack(specs, outs, device="cpu")
     assert not outs[1].exists()
     fresh = [tmp_path / "fresh" / j.path for j in jobs]
-    with job_lock(fresh[1]), pytest.raises(JobError, match="in use"):
-        run_pack(specs, fresh, device="cpu")
-    assert not fresh[0].exists() and {p.name for p in fresh[1].iterdir()} == {".lock"}
+    with job_lock(fresh[1]):
+        with pytest.raises(JobError, match="in use"):
+            run_pack(specs, fresh, device="cpu")
+        assert not fresh[0].exists() and {p.name for p in fresh[1].iterdir()} == {".lock"}  # the holder's lock only
 
 
 def test_a_branch_of_another_training_names_the_keys_that_differ(tmp_path: Path) -> None:

@@ -262,7 +262,7 @@ def check_recorded_twice(data: Mapping[str, Any], rows: Sequence[Mapping[str, st
             continue
         values = [float(r[column]) for r in rows if r.get(column) not in (None, "")]
         values = [v for v in values if math.isfinite(v)]
-        mean = float(np.mean(values)) if values else None
+        mean = math.fsum(values) / len(values) if values else None
         if (recorded is None) != (mean is None) or (mean is not None and not math.isclose(recorded, mean, rel_tol=1e-9)):
             raise JobFolderError(f"{path}: monitor.mean_cs.{name} is {recorded} but {ROUNDS}'s {column} averages {mean}: "
                                  "one of the two files was edited or belongs to another job")

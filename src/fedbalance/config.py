@@ -168,9 +168,10 @@ def _plugin(kind: str, name: str, where: str, builtin: Collection[str]) -> plugi
 
 
 @functools.lru_cache(maxsize=64)
-def _loss_record(name: str, path: tuple[str, ...]) -> dict[str, Any] | None:
-    """The spec's record of loss ``name`` when it is a plug-in (with what it ``receives``), None for a registered one."""
-    plugin = _plugin("losses", name, f"loss {name!r}", base_losses())
+def _loss_record(name: str, path: tuple[str, ...], where: str = "loss") -> dict[str, Any] | None:
+    """The spec's record of loss ``name`` when it is a plug-in (with what it ``receives``), None for a registered one;
+    ConfigError starting with ``where`` when it is neither or breaks the loss protocol."""
+    plugin = _plugin("losses", name, where, base_losses())
     if plugin is None:
         return None
     from fedbalance.losses import check_loss_class
@@ -178,7 +179,7 @@ def _loss_record(name: str, path: tuple[str, ...]) -> dict[str, Any] | None:
     try:
         cls = check_loss_class(plugin.load(), plugin.origin())
     except plugins.PluginError as exc:
-        raise ConfigError(str(exc)) from None
+        raise ConfigError(f"{where}: {exc}") from None
     return {**plugin.record(), "receives": sorted(cls.receives), "vectorisable": bool(cls.vectorisable)}
 
 
@@ -199,7 +200,7 @@ def plugin_records(cfg: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str,
     for name in (spec.get("monitor") or {}).get("estimators") or ():
         if name in ESTIMATORS:
             continue
-        found = _plugin("estimators", own.get(name, name), f"monitor.estimators: {name!r}", ESTIMATORS)
+        found = _plugin("estimators", own.get(name, name), "monitor.estimators", ESTIMATORS)
         if found is not None:
             records[name] = found.record()
     if records:
@@ -587,10 +588,10 @@ def validate(cfg: Mapping[str, Any]) -> dict[str, Any]:
             if err is not None:
                 raise ConfigError(f"experiments.{name}.{setting}.{_key(err.absolute_path)}: {err.message}")
             for d in exp["datasets"]:
-                first = configured_job(out, Job(name, d, setting, exp["losses"][0], 0))
+                first = _configured(out, Job(name, d, setting, exp["losses"][0], 0))
                 for loss in exp["losses"]:
                     job = Job(name, d, setting, loss, 0)
-                    spec = configured_job(out, job)
+                    spec = _configured(out, job)
                     where = f"experiments.{name}[{d}, {setting}, {loss}]"
                     _check_data_keys(out, job, spec, where)
                     if loss != exp["losses"][0] and loss not in variants and PLUGINS not in spec:
@@ -600,6 +601,14 @@ def validate(cfg: Mapping[str, Any]) -> dict[str, Any]:
                     _check_loss_params(out, spec, where)
                     _check_one_partition(out, job, spec, first)
     return out
+
+
+def _configured(cfg: Mapping[str, Any], job: Job) -> dict[str, Any]:
+    """``configured_job``, its ConfigError (a plug-in estimator the job names) prefixed with the job's place."""
+    try:
+        return configured_job(cfg, job)
+    except ConfigError as exc:
+        raise ConfigError(f"experiments.{job.experiment}[{job.dataset}, {job.setting}, {job.loss}].{exc}") from None
 
 
 def _check_plugins(cfg: Mapping[str, Any]) -> None:
@@ -620,10 +629,7 @@ def _check_plugins(cfg: Mapping[str, Any]) -> None:
         if clash is not None:
             raise ConfigError(clash)
     for name, variant in variants.items():
-        try:
-            _loss_record(str(variant["loss"]), tuple(sys.path))
-        except ConfigError as exc:
-            raise ConfigError(f"loss_variants.{name}.loss: {exc}") from None
+        _loss_record(str(variant["loss"]), tuple(sys.path), f"loss_variants.{name}.loss")
     for name, target in own.items():
         found = _plugin("estimators", target, f"estimators.{name}", ())
         assert found is not None
@@ -647,8 +653,7 @@ def _check_plugins(cfg: Mapping[str, Any]) -> None:
 
 def _check_loss_params(cfg: Mapping[str, Any], spec: Mapping[str, Any], where: str) -> None:
     """A job's ``loss_params`` name losses there are (registered, plug-in entry points, loss variants of a dotted
-    path), its plug-in loss accepts its own, a sequential-only plug-in loss is not put on the vectorised path, and
-    every estimator it records is known."""
+    path), its plug-in loss accepts its own, and a sequential-only plug-in loss is not put on the vectorised path."""
     variants = cfg.get("loss_variants") or {}
     dotted = {v for v, body in variants.items() if plugins.is_dotted(str(body["loss"]))}
     known = set(base_losses()) | set(plugins.entry_points("losses")) | dotted
@@ -656,12 +661,6 @@ def _check_loss_params(cfg: Mapping[str, Any], spec: Mapping[str, Any], where: s
         if key not in known:
             raise ConfigError(f"{where}.loss_params.{key}: no loss of that name (registered: {list(base_losses())}, "
                               f"plug-ins: {sorted(set(plugins.entry_points('losses')) | dotted)})")
-    own = cfg.get("estimators") or {}
-    for name in (spec.get("monitor") or {}).get("estimators") or ():
-        if name not in ESTIMATORS and name not in own and name not in plugins.entry_points("estimators"):
-            raise ConfigError(f"{where}.monitor.estimators: unknown estimator {name!r}; built in: {list(ESTIMATORS)}, "
-                              f"plug-ins: {sorted(plugins.entry_points('estimators'))}, the config's estimators: "
-                              f"{sorted(own)}")
     record = (spec.get(PLUGINS) or {}).get("loss")
     if record is None:
         return

@@ -81,7 +81,7 @@ class Plugin:
             obj: Any = importlib.import_module(module)
         except Exception as exc:  # noqa: BLE001 - any import failure of user code is reported as one line
             raise PluginError(f"{SINGULAR[self.kind]} {self.name!r}: cannot import {module!r} "
-                              f"({type(exc).__name__}: {exc})") from None
+                              f"({type(exc).__name__}: {' '.join(str(exc).split())})") from None
         for part in attr.split("."):
             if not hasattr(obj, part):
                 raise PluginError(f"{SINGULAR[self.kind]} {self.name!r}: module {module!r} has no attribute {attr!r}")
@@ -125,11 +125,11 @@ def _dotted(kind: str, target: str, path: tuple[str, ...]) -> Plugin:
         return Plugin(kind, target, target, "dotted path", metadata.metadata(name)["Name"], metadata.version(name))
     try:
         spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError) as exc:
-        raise PluginError(f"{SINGULAR[kind]} {target!r}: cannot find module {module!r} ({exc})") from None
+    except (ImportError, ValueError):
+        spec = None
     if spec is None:
-        raise PluginError(f"{SINGULAR[kind]} {target!r}: no module {module!r} on the Python path (install its package, "
-                          "or add its folder to PYTHONPATH)")
+        raise PluginError(f"no module {module!r} on the Python path (install its package, or add its folder to "
+                          "PYTHONPATH)")
     try:
         with open(spec.origin or "", "rb") as fh:
             digest = hashlib.sha256(fh.read()).hexdigest()[:12]
@@ -154,7 +154,7 @@ def resolve(kind: str, name: str, builtin: Collection[str], where: str) -> Plugi
         try:
             return _dotted(kind, name, _path_key())
         except PluginError as exc:
-            raise PluginError(f"{where}: {exc}") from None
+            raise PluginError(f"{where}: {SINGULAR[kind]} {name!r}: {exc}") from None
     if name in eps:
         return eps[name]
     shown = sorted(builtin) + sorted(eps)

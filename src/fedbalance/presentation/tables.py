@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable
 
@@ -94,6 +94,7 @@ class TableSpec:
     block_columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
     family: str = "other"
     realised: str | None = None
+    open_rows: bool = False
 
     def cell_frame(self) -> pd.DataFrame:
         """The cells as a frame (one row per cell)."""
@@ -115,7 +116,7 @@ def _loss_table(label: str, caption: str, experiment: str, datasets: Iterable[st
         cells += [Cell(m, d, c, loss, experiment, s, loss) for m in metrics for c, s in cols for loss in FOUR_LOSSES]
     rows = tuple((loss, LOSS_LABEL[loss]) for loss in FOUR_LOSSES)
     return TableSpec(label, caption, "grid", tuple(cells), metrics, rows, tuple(groups),
-                     corner=(r"\textbf{Data}", corner2), family=experiment)
+                     corner=(r"\textbf{Data}", corner2), family=experiment, open_rows=True)
 
 
 def _mismatch_table(label: str, dataset: str) -> TableSpec:
@@ -137,7 +138,7 @@ def _mismatch_table(label: str, dataset: str) -> TableSpec:
                "of global imbalance.")
     return TableSpec(label, caption, "grid", tuple(cells), ("acm", "auc"), rows, tuple(groups),
                      corner=(rf"\textbf{{{DATASET_NAME[dataset]}}}", r"$\Gamma$"), family="mismatch",
-                     realised="title")
+                     realised="title", open_rows=True)
 
 
 def _mfe_table() -> TableSpec:
@@ -229,7 +230,7 @@ def _beyond_table() -> TableSpec:
         cells += [Cell(m, d, c, loss, "beyond", s, loss) for m in ("acm", "auc") for c, s in cols for loss in BEYOND_LOSSES]
     rows = tuple((loss, LOSS_LABEL[loss]) for loss in BEYOND_LOSSES)
     return TableSpec("Beyond_paper", CAPTION_BEYOND, "grid", tuple(cells), ("acm", "auc"), rows, tuple(groups),
-                     family="beyond")
+                     family="beyond", open_rows=True)
 
 
 def _specs() -> dict[str, TableSpec]:
@@ -290,6 +291,62 @@ def published() -> pd.DataFrame:
     return pd.read_csv(PUBLISHED, dtype={"column": str, "row": str})
 
 
+# ---------------------------------------------------------------- plug-ins (docs/extending.md)
+
+
+def plugin_losses(frame: pd.DataFrame, experiments: Iterable[str] | None = None) -> list[str]:
+    """The losses of ``frame`` (final or rounds) that are plug-ins (its ``plugin`` column set), in order of appearance."""
+    if "plugin" not in frame.columns or frame.empty:
+        return []
+    sel = frame[frame["plugin"].fillna("").astype(str) != ""]
+    if experiments is not None:
+        sel = sel[sel.experiment.isin(list(experiments))]
+    return list(dict.fromkeys(sel.loss.astype(str)))
+
+
+def plugin_estimators(rounds: pd.DataFrame | None) -> list[str]:
+    """The composition estimators ``rounds`` records beyond the built-in ones (plug-ins: a ``cs_<name>`` column)."""
+    if rounds is None or rounds.empty:
+        return []
+    known = {cs_column(e) for e in ESTIMATORS}
+    prefix = cs_column("")
+    return [c[len(prefix):] for c in rounds.columns if c.startswith(prefix) and c not in known]
+
+
+def _tt(name: str) -> str:
+    return r"\texttt{" + name.replace("_", r"\_") + "}"
+
+
+def loss_label(loss: str) -> str:
+    """A loss's row label: the paper's symbol, or its name in typewriter type."""
+    return LOSS_LABEL.get(loss, _tt(loss))
+
+
+def with_plugins(spec: TableSpec, final: pd.DataFrame, rounds: pd.DataFrame | None = None) -> TableSpec:
+    """``spec`` with a row for every plug-in loss ``final`` holds in the table's experiments (a table of losses,
+    ``open_rows``: its cells are the first row's, read from the plug-in's jobs), and, for the estimator table, a column
+    for every plug-in estimator ``rounds`` records. The claims compare the Ratio Loss with every row."""
+    if spec.open_rows:
+        first = spec.rows[0][0]
+        extra = [loss for loss in plugin_losses(final, {c.experiment for c in spec.cells})
+                 if loss not in {r for r, _ in spec.rows}]
+        if not extra:
+            return spec
+        cells = spec.cells + tuple(Cell(c.metric, c.dataset, c.column, loss, c.experiment, c.setting, loss)
+                                   for loss in extra for c in spec.cells if c.row == first)
+        return replace(spec, cells=cells, rows=spec.rows + tuple((loss, loss_label(loss)) for loss in extra))
+    if spec.source == "imbalance":
+        extra = [e for e in plugin_estimators(rounds) if e not in {c.row for c in spec.cells}]
+        if not extra:
+            return spec
+        first = spec.cells[0].row
+        cells = spec.cells + tuple(replace(c, row=e) for e in extra for c in spec.cells if c.row == first)
+        group = spec.groups[0]
+        columns = group.columns + tuple((e, _tt(e)) for e in extra)
+        return replace(spec, cells=cells, groups=(replace(group, columns=columns),))
+    return spec
+
+
 # ---------------------------------------------------------------- values
 
 
@@ -319,7 +376,9 @@ def _round_stats(rounds: pd.DataFrame, column: str, metric: str) -> pd.DataFrame
 
 
 def cell_values(spec: TableSpec, final: pd.DataFrame, rounds: pd.DataFrame, estimator: str = DEFAULT_ESTIMATOR) -> pd.DataFrame:
-    """One row per cell of ``spec``: the cell's keys and jobs, ``mean``, ``std`` and ``n`` (seeds)."""
+    """One row per cell of ``spec`` (``with_plugins``: and of the plug-ins' rows): the cell's keys and jobs, ``mean``,
+    ``std`` and ``n`` (seeds)."""
+    spec = with_plugins(spec, final, rounds)
     cells = spec.cell_frame()
     parts, cache = [], {}
     for (metric, row), sub in cells.groupby(["metric", "row"], sort=False):
@@ -473,7 +532,7 @@ def _vs_paper_rows(cmp: pd.DataFrame) -> list[list[str]]:
         m = r["metric"]
         ours = MISSING if math.isnan(r["ours_mean"]) else f"{fmt(r['ours_mean'], m)} $\\pm$ {fmt(r['ours_std'], m)}"
         rows.append([METRIC_LABEL.get(m, "CS"), DATASET_NAME.get(r["dataset"], r["dataset"]), str(r["column"]),
-                     LOSS_LABEL.get(r["row"], str(r["row"]).replace("_", r"\_")), ours, str(r["n_seeds"]),
+                     loss_label(str(r["row"])), ours, str(r["n_seeds"]),
                      fmt(r["paper"], m), fmt_diff(r["diff"], m)])
     return rows
 
@@ -494,7 +553,7 @@ def write_table(label: str, final: pd.DataFrame, rounds: pd.DataFrame, out_dir: 
                 estimator: str = DEFAULT_ESTIMATOR, templates: str | Path | None = None,
                 values: pd.DataFrame | None = None) -> list[Path]:
     """Write one table into ``out_dir``: mean, std and the comparison with the paper (CSV and LaTeX)."""
-    spec = TABLES[label]
+    spec = with_plugins(TABLES[label], final, rounds)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     env = environment(templates)

@@ -6,7 +6,10 @@ reused across versions, and plug-in rows in the tables."""
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -159,7 +162,7 @@ def test_a_dotted_path_names_a_loss_estimator_and_dataset_without_installing(on_
     assert spec.base_loss == CB and spec.loss_kwargs() == {"beta": 0.99}
     record = spec.plugins["loss"]
     assert record["how"] == "dotted path" and record["package"] is None
-    digest = __import__("hashlib").sha256((EXAMPLE / "src/fedbalance_cb/losses.py").read_bytes()).hexdigest()[:12]
+    digest = hashlib.sha256((EXAMPLE / "src/fedbalance_cb/losses.py").read_bytes()).hexdigest()[:12]
     assert record["version"] == f"sha256:{digest}"
     assert spec.estimator_targets == {"ema2": "fedbalance_cb.estimators:ema"}
 
@@ -341,3 +344,59 @@ def test_a_plugin_loss_gets_rows_in_the_loss_tables(tmp_path):
     # the tables without a plug-in are the paper's, cell for cell
     plain = final[final.loss != "cb"]
     assert len(cell_values(TABLES["Res_3_datasets"], plain, pd.DataFrame())) == len(TABLES["Res_3_datasets"].cells)
+
+
+# ---------------------------------------------------------------- end to end (slow tier)
+
+
+def claim_one_count(final: pd.DataFrame) -> tuple[int, int]:
+    """(Γ columns where the Ratio Loss's mean Ac.M, as printed, is the best of all rows, columns), computed here from
+    the jobs' metrics: the count claim 1 of claims.md reports for Res_3_datasets (MNIST only in the quick study)."""
+    sel = final[(final.experiment == "losses") & (final.dataset == "mnist")]
+    best = total = 0
+    for _, col in sel.groupby("setting"):
+        means = col.groupby("loss")["acc_minority"].mean().map(lambda v: round(100 * v, 2))
+        total += 1
+        best += int(means["ratio"] == means.max())
+    return best, total
+
+
+@pytest.mark.slow
+def test_the_quick_study_with_the_example_plugin_from_config_alone(site, tmp_path):
+    """config/quick.yaml plus two lines (``cb`` among the loss comparison's losses, ``ema`` among the estimators), the
+    example installed: its jobs train, record the plug-in, and are rows of the tables (their numbers), a competitor in
+    the claims (claim 1's count includes it) and cells of `compare`; the estimator is a column of its table."""
+    cfg = yaml.safe_load(QUICK.read_text())
+    cfg["experiments"]["losses"]["losses"].append("cb")
+    cfg["defaults"]["monitor"]["estimators"].append("ema")
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    r = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "workflow" / "Snakefile"), "--directory",
+                        str(tmp_path), "--cores", "2", "--configfile", str(tmp_path / "study.yaml")],
+                       capture_output=True, text=True, timeout=3600, env=env)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    res = tmp_path / "results"
+    finals = []
+    for setting in ("g1", "g10"):
+        for seed in (0, 1):
+            m = json.loads((res / "losses" / "mnist" / setting / "cb" / f"seed{seed}" / "metrics.json").read_text())
+            assert m["config"]["plugins"]["loss"]["package"] == "fedbalance-cb"
+            assert m["versions"]["fedbalance-cb"] == "0.1.0"
+            finals.append(m["final"]["acc_minority"])
+    vs = pd.read_csv(res / "tables" / "Res_3_datasets_vs_paper.csv")
+    cb = vs[(vs.row == "cb") & (vs.metric == "acm") & (vs.dataset == "mnist")].set_index("column")
+    assert cb.loc["B.", "ours_mean"] == pytest.approx(100 * (finals[0] + finals[1]) / 2)
+    assert cb.loc["10:1", "ours_mean"] == pytest.approx(100 * (finals[2] + finals[3]) / 2)
+    assert r"\texttt{cb}" in (res / "tables" / "Res_3_datasets.tex").read_text()
+    assert r"\texttt{cb}" in (res / "tables" / "Sup_majority.tex").read_text()
+    assert r"\texttt{ema}" in (res / "tables" / "Monitor_under_imbalance.tex").read_text()
+    final = pd.read_csv(res / "aggregate" / "final.csv")
+    best, total = claim_one_count(final)
+    claims = (res / "claims.md").read_text()
+    assert f"| 1 | Ratio Loss has the best Ac.M in most cells of Res_3_datasets | " in claims
+    line = next(x for x in claims.splitlines() if x.startswith("| 1 |"))
+    assert f"{best}/{total} cells" in line, line
+    out = subprocess.run([sys.executable, "-m", "fedbalance", "compare", "--ours", str(res), "--reference", str(res),
+                          "--experiment", "losses"], capture_output=True, text=True, timeout=300,
+                         env={**env, "PYTHONPATH": f"{site}{os.pathsep}{ROOT / 'src'}"})
+    assert out.returncode == 0 and "| losses | mnist | g10 | cb | acc_minority |" in out.stdout, out.stderr

@@ -562,9 +562,6 @@ def validate(cfg: Mapping[str, Any]) -> dict[str, Any]:
     job_schema = {"$defs": s["$defs"], **s["$defs"]["job"]}
     registered = base_losses()
     variants = out.get("loss_variants") or {}
-    for name in variants:
-        if name in registered:
-            raise ConfigError(f"loss_variants.{name}: the name of a registered loss; choose another name")
     entry_losses = plugins.entry_points("losses")
     for name, exp in out["experiments"].items():
         for loss in exp["losses"]:

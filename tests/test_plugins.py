@@ -34,9 +34,12 @@ CB = "fedbalance_cb.losses:ClassBalancedLoss"
 
 def install_example(target: Path) -> Path:
     """pip-install the example plug-in (no dependencies, no build isolation: offline) into ``target``, a folder to put
-    on the path: an installed distribution with its entry points, as `pip install` makes it."""
+    on the path: an installed distribution with its entry points, as `pip install` makes it. Built from a copy, so
+    that concurrent tests and the checkout get no build folders."""
+    source = target.with_name(target.name + "-src")
+    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
     r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target",
-                        str(target), str(EXAMPLE)], capture_output=True, text=True, timeout=300)
+                        str(target), str(source)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     return target
 
@@ -400,3 +403,28 @@ def test_the_quick_study_with_the_example_plugin_from_config_alone(site, tmp_pat
                           "--experiment", "losses"], capture_output=True, text=True, timeout=300,
                          env={**env, "PYTHONPATH": f"{site}{os.pathsep}{ROOT / 'src'}"})
     assert out.returncode == 0 and "| losses | mnist | g10 | cb | acc_minority |" in out.stdout, out.stderr
+
+
+def test_plugin_losses_and_estimators_are_lines_of_the_figures():
+    """The mismatch and loss-curve figures draw a plug-in loss beside the four, labelled by its name; the estimator
+    figure a plug-in estimator's CS (its ``cs_<name>`` column)."""
+    from fedbalance.presentation.figures.curves import make_Sup_curve_cifar_four_losses
+    from fedbalance.presentation.figures.mismatch import make_Res_mismatch
+    from fedbalance.presentation.figures.monitor_imbalance import make_Monitor_under_imbalance
+    from fedbalance.presentation.names import ESTIMATORS
+
+    final = pd.DataFrame([{"experiment": "mismatch", "dataset": "mnist", "setting": f"c{c}_g10", "loss": loss,
+                           "seed": 0, "mean_cs": 0.1 * c, "acc_minority": 0.5, "plugin": plugin}
+                          for c in (2, 5) for loss, plugin in (("ce", None), ("ratio", None), ("cb", "fedbalance-cb 0.1.0"))])
+    fig = make_Res_mismatch(final, dataset="mnist")
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["CE", "Ratio (ours)", "cb"]
+    rounds = pd.DataFrame([{"experiment": "losses", "dataset": "mnist", "setting": "g100", "loss": loss, "seed": 0,
+                            "round": r, "train_loss": 1.0 / (r + 1), "plugin": plugin}
+                           for r in range(3) for loss, plugin in (("ce", None), ("cb", "fedbalance-cb 0.1.0"))])
+    fig = make_Sup_curve_cifar_four_losses(rounds=rounds, dataset="mnist")
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["CE", "cb"]
+    rounds = pd.DataFrame([{"experiment": "losses", "dataset": "mnist", "setting": f"g{g}", "loss": "ratio", "seed": 0,
+                            "round": r, **{f"cs_{e}": 0.9 for e in ESTIMATORS}, "cs_ema": 0.95}
+                           for g in (10, 100) for r in range(2)])
+    fig = make_Monitor_under_imbalance(rounds=rounds)
+    assert "ema" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]

@@ -428,3 +428,42 @@ def test_plugin_losses_and_estimators_are_lines_of_the_figures():
                            for g in (10, 100) for r in range(2)])
     fig = make_Monitor_under_imbalance(rounds=rounds)
     assert "ema" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+
+
+GOOD_DATA = '''
+import torch
+from fedbalance.data import Dataset, Source
+
+def prepare(data_dir, download, size=40):
+    return []
+
+def load(data_dir, files, size=40):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 256, (size, 1, 28, 28), dtype=torch.uint8, generator=g)
+    y = torch.arange(size) % 10
+    return Dataset("tiny", x, y, x[:20], y[:20], 10)
+
+source = Source(10, 1, (28, 28), prepare, load, {"size": 40})
+'''
+
+
+def test_a_plugin_dataset_by_dotted_path_is_checked_recorded_and_loaded(tmp_path, monkeypatch):
+    """A ``Source`` named by dotted path: its options are checked like a built-in's, the job records it, and
+    ``load_dataset`` gives its data."""
+    from fedbalance.data import dataset_info, load_dataset
+
+    (tmp_path / "goodplug.py").write_text(GOOD_DATA)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    plugins.forget()
+    cfg = with_source("goodplug:source")
+    cfg["datasets"]["mnist"]["options"] = {"size": 50}
+    spec = resolve_job(load_config(cfg), Job("losses", "mnist", "g10", "ce", 0))
+    assert spec.source == "goodplug:source" and spec.plugins["dataset"]["how"] == "dotted path"
+    assert dataset_info("goodplug:source", size=50)["num_classes"] == 10
+    ds = load_dataset("goodplug:source", tmp_path, size=50)
+    assert ds.x_train.shape == (50, 1, 28, 28) and ds.y_train.tolist()[:12] == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1]
+    cfg["datasets"]["mnist"]["options"] = {"sise": 50}
+    with pytest.raises(ConfigError, match=r"^datasets\.mnist\.options: goodplug:source: unknown option 'sise'"):
+        load_config(cfg)
+    plugins.forget()
+    sys.modules.pop("goodplug", None)

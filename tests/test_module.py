@@ -164,3 +164,39 @@ def test_snakedeploy_from_a_git_host(release, tmp_path):
     assert f"{Path(fedbalance.__file__).parent}/presentation/tables.py" in out  # the installed library
     assert not (study / "src").exists() and not (study / "Snakefile").exists()
     check_results(study)
+
+
+@pytest.mark.slow
+def test_module_with_the_example_plugin_from_config_alone(release, tmp_path):
+    """The same deployment with the example plug-in (examples/fedbalance-cb) installed beside the library and added by
+    the user's config alone (`losses: [ce, ratio, cb]`, `ema` among the estimators): its jobs run, record the plug-in's
+    package and version, and are rows of the tables, the claims and `compare`."""
+    from test_plugins import install_example
+
+    site = install_example(tmp_path / "site")
+    study = tmp_path / "my-study"
+    config = study / "config" / "config.yaml"
+    write_shrunk_quick(config)
+    cfg = yaml.safe_load(config.read_text())
+    cfg["experiments"]["losses"]["losses"].append("cb")
+    cfg["defaults"]["monitor"]["estimators"].append("ema")
+    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    (study / "workflow").mkdir()
+    (study / "workflow" / "Snakefile").write_text(MODULE_SNAKEFILE.format(snakefile=release / "workflow" / "Snakefile"))
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PYTHONPATH": str(site)}
+    run_snakemake(study, ["--cores", "2"], env)
+    m = json.loads((study / "results" / "losses" / "mnist" / "g10" / "cb" / "seed0" / "metrics.json").read_text())
+    assert m["config"]["plugins"]["loss"]["package"] == "fedbalance-cb" and m["versions"]["fedbalance-cb"] == "0.1.0"
+    with open(study / "results" / "tables" / "Res_3_datasets_vs_paper.csv", newline="") as fh:
+        ours = {(r["metric"], r["row"]): r for r in csv.DictReader(fh) if r["n_seeds"] == "1"}
+    assert set(ours) == {(metric, loss) for metric in ("acm", "auc") for loss in ("ce", "ratio", "cb")}
+    assert float(ours["acm", "cb"]["ours_mean"]) == pytest.approx(100 * m["final"]["acc_minority"])
+    assert r"\texttt{cb}" in (study / "results" / "tables" / "Res_3_datasets.tex").read_text()
+    rounds = (study / "results" / "losses" / "mnist" / "g10" / "ratio" / "seed0" / "rounds.csv").read_text()
+    assert "cs_ema" in rounds.splitlines()[0]
+    claims = (study / "results" / "claims.md").read_text()
+    assert "| 1 | Ratio Loss has the best Ac.M in most cells of Res_3_datasets |" in claims
+    r = subprocess.run([sys.executable, "-m", "fedbalance", "compare", "--ours", "results", "--reference", "results",
+                        "--experiment", "losses"], cwd=study, capture_output=True, text=True, timeout=300,
+                       env={**env, "PYTHONPATH": f"{site}{os.pathsep}{REPO / 'src'}"})
+    assert r.returncode == 0 and "| losses | mnist | g10 | cb | acc_minority |" in r.stdout, r.stdout + r.stderr

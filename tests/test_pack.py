@@ -140,6 +140,43 @@ def test_a_pack_gives_every_job_its_own_numbers_float64(float64, data):
         assert max_diff(ref[i].model, g.model) <= TOL64 and rows_diff(ref[i].rows, g.rows) <= TOL64
 
 
+def test_a_plugin_loss_in_a_pack_gives_the_numbers_it_gets_alone_float64(float64, data, monkeypatch):
+    """The example plug-in's class-balanced losses (examples/fedbalance-cb, by dotted path), one fed the monitor's prior
+    and one each client's own counts, packed with a Ratio-Loss job: each job's model and rows are those it gets alone,
+    to 1e-10, and the plug-in's weights did act (its job ends apart from the same job's with beta = 0, plain CE)."""
+    from fedbalance import plugins
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "examples" / "fedbalance-cb" / "src"))
+    plugins.forget()
+    cb, local = "fedbalance_cb.losses:ClassBalancedLoss", "fedbalance_cb.losses:ClassBalancedLocalLoss"
+    specs = [fl_spec(cb, 4, loss_params={cb: {"beta": 0.99}}), fl_spec("ratio", 5),
+             fl_spec(local, 6, loss_params={local: {"beta": 0.99}})]
+    ps = [parts(4), parts(5), parts(6)]
+
+    def build(spec):
+        torch.manual_seed(spec["seed"])
+        kwargs = spec["loss_params"].get(spec["loss"], {})
+        return build_model("lenet5", 1, Q, (28, 28)).double(), get_loss(spec["loss"], Q, **kwargs)
+
+    ref = []
+    for s, p in zip(specs, ps):
+        m, loss = build(s)
+        ref.append(run_fedavg(s, m, loss, data, p))
+    members = []
+    for s, p in zip(specs, ps):
+        m, loss = build(s)
+        members.append(PackMember(as_spec(s), m, loss, data, p))
+    trainer = run_together(members)
+    assert trainer.calls == 2 and trainer.trained == 2 * len(specs)
+    for r, member in zip(ref, members):
+        assert max_diff(r.model, member.result.model) <= TOL64
+        assert rows_diff(r.rows, member.result.rows) <= TOL64
+    plain = fl_spec(cb, 4, loss_params={cb: {"beta": 0.0}})
+    m, loss = build(plain)
+    assert max_diff(ref[0].model, run_fedavg(plain, m, loss, data, ps[0]).model) > 1e-4
+    plugins.forget()
+
+
 def test_the_check_fails_on_a_pack_that_mixes_jobs(float64, data, monkeypatch):
     """The comparison above catches a trainer that hands one job another's generators, or every copy the first
     job's loss state: the wrong pack's numbers are far from the jobs' own."""

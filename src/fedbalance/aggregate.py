@@ -30,7 +30,7 @@ FINAL_COLUMNS = (
     + FINAL_METRICS
     + ["mean_cs", "gamma_realised"]
     + [f"mon_cs_{e}" for e in ESTIMATORS]
-    + ["acknowledged_round", "wall_time_s", "device"]
+    + ["acknowledged_round", "wall_time_s", "device", "plugin"]
 )
 ROUND_COLUMNS = list(RECORD_COLUMNS)
 PARTITION_KEYS = ["experiment", "dataset", "setting", "seed"]
@@ -39,7 +39,7 @@ FINAL_CSV = "final.csv"
 ROUNDS_CSV = "rounds.csv"
 CLIENTS_CSV = "clients.csv"
 TIDY_CSVS = (FINAL_CSV, ROUNDS_CSV, CLIENTS_CSV)
-_TEXT = {"setting": str, "experiment": str, "dataset": str, "loss": str, "device": str}
+_TEXT = {"setting": str, "experiment": str, "dataset": str, "loss": str, "device": str, "plugin": str}
 
 
 class Tidy(NamedTuple):
@@ -74,7 +74,17 @@ def final_row(data: dict[str, Any], path: Path) -> dict[str, Any]:
     row["acknowledged_round"] = _number(data.get("acknowledged_round"))
     row["wall_time_s"] = _number(data.get("wall_time_s"))
     row["device"] = str(data.get("device") or "")
+    row["plugin"] = plugin_label(data)
     return row
+
+
+def plugin_label(data: dict[str, Any]) -> str:
+    """The plug-in loss a job trained with, as "package version" (or its dotted path), "" for a built-in loss: the
+    tables and figures give such a loss rows of its own (``presentation.tables.with_plugins``)."""
+    loss = ((data.get("config") or {}).get("plugins") or {}).get("loss")
+    if not loss:
+        return ""
+    return f"{loss.get('package')} {loss.get('version')}" if loss.get("package") else str(loss.get("target"))
 
 
 def client_rows(data: dict[str, Any], path: Path) -> list[dict[str, Any]]:
@@ -112,6 +122,8 @@ def collect_tidy(results_dir: str | Path, jobs: Iterable[Job] | None = None) -> 
         r = read_rounds(d)
         for k in reversed(JOB_COLUMNS):
             r.insert(0, k, row[k])
+        if row["plugin"]:
+            r["plugin"] = row["plugin"]
         rounds.append(r)
     final = pd.DataFrame(finals, columns=FINAL_COLUMNS)
     final["seed"] = final["seed"].astype("int64")

@@ -66,7 +66,8 @@ def _job_args(p: argparse.ArgumentParser, *, loss: bool) -> None:
     p.add_argument("--setting", required=True, help="setting name of that experiment (e.g. g10, c5_g10, default)")
     if loss:
         p.add_argument("--loss", required=True, help="loss listed by that experiment: a registered loss "
-                       f"({', '.join(base_losses())}) or a name under the config's loss_variants (e.g. ratio_rel)")
+                       f"({', '.join(base_losses())}), an installed plug-in loss (docs/extending.md) or a name under the "
+                       "config's loss_variants (e.g. ratio_rel)")
     p.add_argument("--seed", required=True, type=int, help="job seed (fixes partition, init, selection, batches)")
 
 

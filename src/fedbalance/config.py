@@ -11,33 +11,38 @@ same schema (workflow/schemas/config.schema.yaml) and this module's ``validate``
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import json
 import math
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping
 
 import jsonschema
 import yaml
 
+from fedbalance import plugins
 from fedbalance.seal import SealError, refuse_inside
 from fedbalance.jobspec import (  # noqa: F401  (re-exported: the config's readers import them from here)
     JOB_DEFAULTS,
     IDENTITY_KEYS,
     PARTITION_KEYS,
+    PLUGINS,
     ConfigError,
     JobSpec,
     base_loss,
     covers,
     has_key,
     job_value,
+    loss_params_key,
     partition_args,
     training_key,
 )
 from fedbalance.jobspec import required_keys as _spec_required_keys
-from fedbalance.records import Job, setting_name  # noqa: F401  (Job: re-exported)
+from fedbalance.records import ESTIMATORS, Job, setting_name  # noqa: F401  (Job: re-exported)
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 _SETTING_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")  # one folder: not ".", "..", hidden
@@ -147,7 +152,62 @@ def settings(cfg: Mapping[str, Any], experiment: str) -> dict[str, dict[str, Any
 
 def base_losses() -> tuple[str, ...]:
     """The registered loss names (``fedbalance.losses.LOSSES``), as the schema lists them."""
-    return tuple(schema()["properties"]["loss_variants"]["additionalProperties"]["properties"]["loss"]["enum"])
+    return tuple(schema()["$defs"]["registered_losses"]["enum"])
+
+
+def _builtin_sources() -> list[str]:
+    from fedbalance.data import available_datasets
+
+    return available_datasets()
+
+
+def _plugin(kind: str, name: str, where: str, builtin: Collection[str]) -> plugins.Plugin | None:
+    """``plugins.resolve`` with its error as a ConfigError naming ``where``."""
+    try:
+        return plugins.resolve(kind, name, builtin, where)
+    except plugins.PluginError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+@functools.lru_cache(maxsize=64)
+def _loss_record(name: str, path: tuple[str, ...], where: str = "loss") -> dict[str, Any] | None:
+    """The spec's record of loss ``name`` when it is a plug-in (with what it ``receives``), None for a registered one;
+    ConfigError starting with ``where`` when it is neither or breaks the loss protocol."""
+    plugin = _plugin("losses", name, where, base_losses())
+    if plugin is None:
+        return None
+    from fedbalance.losses import check_loss_class
+
+    try:
+        cls = check_loss_class(plugin.load(), plugin.origin())
+    except plugins.PluginError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    return {**plugin.record(), "receives": sorted(cls.receives), "vectorisable": bool(cls.vectorisable)}
+
+
+def plugin_records(cfg: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The plug-ins a job's merged dict uses (``jobspec.PLUGINS``): its loss, its dataset's source and the estimators
+    it records that are not built in, each as ``plugins.Plugin.record``; {} for a job of built-ins only."""
+    out: dict[str, Any] = {}
+    loss = _loss_record(str(spec["base_loss"]), tuple(sys.path))
+    if loss is not None:
+        out["loss"] = copy.deepcopy(loss)
+    source = spec.get("source")
+    if isinstance(source, str) and source not in _builtin_sources():
+        found = _plugin("datasets", source, f"datasets.{spec['dataset']}.source", _builtin_sources())
+        if found is not None:
+            out["dataset"] = found.record()
+    own = cfg.get("estimators") or {}
+    records = {}
+    for name in (spec.get("monitor") or {}).get("estimators") or ():
+        if name in ESTIMATORS:
+            continue
+        found = _plugin("estimators", own.get(name, name), "monitor.estimators", ESTIMATORS)
+        if found is not None:
+            records[name] = found.record()
+    if records:
+        out["estimators"] = records
+    return out
 
 
 def resolve_job(cfg: Mapping[str, Any], job: Job) -> JobSpec:
@@ -191,6 +251,9 @@ def configured_job(cfg: Mapping[str, Any], job: Job, overrides: Mapping[str, Any
         spec = deep_merge(spec, variant.get("params", {}))
     spec.update(dataset=job.dataset, experiment=job.experiment, setting=job.setting, loss=job.loss, seed=job.seed)
     spec["base_loss"] = variant["loss"] if variant is not None else job.loss
+    records = plugin_records(cfg, spec)
+    if records:
+        spec[PLUGINS] = records
     return spec
 
 
@@ -499,20 +562,19 @@ def validate(cfg: Mapping[str, Any]) -> dict[str, Any]:
     for k, prop in s["properties"].items():
         if "default" in prop:
             out.setdefault(k, prop["default"])
+    _check_plugins(out)
     _check_dataset_options(out)
     check_threads(out["threads"], "threads")
     job_schema = {"$defs": s["$defs"], **s["$defs"]["job"]}
     registered = base_losses()
     variants = out.get("loss_variants") or {}
-    for name in variants:
-        if name in registered:
-            raise ConfigError(f"loss_variants.{name}: the name of a registered loss; choose another name")
+    entry_losses = plugins.entry_points("losses")
     for name, exp in out["experiments"].items():
         for loss in exp["losses"]:
-            if loss not in registered and loss not in variants:
+            if loss not in registered and loss not in variants and loss not in entry_losses:
                 raise ConfigError(
                     f"experiments.{name}.losses: unknown loss {loss!r}; registered: {list(registered)}, "
-                    f"loss_variants: {sorted(variants)}"
+                    f"loss_variants: {sorted(variants)}, plug-ins: {sorted(entry_losses)}"
                 )
     for name, exp in out["experiments"].items():
         for d in exp["datasets"]:
@@ -529,18 +591,93 @@ def validate(cfg: Mapping[str, Any]) -> dict[str, Any]:
             if err is not None:
                 raise ConfigError(f"experiments.{name}.{setting}.{_key(err.absolute_path)}: {err.message}")
             for d in exp["datasets"]:
-                first = configured_job(out, Job(name, d, setting, exp["losses"][0], 0))
+                first = _configured(out, Job(name, d, setting, exp["losses"][0], 0))
                 for loss in exp["losses"]:
                     job = Job(name, d, setting, loss, 0)
-                    spec = configured_job(out, job)
+                    spec = _configured(out, job)
                     where = f"experiments.{name}[{d}, {setting}, {loss}]"
                     _check_data_keys(out, job, spec, where)
-                    if loss != exp["losses"][0] and loss not in variants:
+                    if loss != exp["losses"][0] and loss not in variants and PLUGINS not in spec:
                         _check_required(spec, where)
                     else:
                         _check_job(spec, where)
+                    _check_loss_params(out, spec, where)
                     _check_one_partition(out, job, spec, first)
     return out
+
+
+def _configured(cfg: Mapping[str, Any], job: Job) -> dict[str, Any]:
+    """``configured_job``, its ConfigError (a plug-in estimator the job names) prefixed with the job's place."""
+    try:
+        return configured_job(cfg, job)
+    except ConfigError as exc:
+        raise ConfigError(f"experiments.{job.experiment}[{job.dataset}, {job.setting}, {job.loss}].{exc}") from None
+
+
+def _check_plugins(cfg: Mapping[str, Any]) -> None:
+    """The config's plug-ins before any job (docs/extending.md): no name shadows another silently (a built-in, an
+    entry point, a loss variant, the top-level ``estimators``), every dotted path and entry-point name the config
+    uses imports, and each follows its plug-in point's contract. ConfigError naming the key."""
+    variants = cfg.get("loss_variants") or {}
+    own = cfg.get("estimators") or {}
+    estimator_builtin: Collection[str] = ESTIMATORS
+    if plugins.entry_points("estimators") or own:
+        from fedbalance.estimators import REGISTRY, as_estimator
+
+        estimator_builtin = REGISTRY
+    for kind, builtin, named in (("losses", base_losses(), {v: f"loss_variants.{v}" for v in variants}),
+                                 ("estimators", estimator_builtin, {e: f"estimators.{e}" for e in own}),
+                                 ("datasets", _builtin_sources(), {})):
+        clash = plugins.clashes(kind, builtin, named)
+        if clash is not None:
+            raise ConfigError(clash)
+    for name, variant in variants.items():
+        _loss_record(str(variant["loss"]), tuple(sys.path), f"loss_variants.{name}.loss")
+    for name, target in own.items():
+        found = _plugin("estimators", target, f"estimators.{name}", ())
+        assert found is not None
+        try:
+            as_estimator(found.load(), name, found.origin())
+        except plugins.PluginError as exc:
+            raise ConfigError(f"estimators.{name}: {exc}") from None
+    levels = [("defaults", cfg.get("defaults") or {})] + [(f"datasets.{d}", v) for d, v in cfg["datasets"].items()]
+    for key, level in levels:
+        source = level.get("source")
+        if isinstance(source, str) and source not in _builtin_sources():
+            found = _plugin("datasets", source, f"{key}.source", _builtin_sources())
+            assert found is not None
+            from fedbalance.data import check_source
+
+            try:
+                check_source(found.load(), found.origin())
+            except plugins.PluginError as exc:
+                raise ConfigError(f"{key}.source: {exc}") from None
+
+
+def _check_loss_params(cfg: Mapping[str, Any], spec: Mapping[str, Any], where: str) -> None:
+    """A job's ``loss_params`` name losses there are (registered, plug-in entry points, loss variants of a dotted
+    path), its plug-in loss accepts its own, and a sequential-only plug-in loss is not put on the vectorised path."""
+    variants = cfg.get("loss_variants") or {}
+    dotted = {v for v, body in variants.items() if plugins.is_dotted(str(body["loss"]))}
+    known = set(base_losses()) | set(plugins.entry_points("losses")) | dotted
+    for key in job_value(spec, "loss_params"):
+        if key not in known:
+            raise ConfigError(f"{where}.loss_params.{key}: no loss of that name (registered: {list(base_losses())}, "
+                              f"plug-ins: {sorted(set(plugins.entry_points('losses')) | dotted)})")
+    record = (spec.get(PLUGINS) or {}).get("loss")
+    if record is None:
+        return
+    from fedbalance.losses import loss_class, loss_parameters
+
+    accepted = loss_parameters(loss_class(str(spec["base_loss"])))
+    key = loss_params_key(spec)
+    unknown = sorted(set(job_value(spec, "loss_params").get(key, {})) - set(accepted))
+    if unknown:
+        raise ConfigError(f"{where}.loss_params.{key}: {unknown} not parameters of the loss {spec['base_loss']!r} "
+                          f"(it accepts {accepted})")
+    if not record.get("vectorisable", True) and job_value(spec, "path") == "vectorised":
+        raise ConfigError(f"{where}.path: 'vectorised', but the loss {spec['base_loss']!r} is declared sequential-only "
+                          "(vectorisable = False); set path to 'sequential' or 'auto'")
 
 
 def load_config(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import io
 import json
 import os
@@ -73,8 +74,14 @@ class Dataset:
 
 
 @dataclass(frozen=True)
-class _Spec:
-    """One registry entry: static shape info, option defaults, and its prepare/load functions."""
+class Source:
+    """One registry entry: static shape info, option defaults, and its prepare/load functions.
+
+    ``prepare(data_dir, download, **options) -> files`` makes the files present (verified) and returns them (their md5
+    goes into the data manifest; ``[]`` for data without files); ``load(data_dir, files, **options) -> Dataset``
+    reads them. A plug-in dataset (entry point ``fedbalance.datasets`` or a dotted path in ``datasets.<d>.source``)
+    is one of these.
+    """
 
     num_classes: int | Callable[..., int]
     in_channels: int
@@ -502,27 +509,62 @@ def _load_femnist(root: Path, files: list[Path], letters_only: bool, source: str
     return Dataset("femnist", x_tr, y_tr, x_te, y_te, _femnist_classes(letters_only), w_tr, w_te)
 
 
-_REGISTRY: dict[str, _Spec] = {
-    "mnist5k": _Spec(10, 1, (28, 28), _prepare_mnist5k, _load_mnist5k),
-    "mnist": _Spec(10, 1, (28, 28), _prepare_mnist, _load_mnist, {"verify": True}),
-    "cifar10": _Spec(10, 3, (32, 32), _prepare_cifar10, _load_cifar10, {"verify": True}),
-    "fer2013": _Spec(7, 1, (48, 48), _prepare_fer2013, _load_fer2013),
-    "femnist": _Spec(_femnist_classes, 1, (28, 28), _prepare_femnist, _load_femnist,
+_REGISTRY: dict[str, Source] = {
+    "mnist5k": Source(10, 1, (28, 28), _prepare_mnist5k, _load_mnist5k),
+    "mnist": Source(10, 1, (28, 28), _prepare_mnist, _load_mnist, {"verify": True}),
+    "cifar10": Source(10, 3, (32, 32), _prepare_cifar10, _load_cifar10, {"verify": True}),
+    "fer2013": Source(7, 1, (48, 48), _prepare_fer2013, _load_fer2013),
+    "femnist": Source(_femnist_classes, 1, (28, 28), _prepare_femnist, _load_femnist,
                      {"letters_only": True, "source": "leaf", "cache": True}),
 }
 
 
-def _spec(name: str, options: dict[str, Any]) -> tuple[_Spec, dict[str, Any]]:
+def _spec(name: str, options: dict[str, Any]) -> tuple[Source, dict[str, Any]]:
     """Registry entry and its options merged over the defaults; DataError on unknown names or keys."""
-    if name not in _REGISTRY:
-        raise DataError(f"unknown dataset {name!r}; choose one of {available_datasets()}")
-    spec = _REGISTRY[name]
+    spec = source_entry(name)
     for key, value in options.items():
         if key not in spec.options:
             raise DataError(f"{name}: unknown option {key!r}; valid options: {sorted(spec.options) or 'none'}")
         if type(value) is not type(spec.options[key]):
             raise DataError(f"{name}: option {key}={value!r} must be a {type(spec.options[key]).__name__}")
     return spec, {**spec.options, **options}
+
+
+def source_entry(name: str) -> Source:
+    """The registry entry of data source ``name``: a registered one, an entry point of the group ``fedbalance.datasets``
+    or a dotted path ``module:attribute`` to a ``Source``; DataError naming an unknown or malformed one."""
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    from fedbalance import plugins
+
+    try:
+        plugin = plugins.resolve("datasets", name, _REGISTRY, f"dataset {name!r}")
+        assert plugin is not None
+        return check_source(plugin.load(), plugin.origin())
+    except plugins.PluginError as exc:
+        raise DataError(str(exc)) from None
+
+
+def check_source(obj: Any, origin: str) -> Source:
+    """``obj`` if it is a well-formed ``Source``; PluginError naming ``origin`` otherwise."""
+    from fedbalance.plugins import PluginError
+
+    if not isinstance(obj, Source):
+        raise PluginError(f"{origin}: {obj!r} is not a fedbalance.data.Source")
+    size = obj.image_size
+    if not (isinstance(obj.in_channels, int) and obj.in_channels >= 1 and isinstance(size, tuple) and len(size) == 2
+            and all(isinstance(n, int) and n >= 1 for n in size)):
+        raise PluginError(f"{origin}: in_channels must be an int >= 1 and image_size (height, width) ints >= 1")
+    if not (callable(obj.num_classes) or (isinstance(obj.num_classes, int) and obj.num_classes >= 2)):
+        raise PluginError(f"{origin}: num_classes must be an int >= 2 or a function of the options")
+    for what, n in (("prepare", 2), ("load", 2)):
+        fn = getattr(obj, what)
+        try:
+            inspect.signature(fn).bind(*range(n), **obj.options)
+        except (TypeError, ValueError):
+            raise PluginError(f"{origin}: {what} must be {what}(data_dir, "
+                              f"{'download' if what == 'prepare' else 'files'}, **options)") from None
+    return obj
 
 
 def available_datasets() -> list[str]:

@@ -36,7 +36,7 @@ def derive_rows(
     ``spec``'s keys on the trajectory's models (the round's G_t, then G_{t+1}: the next round's or the final one)."""
     _, _, parts, model, monitor = replay_setup(dict(trajectory), dataset=dataset, spec=spec)
     q = dataset.num_classes
-    observer, ack = Observer(monitor, spec.monitor.estimators), build_acknowledger(spec)
+    observer, ack = Observer(monitor, spec.monitor.estimators, targets=spec.estimator_targets), build_acknowledger(spec)
     lead = spec.monitor.estimators[0]
     ones = torch.ones(q, dtype=torch.float64)
     state = RoundState(model={}, loss_state={}, pi=ones, prior=ones.clone())

@@ -17,6 +17,7 @@ rounds.csv for the built-in estimators are ``fedbalance.records.ESTIMATORS`` (te
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from fedbalance import plugins
 from fedbalance.monitor import (
     POOLED_BASE,
     Estimate,
@@ -114,17 +116,68 @@ def estimator(name: str, *, history: bool = False, requires: Sequence[str] = ())
     return register
 
 
-def plan(names: Sequence[str]) -> list[Estimator]:
-    """The entries to run for ``names``: their requirements first, per-round before history; ValueError on an unknown name."""
-    unknown = [n for n in names if n not in REGISTRY]
+def entry(name: str, target: str | None = None) -> Estimator:
+    """The registry entry of estimator ``name``: a registered one (``REGISTRY``), an entry point of the group
+    ``fedbalance.estimators``, or ``target``, the dotted path ``module:attribute`` a config names it by (its top-level
+    ``estimators``); ValueError naming an unknown one (``fedbalance.plugins``)."""
+    if name in REGISTRY and target is None:
+        return REGISTRY[name]
+    plugin = plugins.resolve("estimators", target or name, () if target else REGISTRY, f"estimator {name!r}")
+    assert plugin is not None
+    return as_estimator(plugin.load(), name, plugin.origin())
+
+
+def as_estimator(obj: Any, name: str, origin: str) -> Estimator:
+    """A plug-in's object as the registry entry ``name``: an ``Estimator`` (its own name replaced) or a function of
+    one argument (a per-round estimator: ``fn(RoundInputs)``). Its result may be an ``Estimate`` or the class counts
+    [Q]. PluginError naming ``origin`` for anything else, or for ``requires`` that are not registered per-round
+    estimators."""
+    if isinstance(obj, Estimator):
+        fn, history, requires = obj.fn, obj.history, tuple(obj.requires)
+    elif callable(obj):
+        fn, history, requires = obj, False, ()
+    else:
+        raise plugins.PluginError(f"{origin}: {obj!r} is neither a fedbalance.estimators.Estimator nor a function")
+    try:
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    if len(params) != 1:
+        raise plugins.PluginError(f"{origin}: an estimator is fn(RoundInputs) or, with history=True, fn(Track): one "
+                                  f"argument, not {len(params)}")
+    unknown = [r for r in requires if r not in REGISTRY or REGISTRY[r].history]
     if unknown:
-        raise ValueError(f"unknown composition estimator(s) {unknown}; registered: {sorted(REGISTRY)}")
-    wanted: list[str] = []
+        raise plugins.PluginError(f"{origin}: requires {unknown}, which are not registered per-round estimators "
+                                  f"({sorted(k for k, e in REGISTRY.items() if not e.history)})")
+
+    def checked(inputs: Any) -> Estimate:
+        out = fn(inputs)
+        if isinstance(out, Estimate):
+            return out
+        counts = torch.as_tensor(out, dtype=torch.float64)
+        if counts.dim() != 1:
+            raise plugins.PluginError(f"{origin}: returned shape {tuple(counts.shape)}, not an Estimate or counts [Q]")
+        return _as_estimate(counts, name)
+
+    return Estimator(name, checked, history, requires)
+
+
+def plan(names: Sequence[str], targets: Mapping[str, str] | None = None) -> list[Estimator]:
+    """The entries to run for ``names`` (``entry``; ``targets``: name -> dotted path of the config's own plug-ins):
+    their requirements first, per-round before history; ValueError on an unknown name."""
+    targets = targets or {}
+    unknown = [n for n in names if n not in REGISTRY and n not in targets and n not in plugins.entry_points("estimators")]
+    if unknown:
+        raise ValueError(f"unknown composition estimator(s) {unknown}; registered: {sorted(REGISTRY)}, plug-ins: "
+                         f"{sorted(plugins.entry_points('estimators'))}")
+    known = {n: entry(n, targets.get(n)) for n in names}
+    wanted: dict[str, Estimator] = {}
     for n in names:
-        for r in (*REGISTRY[n].requires, n):
+        for r in (*known[n].requires, n):
             if r not in wanted:
-                wanted.append(r)
-    return sorted((REGISTRY[n] for n in wanted), key=lambda e: e.history)
+                wanted[r] = known.get(r) or REGISTRY[r]
+    return sorted(wanted.values(), key=lambda e: e.history)
 
 
 def _from_composition(method: str) -> Callable[[RoundInputs], Estimate]:
@@ -278,9 +331,9 @@ def sharpened(track: Track) -> Estimate:
     return _as_estimate(sharpened_counts(counts), SHARPENED)
 
 
-def track_estimates(track: Track, names: Sequence[str]) -> dict[str, Estimate]:
+def track_estimates(track: Track, names: Sequence[str], targets: Mapping[str, str] | None = None) -> dict[str, Estimate]:
     """The history estimators among ``names`` for the track's last round (per-round estimates already in the track)."""
-    return {e.name: e.fn(track) for e in plan(names) if e.history and e.name in names}
+    return {e.name: e.fn(track) for e in plan(names, targets) if e.history and e.name in names}
 
 
 class Observer:
@@ -290,10 +343,11 @@ class Observer:
     asked for (and those they require), and the Ratio-Loss weights from the same dW.
     """
 
-    def __init__(self, monitor: Monitor, names: Sequence[str], track: Track | None = None) -> None:
+    def __init__(self, monitor: Monitor, names: Sequence[str], track: Track | None = None,
+                 targets: Mapping[str, str] | None = None) -> None:
         self.monitor = monitor
         self.names = tuple(names)
-        self.entries = plan(self.names)
+        self.entries = plan(self.names, targets)
         self.track = Track() if track is None else track
 
     def observe(
@@ -327,5 +381,5 @@ class Observer:
             self.track.add(ids, tot, {n: row[est_column(n)] for n in names if row.get(est_column(n)) is not None})
 
 
-__all__ = ["REGISTRY", "Estimator", "Observer", "RoundInputs", "Track", "estimator", "plan", "sharpened_counts",
-           "shrinkage_weight", "shrunk_counts", "track_estimates", "uniform_guess"]
+__all__ = ["REGISTRY", "Estimate", "Estimator", "Observer", "RoundInputs", "Track", "as_estimator", "entry", "estimator",
+           "plan", "sharpened_counts", "shrinkage_weight", "shrunk_counts", "track_estimates", "uniform_guess"]

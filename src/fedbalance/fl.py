@@ -368,7 +368,7 @@ def run_rounds(
     every ``eval_every`` rounds and at the last, record the row, ``on_round(state, row)``."""
     seed, q = spec.seed, data.num_classes
     monitor = build_monitor(spec, data.aux_x, data.aux_y, q, step.cfg) if needs_monitor(spec) else None
-    observer = Observer(monitor, spec.monitor.estimators) if monitor is not None else None
+    observer = Observer(monitor, spec.monitor.estimators, targets=spec.estimator_targets) if monitor is not None else None
     ack = build_acknowledger(spec) if monitor is not None else None
     lead = spec.monitor.estimators[0] if monitor is not None else None
     state = RoundState.fresh(model, loss_fn, q) if state is None else state

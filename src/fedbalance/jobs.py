@@ -57,7 +57,8 @@ from fedbalance.fl import (
     needs_monitor,
     run_fedavg,
 )
-from fedbalance.losses import get_loss
+from fedbalance import plugins
+from fedbalance.losses import get_loss, loss_class
 from fedbalance.metrics import evaluate
 from fedbalance.models import build_model, device_layout
 from fedbalance.atomic import atomic_write
@@ -367,8 +368,9 @@ def check_keep_rounds(spec: JobSpec, keep_rounds: Collection[int]) -> frozenset[
     return keep
 
 
-def resolve_path(path: str, device: torch.device) -> str:
-    """The training path: ``auto`` is the batched path on CUDA and the sequential one on the CPU.
+def resolve_path(path: str, device: torch.device, vectorisable: bool = True) -> str:
+    """The training path: ``auto`` is the batched path on CUDA and the sequential one on the CPU, or for a loss
+    declared sequential-only (``vectorisable`` False, ``losses.Loss``).
 
     The two compute the same steps (tests/test_vectorised.py: equal in float64, within float32 rounding per step), but
     not bit for bit in float32: over a whole job the rounding drifts apart like another seed's would, so a finished
@@ -377,7 +379,7 @@ def resolve_path(path: str, device: torch.device) -> str:
     faster (docs/performance.md).
     """
     if path == "auto":
-        return "vectorised" if device.type == "cuda" else "sequential"
+        return "vectorised" if device.type == "cuda" and vectorisable else "sequential"
     return path
 
 
@@ -405,6 +407,35 @@ def _model_and_loss(spec: JobSpec, dataset: Dataset, dev: torch.device) -> tuple
     model = device_layout(build_model(spec.model, dataset.in_channels, q, dataset.image_size).to(dev), dev)
     loss_fn = get_loss(spec.base_loss, q, **spec.loss_kwargs()).to(dev)
     return model, loss_fn
+
+
+PLUGIN_KINDS = {"loss": "losses", "dataset": "datasets", "estimators": "estimators"}
+"""The keys of a spec's ``plugins`` record -> their plug-in point (``fedbalance.plugins.KINDS``)."""
+
+
+def _plugin_items(spec: JobSpec) -> list[tuple[str, str, Mapping[str, Any]]]:
+    """(plug-in kind, name, record) of every plug-in the job uses."""
+    out = []
+    for what, record in spec.plugins.items():
+        named = record.items() if what == "estimators" else [(spec.base_loss if what == "loss" else spec.source, record)]
+        out += [(PLUGIN_KINDS[what], str(name), rec) for name, rec in named]
+    return out
+
+
+def check_plugins(spec: JobSpec) -> None:
+    """JobError when a plug-in the job was planned with is not installed here at the recorded package and version
+    (``plugins.check_installed``): a job runs the plug-in its spec, hence its outputs, name."""
+    for kind, name, record in _plugin_items(spec):
+        try:
+            plugins.check_installed(kind, name, record)
+        except plugins.PluginError as exc:
+            raise JobError(f"{spec.name}: {exc}") from None
+
+
+def plugin_versions(spec: JobSpec) -> dict[str, str]:
+    """metrics.json's ``versions`` of the job's plug-ins: package (or module, for one no package provides) -> version."""
+    return {str(rec.get("package") or str(rec["target"]).partition(":")[0]): str(rec.get("version"))
+            for _, _, rec in _plugin_items(spec)}
 
 
 def _remove_stale_temporaries(out: Path) -> None:
@@ -486,7 +517,8 @@ def _job_metrics(
         "acknowledged_round": state.ack_round,
         "device": _describe(dev),
         "path": path,
-        "versions": {"python": platform.python_version(), "torch": torch.__version__, "fedbalance": fedbalance.__version__},
+        "versions": {"python": platform.python_version(), "torch": torch.__version__, "fedbalance": fedbalance.__version__,
+                     **plugin_versions(spec)},
         "threads": rt["threads"],
         "deterministic": rt["deterministic"],
         "precision": rt["precision"],
@@ -551,7 +583,8 @@ def run_job(
     dev = resolve_device(device)
     check_run_options(precision, capture)
     spec = as_spec(spec)
-    spec = spec.with_path(resolve_path(spec.path, dev))
+    check_plugins(spec)
+    spec = spec.with_path(resolve_path(spec.path, dev, getattr(loss_class(spec.base_loss), "vectorisable", True)))
     with deterministic_kernels(dev, deterministic), precision_policy(precision):
         dataset = load_dataset(spec.source, data_dir, download=download, **dict(spec.options))
         parts = dict(partitions) if partitions is not None else build_partitions(spec, dataset)
@@ -618,6 +651,7 @@ def prepare_job(
     memory it budgets is what they leave); the chunks its checkpoint recorded join the plan's. Without a checkpoint
     of its own, a job with ``branch_from`` starts from that folder's kept round state (``load_branch``)."""
     start = time.perf_counter() if start is None else start
+    check_plugins(spec)
     keep = check_keep_rounds(spec, keep_rounds)
     _check_partitions(spec, parts, dataset)
     data = _job_data(spec, dataset, parts, dev)

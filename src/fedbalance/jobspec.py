@@ -149,6 +149,7 @@ class JobSpec:
     partition: Mapping[str, Any]
     monitor: MonitorSpec
     configured: Mapping[str, Any] = dataclasses.field(repr=False)
+    plugins: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_config(cls, spec: Mapping[str, Any] | JobSpec) -> JobSpec:
@@ -205,6 +206,7 @@ class JobSpec:
                 ack_rounds=None if "rounds" not in ack else int(ack["rounds"]),
             ),
             configured=copy.deepcopy(dict(spec)),
+            plugins=copy.deepcopy(dict(spec.get(PLUGINS) or {})),
         )
 
     @property
@@ -232,8 +234,15 @@ class JobSpec:
         return value
 
     def loss_kwargs(self) -> dict[str, Any]:
-        """The constructor arguments of the job's loss (``loss_params.<base loss>``)."""
-        return dict(self.loss_params.get(self.base_loss, {}))
+        """The constructor arguments of the job's loss: ``loss_params.<base loss>``, or ``loss_params.<loss>`` for a
+        loss variant whose ``loss`` is a dotted path (``loss_params_key``)."""
+        return dict(self.loss_params.get(loss_params_key(self.configured), {}))
+
+    @property
+    def estimator_targets(self) -> dict[str, str]:
+        """Name -> dotted path of the config's own estimators among ``monitor.estimators`` (top-level ``estimators``)."""
+        return {name: str(r["target"]) for name, r in (self.plugins.get("estimators") or {}).items()
+                if r.get("how") == "dotted path"}
 
     def as_dict(self) -> dict[str, Any]:
         """The configured dict (a copy): the job as asked for, ``path`` unresolved."""
@@ -260,6 +269,30 @@ MONITOR_FED_LOSSES = frozenset({"ratio", "la", "bsm"})
 """The registered losses that train on the monitor's outputs (its weights π or its composition estimate:
 ``losses.receives``); for every other loss the ``monitor`` keys shape only the recorded columns."""
 
+PLUGINS = "plugins"
+"""The configured dict's key of the plug-ins a job uses (``config.configured_job``; absent when it uses none):
+``loss`` (with what it ``receives``), ``dataset`` and ``estimators`` (name -> record), each ``plugins.Plugin.record``."""
+
+MONITOR_FEEDS = frozenset({"weights", "prior"})
+"""What a loss may receive from the monitor (``losses.FEEDS``): a loss that receives one trains on its outputs."""
+
+
+def monitor_fed(spec: Mapping[str, Any] | JobSpec) -> bool:
+    """The job's loss trains on the monitor's outputs: a loss of ``MONITOR_FED_LOSSES``, or a plug-in loss that
+    receives the weights or the prior (as its spec records)."""
+    configured = spec.configured if isinstance(spec, JobSpec) else spec
+    if base_loss(configured) in MONITOR_FED_LOSSES:
+        return True
+    loss = (configured.get(PLUGINS) or {}).get("loss") or {}
+    return bool(set(loss.get("receives") or ()) & MONITOR_FEEDS)
+
+
+def loss_params_key(spec: Mapping[str, Any]) -> str:
+    """The key of ``loss_params`` that holds the job's loss's constructor arguments: its base loss, or the loss's
+    own name when the base is a dotted path (``loss_variants.<v>.loss: "module:Class"``: ``loss_params.<v>``)."""
+    base = base_loss(spec)
+    return str(spec["loss"]) if ":" in base else base
+
 
 def _without(configured: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
     """``configured`` less the dotted ``keys``, for reading (the mappings on a removed key's path are copied,
@@ -283,7 +316,7 @@ def _without(configured: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, 
 def runs_monitor(spec: Mapping[str, Any] | JobSpec) -> bool:
     """The monitor runs: the loss trains on its outputs (``MONITOR_FED_LOSSES``) or ``monitor.record`` is set."""
     spec = as_spec(spec)
-    return spec.base_loss in MONITOR_FED_LOSSES or spec.monitor.record
+    return monitor_fed(spec) or spec.monitor.record
 
 
 def training_key(spec: Mapping[str, Any] | JobSpec) -> str:
@@ -291,7 +324,7 @@ def training_key(spec: Mapping[str, Any] | JobSpec) -> str:
     loss that does not train on the monitor's outputs, every ``monitor`` key. Equal keys, equal trained models."""
     configured = spec.configured if isinstance(spec, JobSpec) else spec
     rest = _without(configured, IDENTITY_KEYS + OUTPUT_KEYS)
-    if base_loss(configured) not in MONITOR_FED_LOSSES:
+    if not monitor_fed(configured):
         rest.pop("monitor", None)
     return json.dumps(rest, sort_keys=True, default=str)
 
@@ -342,7 +375,7 @@ def derivable(source: Mapping[str, Any] | JobSpec, target: Mapping[str, Any] | J
     s, t = as_spec(source), as_spec(target)
     return (
         training_key(s) == training_key(t) and s.save_trajectory and t.monitor.record and t.is_fl
-        and t.switch_round is None and t.base_loss not in MONITOR_FED_LOSSES and (s.empirical or not t.empirical)
+        and t.switch_round is None and not monitor_fed(t) and (s.empirical or not t.empirical)
     )
 
 
@@ -387,7 +420,7 @@ def required_keys(spec: Mapping[str, Any]) -> list[str]:
         keys.append("local_epochs")
     if spec.get("mode") == "fl":
         keys += [k for k in REQUIRED_FL_KEYS if k not in keys]
-    if base_loss(spec) == "ratio" or job_value(spec, "monitor.record"):
+    if base_loss(spec) == "ratio" or job_value(spec, "monitor.record") or (monitor_fed(spec) and PLUGINS in spec):
         keys += list(REQUIRED_MONITOR_KEYS)
     return keys
 

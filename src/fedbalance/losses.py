@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedbalance import plugins
+
 _REDUCTIONS = ("mean", "sum", "none")
 
 
@@ -262,9 +264,12 @@ class Loss(nn.Module):
     """Base: validates and stores ``reduction``; ``receives`` names what the engine hands it (``FEEDS``).
 
     Every loss here takes an optional sample ``mask`` in ``forward`` (the vectorised path's padding).
+    ``vectorisable`` False declares a loss that cannot run under ``torch.func.vmap`` (state kept across calls,
+    data-dependent shapes): the vectorised path and packs refuse it, and ``path: auto`` trains it sequentially.
     """
 
     receives: ClassVar[frozenset[str]] = frozenset()
+    vectorisable: ClassVar[bool] = True
 
     def __init__(self, reduction: str = "mean") -> None:
         super().__init__()
@@ -412,15 +417,45 @@ LOSSES: dict[str, type[nn.Module]] = {
 }
 
 
+def loss_class(name: str) -> type[nn.Module]:
+    """The class of loss ``name``: a registered one (``LOSSES``), an entry point of the group ``fedbalance.losses`` or
+    a dotted path ``module:Class`` (``fedbalance.plugins``); ValueError naming an unknown one."""
+    if name in LOSSES:
+        return LOSSES[name]
+    plugin = plugins.resolve("losses", name, LOSSES, f"loss {name!r}")
+    assert plugin is not None
+    return check_loss_class(plugin.load(), plugin.origin())
+
+
+def check_loss_class(obj: Any, origin: str) -> type[Loss]:
+    """``obj`` if it follows the loss protocol of ``Loss`` (a subclass whose ``receives`` are ``FEEDS``' names and
+    whose ``forward(logits, target, mask=None)`` takes the sample mask); PluginError naming ``origin`` otherwise."""
+    if not (isinstance(obj, type) and issubclass(obj, Loss)):
+        raise plugins.PluginError(f"{origin}: {obj!r} is not a subclass of fedbalance.losses.Loss")
+    unknown = sorted(set(getattr(obj, "receives", ())) - set(FEEDS))
+    if unknown:
+        raise plugins.PluginError(f"{origin}: receives {unknown}, which the engine does not hand over ({sorted(FEEDS)})")
+    params = list(inspect.signature(obj.forward).parameters)
+    if params[1:4] != ["logits", "target", "mask"]:
+        raise plugins.PluginError(f"{origin}: forward{tuple(params[1:])} must be forward(logits, target, mask=None)")
+    if "client_counts" in obj.receives and obj.vectorisable and not callable(getattr(obj, "forward_counts", None)):
+        raise plugins.PluginError(f"{origin}: receives client_counts but has no forward_counts(logits, target, counts, "
+                                  "mask) for the vectorised path (or declare vectorisable = False)")
+    return obj
+
+
+def loss_parameters(cls: type[nn.Module]) -> list[str]:
+    """The constructor parameters of a loss class (``loss_params.<loss>`` may set them)."""
+    return [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "args", "kwargs")]
+
+
 def get_loss(name: str, num_classes: int, **params: Any) -> nn.Module:
-    """Build a loss by name; ``num_classes`` is passed to the losses that take it.
+    """Build a loss by name (``loss_class``); ``num_classes`` is passed to the losses that take it.
 
     Raises ValueError naming an unknown loss or an unknown parameter.
     """
-    if name not in LOSSES:
-        raise ValueError(f"unknown loss {name!r}; available: {sorted(LOSSES)}")
-    cls = LOSSES[name]
-    accepted = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    cls = loss_class(name)
+    accepted = loss_parameters(cls)
     unknown = sorted(set(params) - set(accepted))
     if unknown:
         raise ValueError(f"unknown parameter(s) {unknown} for loss {name!r}; accepted: {accepted}")
@@ -742,7 +777,7 @@ LOSSES.update(
 def receives(loss: nn.Module | type | str) -> frozenset[str]:
     """What a loss (a module, its class or a registered name) takes from the engine: keys of ``FEEDS``."""
     if isinstance(loss, str):
-        loss = LOSSES[loss]
+        loss = loss_class(loss)
     return frozenset(getattr(loss, "receives", frozenset()))
 
 

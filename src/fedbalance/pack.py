@@ -81,6 +81,9 @@ def check_pack(specs: Sequence[JobSpec], out_dirs: Sequence[Path]) -> None:
         if spec.path == "sequential":
             raise PackError(f"job {i} ({spec.name}) has path = 'sequential': a pack trains on the vectorised path "
                             "(set path to 'vectorised' or 'auto')")
+        if (spec.plugins.get("loss") or {}).get("vectorisable") is False:
+            raise PackError(f"job {i} ({spec.name}): its loss {spec.base_loss!r} is declared sequential-only "
+                            "(vectorisable = False); a pack trains on the vectorised path: run the job alone")
         for key in PACK_KEYS:
             if getattr(spec, key) != getattr(first, key):
                 raise PackError(f"the jobs of a pack share {key}: job 0 ({first.name}) has {getattr(first, key)!r}, "

@@ -157,6 +157,11 @@ def make_masked_loss(loss_fn: nn.Module) -> MaskedLoss:
     read each client's own label counts (``takes_client_counts``: FedLC, FedRS, la_local,
     bsm_local) take them as a fourth argument ``counts`` [Q], vmapped over the copies.
     """
+    if not getattr(loss_fn, "vectorisable", True):
+        raise NotImplementedError(
+            f"{type(loss_fn).__name__} is declared sequential-only (vectorisable = False): the vectorised path and packs "
+            "cannot run it; set path to 'sequential'"
+        )
     reduction = getattr(loss_fn, "reduction", None)
     if reduction not in ("mean", "sum"):
         raise ValueError(f"the vectorised path needs a scalar loss (reduction 'mean' or 'sum'), got {reduction!r}")

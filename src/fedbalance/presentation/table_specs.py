@@ -77,6 +77,7 @@ class TableSpec:
     block_columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
     family: str = "other"
     realised: str | None = None
+    open_rows: bool = False
 
     def cell_frame(self) -> pd.DataFrame:
         """The cells as a frame (one row per cell)."""
@@ -100,7 +101,7 @@ def _loss_table(label: str, caption: str, experiment: str, datasets: Iterable[st
         cells += [Cell(m, d, c, loss, experiment, s, loss) for m in metrics for c, s in cols for loss in FOUR_LOSSES]
     rows = tuple((loss, LOSS_LABEL[loss]) for loss in FOUR_LOSSES)
     return TableSpec(label, caption, "grid", tuple(cells), metrics, rows, tuple(groups),
-                     corner=(r"\textbf{Data}", corner2), family=experiment)
+                     corner=(r"\textbf{Data}", corner2), family=experiment, open_rows=True)
 
 
 def _mismatch_table(label: str, dataset: str) -> TableSpec:
@@ -122,7 +123,7 @@ def _mismatch_table(label: str, dataset: str) -> TableSpec:
                "of global imbalance.")
     return TableSpec(label, caption, "grid", tuple(cells), ("acm", "auc"), rows, tuple(groups),
                      corner=(rf"\textbf{{{DATASET_NAME[dataset]}}}", r"$\Gamma$"), family="mismatch",
-                     realised="title")
+                     realised="title", open_rows=True)
 
 
 def _mfe_table() -> TableSpec:
@@ -214,7 +215,7 @@ def _beyond_table() -> TableSpec:
         cells += [Cell(m, d, c, loss, "beyond", s, loss) for m in ("acm", "auc") for c, s in cols for loss in BEYOND_LOSSES]
     rows = tuple((loss, LOSS_LABEL[loss]) for loss in BEYOND_LOSSES)
     return TableSpec("Beyond_paper", CAPTION_BEYOND, "grid", tuple(cells), ("acm", "auc"), rows, tuple(groups),
-                     family="beyond")
+                     family="beyond", open_rows=True)
 
 
 def _specs() -> dict[str, TableSpec]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterable
 
@@ -28,7 +29,7 @@ from fedbalance.presentation.table_specs import (  # noqa: F401  (re-exported: t
     CAPTION_BEYOND, CAPTION_LOSSES, CS_LEVELS, PUBLISHED, TABLE_SUFFIXES, TABLES, TEMPLATES, Cell, Group, TableSpec,
     table_files, table_labels,
 )
-from fedbalance.records import DEFAULT_ESTIMATOR, cs_column
+from fedbalance.records import DEFAULT_ESTIMATOR, ESTIMATORS, cs_column
 
 KEY = ["experiment", "dataset", "setting", "loss"]
 CELL_KEY = ["metric", "dataset", "column", "row"]
@@ -42,6 +43,62 @@ FINAL_SOURCE = {"acm": ("acc_minority", 100.0), "auc": ("auc_hard", 1.0), "acc_m
 def published() -> pd.DataFrame:
     """The published numbers (long format, as printed)."""
     return pd.read_csv(PUBLISHED, dtype={"column": str, "row": str})
+
+
+# ---------------------------------------------------------------- plug-ins (docs/extending.md)
+
+
+def plugin_losses(frame: pd.DataFrame, experiments: Iterable[str] | None = None) -> list[str]:
+    """The losses of ``frame`` (final or rounds) that are plug-ins (its ``plugin`` column set), in order of appearance."""
+    if "plugin" not in frame.columns or frame.empty:
+        return []
+    sel = frame[frame["plugin"].fillna("").astype(str) != ""]
+    if experiments is not None:
+        sel = sel[sel.experiment.isin(list(experiments))]
+    return list(dict.fromkeys(sel.loss.astype(str)))
+
+
+def plugin_estimators(rounds: pd.DataFrame | None) -> list[str]:
+    """The composition estimators ``rounds`` records beyond the built-in ones (plug-ins: a ``cs_<name>`` column)."""
+    if rounds is None or rounds.empty:
+        return []
+    known = {cs_column(e) for e in ESTIMATORS}
+    prefix = cs_column("")
+    return [c[len(prefix):] for c in rounds.columns if c.startswith(prefix) and c not in known]
+
+
+def _tt(name: str) -> str:
+    return r"\texttt{" + name.replace("_", r"\_") + "}"
+
+
+def loss_label(loss: str) -> str:
+    """A loss's row label: the paper's symbol, or its name in typewriter type."""
+    return LOSS_LABEL.get(loss, _tt(loss))
+
+
+def with_plugins(spec: TableSpec, final: pd.DataFrame, rounds: pd.DataFrame | None = None) -> TableSpec:
+    """``spec`` with a row for every plug-in loss ``final`` holds in the table's experiments (a table of losses,
+    ``open_rows``: its cells are the first row's, read from the plug-in's jobs), and, for the estimator table, a column
+    for every plug-in estimator ``rounds`` records. The claims compare the Ratio Loss with every row."""
+    if spec.open_rows:
+        first = spec.rows[0][0]
+        extra = [loss for loss in plugin_losses(final, {c.experiment for c in spec.cells})
+                 if loss not in {r for r, _ in spec.rows}]
+        if not extra:
+            return spec
+        cells = spec.cells + tuple(Cell(c.metric, c.dataset, c.column, loss, c.experiment, c.setting, loss)
+                                   for loss in extra for c in spec.cells if c.row == first)
+        return replace(spec, cells=cells, rows=spec.rows + tuple((loss, loss_label(loss)) for loss in extra))
+    if spec.source == "imbalance":
+        extra = [e for e in plugin_estimators(rounds) if e not in {c.row for c in spec.cells}]
+        if not extra:
+            return spec
+        first = spec.cells[0].row
+        cells = spec.cells + tuple(replace(c, row=e) for e in extra for c in spec.cells if c.row == first)
+        group = spec.groups[0]
+        columns = group.columns + tuple((e, _tt(e)) for e in extra)
+        return replace(spec, cells=cells, groups=(replace(group, columns=columns),))
+    return spec
 
 
 # ---------------------------------------------------------------- values
@@ -99,7 +156,8 @@ def cell_seed_values(spec: TableSpec, final: pd.DataFrame, rounds: pd.DataFrame,
                      *, shared: bool = True) -> pd.DataFrame:
     """One row per (cell, seed) of ``spec``: the cell's keys, ``seed`` and ``value`` (the final round's metric, or the
     seed's statistic over its rounds); ``shared``: each cell kept to the seeds its comparison group shares
-    (``shared_seeds``)."""
+    (``shared_seeds``); with the plug-ins' rows (``with_plugins``)."""
+    spec = with_plugins(spec, final, rounds)
     cells = spec.cell_frame()
     parts, cache = [], {}
     for (metric, row), sub in cells.groupby(["metric", "row"], sort=False):
@@ -135,7 +193,8 @@ def cell_values(spec: TableSpec, final: pd.DataFrame, rounds: pd.DataFrame, esti
     """One row per cell of ``spec``: the cell's keys and jobs, ``mean``, ``std`` and ``n`` (seeds), over the seeds its
     comparison group shares (``shared_seeds``; ``shared=False``: every seed). A final-round cell is the mean and std over
     seeds; a monitor cell pools its rounds and seeds (the CS variance: the variance over every round of its seeds),
-    its std is over seeds of the per-seed statistic."""
+    its std is over seeds of the per-seed statistic. With the plug-ins' rows (``with_plugins``)."""
+    spec = with_plugins(spec, final, rounds)
     cells = spec.cell_frame()
     seeds = cell_seed_values(spec, final, rounds, estimator, shared=shared)
     parts = []
@@ -294,7 +353,7 @@ def _vs_paper_rows(cmp: pd.DataFrame) -> list[list[str]]:
         m = r["metric"]
         ours = MISSING if math.isnan(r["ours_mean"]) else f"{fmt(r['ours_mean'], m)} $\\pm$ {fmt(r['ours_std'], m)}"
         rows.append([METRIC_LABEL.get(m, "CS"), DATASET_NAME.get(r["dataset"], r["dataset"]), str(r["column"]),
-                     LOSS_LABEL.get(r["row"], str(r["row"]).replace("_", r"\_")), ours, str(r["n_seeds"]),
+                     loss_label(str(r["row"])), ours, str(r["n_seeds"]),
                      fmt(r["paper"], m), fmt_diff(r["diff"], m)])
     return rows
 
@@ -315,7 +374,7 @@ def write_table(label: str, final: pd.DataFrame, rounds: pd.DataFrame, out_dir: 
                 estimator: str = DEFAULT_ESTIMATOR, templates: str | Path | None = None,
                 values: pd.DataFrame | None = None) -> list[Path]:
     """Write one table into ``out_dir``: mean, std and the comparison with the paper (CSV and LaTeX)."""
-    spec = TABLES[label]
+    spec = with_plugins(TABLES[label], final, rounds)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     env = environment(templates)
@@ -409,6 +468,9 @@ def table_html(label: str, values: pd.DataFrame, *, description: str = "") -> st
     from fedbalance.presentation.html import frame_html, page
 
     spec = TABLES[label]
+    extra = [r for r in dict.fromkeys(values["row"]) if r not in {x for x, _ in spec.rows}] if spec.open_rows else []
+    if extra:  # the plug-in losses' rows (``with_plugins``) that ``values`` holds
+        spec = replace(spec, rows=spec.rows + tuple((r, loss_label(r)) for r in extra))
     frame, dropped = table_frame(spec, values)
     seeds = sorted({int(n) for n in values["n"] if n > 0})
     body = [f"<p>{description}</p>" if description else "",

@@ -6,6 +6,7 @@ import pandas as pd
 
 from fedbalance.presentation.figures.common import Figure, no_data, per_round_mean, plt
 from fedbalance.presentation.names import FOUR_LOSSES, GAMMAS, LOSS_NAME, gamma_setting
+from fedbalance.presentation.tables import plugin_losses
 from fedbalance.records import DEFAULT_ESTIMATOR
 
 
@@ -32,7 +33,9 @@ def _ratio_curves(rounds: pd.DataFrame, dataset: str) -> Figure:
 
 
 def _four_curves(rounds: pd.DataFrame, dataset: str) -> Figure:
-    lines = [(gamma_setting(100), loss, LOSS_NAME[loss]) for loss in FOUR_LOSSES]
+    """The four losses and any plug-in loss of the loss experiment at Γ = 100."""
+    losses = [*FOUR_LOSSES, *plugin_losses(rounds, ["losses"])]
+    lines = [(gamma_setting(100), loss, LOSS_NAME.get(loss, loss)) for loss in losses]
     return _curves(rounds, dataset, lines, f"Four losses, Γ = 100:1, {dataset}")
 
 

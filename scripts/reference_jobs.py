@@ -41,7 +41,9 @@ from fedbalance.aggregate import read_frame
 from fedbalance.atomic import atomic_write
 from fedbalance.cli import path_argument
 from fedbalance.config import MAX_CPUS_ENV, ConfigError, max_cpus
-from fedbalance.jobfolder import FILES, METRICS, PENDING, PROVENANCE, JobFolderError, branch_file, job_folders, read_metrics
+from fedbalance.jobfolder import (
+    FILES, METRICS, PENDING, PROVENANCE, JobFolderError, branch_file, folder_job, job_folders, read_metrics,
+)
 from fedbalance.records import Job
 from fedbalance.seal import SealError, refuse_inside
 
@@ -420,7 +422,7 @@ def _check_protocol(cfg: dict, folder: Path, metrics: dict) -> None:
     """Refuse a job of another protocol than the set's config gives it, naming the keys that differ."""
     from fedbalance.reference import spec_differences
 
-    job = Job.from_path(jobfolder_path(metrics))
+    job = Job.from_path(folder_job(folder))  # the folder's job: read_metrics checked that metrics.json names it
     try:
         differ = spec_differences(cfg, job, metrics)
     except ConfigError as exc:
@@ -431,12 +433,6 @@ def _check_protocol(cfg: dict, folder: Path, metrics: dict) -> None:
         more = f"; also {', '.join(rest[:20])}" + (f" and {len(rest) - 20} more" if len(rest) > 20 else "") if rest else ""
         fail(f"{folder} was run with another protocol than the set's config gives {job.path}: {shown}{more}; a set "
              "holds one protocol: collect it into a set of its own; nothing was collected")
-
-
-def jobfolder_path(metrics: dict) -> str:
-    """The job path metrics.json's ``job`` names."""
-    job = metrics["job"]
-    return Job(job["experiment"], job["dataset"], job["setting"], job["loss"], int(job["seed"])).path
 
 
 def _what_changes(old: Path, new: Path) -> str:

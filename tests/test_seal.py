@@ -298,3 +298,15 @@ def test_the_gpu_session_fails_when_its_runner_refuses(tmp_path: Path) -> None:
                            "losses:g10:no_such_loss:0"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "FAILED: the runner exited with status 2" in proc.stderr
     assert "done after" not in proc.stdout and (tmp_path / "out" / "refruns.tgz").is_file()
+
+
+def test_a_source_named_by_a_machine_path_is_rewritten_as_its_job_path() -> None:
+    """The migration `collect --adopt` ran on the committed sets: the path is dropped, the change recorded."""
+    from fedbalance.reference import relative_sources
+
+    metrics = {"derived_from": "/work/refruns/mnist/monitor/mnist/default/ce/seed0",
+               "branched_from": {"folder": "early/mnist/E/ce/seed1", "round": 3}}
+    fixed, changes = relative_sources(metrics)
+    assert fixed == {"derived_from": "monitor/mnist/default/ce/seed0",
+                     "branched_from": {"folder": "early/mnist/E/ce/seed1", "round": 3}}
+    assert changes == [{"key": "derived_from", "to": "monitor/mnist/default/ce/seed0"}] and "/work" not in str(changes)

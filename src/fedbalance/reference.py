@@ -22,7 +22,7 @@ from fedbalance.aggregate import collect
 from fedbalance.config import ConfigError, deep_merge, jobs, resolve_job, twins
 from fedbalance.jobspec import JOB_DEFAULTS, PARTITION_KEYS, base_loss, covers, flat_keys, training_key
 from fedbalance.records import Job, plus_minus
-from fedbalance.jobfolder import check, job_folders, read_metrics
+from fedbalance.jobfolder import check, folder_job, job_folders, read_metrics
 from fedbalance.jobfolder import finished as folder_finished
 from fedbalance.reuse import twin_config
 from fedbalance.seal import SealError, verify_if_sealed
@@ -315,8 +315,8 @@ SOURCE_KEYS = (("derived_from",), ("branched_from", "folder"))
 
 def relative_sources(metrics: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[str, str]]]:
     """``metrics`` with every source folder (``SOURCE_KEYS``) given as a machine's path rewritten as its job path (the
-    folder's last five parts, relative to the results root), and the list of changes (key, to): the machine's path is
-    not kept anywhere."""
+    folder's last five parts, relative to the results root: ``jobfolder.folder_job``), and the list of changes (key, to):
+    the machine's path is not kept anywhere."""
     out = json.loads(json.dumps(metrics))
     changes = []
     for keys in SOURCE_KEYS:
@@ -324,9 +324,8 @@ def relative_sources(metrics: Mapping[str, Any]) -> tuple[dict[str, Any], list[d
         for k in keys[:-1]:
             node = node.get(k) if isinstance(node, dict) else None
         value = node.get(keys[-1]) if isinstance(node, dict) else None
-        if isinstance(value, str) and Path(value).is_absolute():
-            parts = Path(value).parts
-            new = "/".join(parts[-5:])
+        new = folder_job(value) if isinstance(value, str) and Path(value).is_absolute() else None
+        if new is not None:
             node[keys[-1]] = new
             changes.append({"key": ".".join(keys), "to": new})
     return out, changes

@@ -5,10 +5,14 @@ The jobs are ``--job``'s experiment/dataset/setting of ``--config`` with the los
 ``vectorised`` (a pack's path; the one-after-another jobs run it too, so the two differ in packing only). Both runs
 are timed end to end (data, partitions and model set-up included) and divided by the rounds of all S jobs;
 ``max_acc_diff`` is the largest difference between a job's final accuracy in the two runs (float rounding: the
-vmap calls hold different copies). Prints one JSON.
+vmap calls hold different copies). ``--alone-path sequential`` runs the one-after-another jobs on the sequential path
+instead (what the reference runner runs on a CPU: one job a process), so the speed-up is a pack's against the runner's
+way. Prints one JSON.
 
     python benchmarks/pack_speed.py --device cpu --jobs 4 --rounds 2 --threads 1
     python benchmarks/pack_speed.py --device cuda --config config/mnist.yaml --jobs 10 --rounds 3
+    python benchmarks/pack_speed.py --config config/mnist.yaml --job alpha/mnist/a0.5 --losses ratio --jobs 2 \
+        --rounds 2 --alone-path sequential
 """
 
 from __future__ import annotations
@@ -32,14 +36,14 @@ from fedbalance.pack import run_pack  # noqa: E402
 from fedbalance.records import Job  # noqa: E402
 
 
-def job_specs(config: Path, job: str, losses: list[str], jobs: int, rounds: int) -> list[dict]:
-    """The S shortened, vectorised job dicts."""
+def job_specs(config: Path, job: str, losses: list[str], jobs: int, rounds: int, path: str = "vectorised") -> list[dict]:
+    """The S shortened job dicts on ``path``."""
     cfg = load_config(config)
     experiment, dataset, setting = job.split("/")
     specs = []
     for i in range(jobs):
         spec = resolve_job(cfg, Job(experiment, dataset, setting, losses[i % len(losses)], i)).as_dict()
-        spec.update(rounds=rounds, path="vectorised")
+        spec.update(rounds=rounds, path=path)
         specs.append(spec)
     return specs
 
@@ -55,13 +59,16 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--data-dir", type=Path, default=ROOT / "data")
+    p.add_argument("--alone-path", default="vectorised", choices=("vectorised", "sequential"),
+                   help="the path of the one-after-another jobs (the pack always runs vectorised)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     specs = job_specs(args.config, args.job, args.losses.split(","), args.jobs, args.rounds)
+    alone_specs = job_specs(args.config, args.job, args.losses.split(","), args.jobs, args.rounds, args.alone_path)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         alone = [run_job(s, Path(tmp) / "alone" / str(i), data_dir=args.data_dir, device=args.device, progress=False)
-                 for i, s in enumerate(specs)]
+                 for i, s in enumerate(alone_specs)]
         t1 = time.perf_counter()
         packed = run_pack(specs, [Path(tmp) / "pack" / str(i) for i in range(len(specs))], data_dir=args.data_dir,
                           device=args.device, progress=False)
@@ -71,6 +78,7 @@ def main(argv: list[str] | None = None) -> dict:
     out = {
         "device": device, "threads": args.threads, "config": str(args.config), "job": args.job,
         "losses": [s["loss"] for s in specs], "jobs": len(specs), "rounds_per_job": args.rounds,
+        "alone_path": args.alone_path,
         "seconds_alone": t1 - t0, "seconds_pack": t2 - t1,
         "seconds_per_round_alone": (t1 - t0) / rounds, "seconds_per_round_pack": (t2 - t1) / rounds,
         "speedup": (t1 - t0) / (t2 - t1), "pack_training_calls": packed.calls,

@@ -118,3 +118,28 @@ def test_a_job_records_pooled_from_its_own_released_estimates(tmp_path: Path, se
         want = pooled_counts(raw[: t + 1], sets[: t + 1], [float(x) for x in sizes])
         assert json.loads(rows[t]["est_pooled"]) == pytest.approx(want.tolist(), rel=1e-9), t
     assert sum(json.loads(rows[-1]["est_pooled"])) == pytest.approx(sum(json.loads(rows[-1]["true_composition"])))
+
+
+def test_a_replay_hands_the_estimators_the_loss_the_clients_trained_with(job: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Ratio-Loss job's π of round t is the weights it recorded in round t - 1 (all ones in round 0); a replay feeds
+    its loss the same before round t's estimators run, and ``drift`` gets it."""
+    import fedbalance.estimators as est
+
+    seen: list[list[float]] = []
+    real = est.estimate_drift
+
+    def spy(*args, loss_fn=None, **kwargs):
+        seen.append(loss_fn.weight.double().tolist())
+        return real(*args, loss_fn=loss_fn, **kwargs)
+
+    monkeypatch.setattr(est, "estimate_drift", spy)
+    replayed = replay(load_trajectory(job / "trajectory.pt"), ["drift", "drift_pooled"])
+    rows = list(csv.DictReader(open(job / "rounds.csv", newline="")))
+    want = [[1.0] * len(seen[0])] + [json.loads(r["weights"]) for r in rows[:-1]]
+    assert len(seen) == len(rows)
+    for got, w in zip(seen, want, strict=True):
+        assert got == pytest.approx(w, rel=1e-6)
+    assert any(w != want[0] for w in want[1:])  # the job's π did move off 1
+    for rep, rec in zip(replayed, rows, strict=True):
+        assert sum(rep["est_drift"]) == pytest.approx(sum(json.loads(rec["true_composition"])))
+        assert min(rep["est_drift_pooled"]) >= 0.0

@@ -37,7 +37,8 @@ from fedbalance.monitor import (
     pooled_counts,
     uniform_guess,
 )
-from fedbalance.records import POOLED, RLU, RLU_POOLED, SHARPENED, SHRUNK, est_column
+from fedbalance.drift import estimate_drift
+from fedbalance.records import DRIFT, DRIFT_POOLED, POOLED, RLU, RLU_POOLED, SHARPENED, SHRUNK, est_column
 
 
 @dataclass
@@ -49,6 +50,8 @@ class RoundInputs:
     state_t1: dict[str, Tensor]
     totals: list[int]
     generator: torch.Generator
+    loss_fn: nn.Module | None = None
+    """The loss the round's clients trained with (π fed), when the caller has it (the run and replays do)."""
     _dW: Tensor | None = None
 
     @property
@@ -215,6 +218,17 @@ def _rlu(r: RoundInputs) -> Estimate:
                                    aggregation=m.aggregation, initial=start)
 
 
+@estimator(DRIFT)
+def _drift(r: RoundInputs) -> Estimate:
+    """``drift.estimate_drift`` started from ``released``'s estimate of the same dW: the output bias's change solved
+    with a simulated client trained with the round's loss."""
+    m = r.monitor
+    start = estimate_composition(r.dW, r.dG, n_aux=m.n_aux, client_totals=r.totals, method=POOLED_BASE, t_ra=m.t_ra,
+                                 aggregation=m.aggregation).counts
+    return estimate_drift(r.model_t, r.state_t1, m.aux_x, m.aux_y, m.num_classes, m.cfg, r.totals, r.generator,
+                          loss_fn=r.loss_fn, initial=start, aggregation=m.aggregation)
+
+
 def _client_index(track: Track) -> tuple[list[list[int]], list[float]]:
     """The track's client keys as indices 0..K-1, and each client's total (docs/monitor.md)."""
     keys: dict[Hashable, int] = {}
@@ -235,6 +249,13 @@ def pooled(track: Track) -> Estimate:
     """``released``'s per-round estimates pooled through the selected clients (``monitor.pooled_counts``)."""
     selected, n = _client_index(track)
     return _as_estimate(pooled_counts(track.series(POOLED_BASE), selected, n), POOLED)
+
+
+@estimator(DRIFT_POOLED, history=True, requires=(DRIFT,))
+def drift_pooled(track: Track) -> Estimate:
+    """``drift``'s per-round estimates pooled through the selected clients (``monitor.pooled_counts``)."""
+    selected, n = _client_index(track)
+    return _as_estimate(pooled_counts(track.series(DRIFT), selected, n), DRIFT_POOLED)
 
 
 @estimator(RLU_POOLED, history=True, requires=(RLU,))
@@ -359,9 +380,11 @@ class Observer:
         *,
         clients: Sequence[Hashable],
         dW: Tensor | None = None,
+        loss_fn: nn.Module | None = None,
     ) -> dict[str, Any]:
-        """Round t+1's estimates from G_t (``model_t``), G_{t+1} (``state_t1``) and the selected clients."""
-        r = RoundInputs(self.monitor, model_t, state_t1, list(totals), generator, dW)
+        """Round t+1's estimates from G_t (``model_t``), G_{t+1} (``state_t1``) and the selected clients; ``loss_fn``: the
+        clients' loss of the round (for ``drift``; plain CE when None)."""
+        r = RoundInputs(self.monitor, model_t, state_t1, list(totals), generator, loss_fn=loss_fn, _dW=dW)
         r.dW  # first from ``generator`` (the weights need it), then whatever an estimator draws (``simulated``)
         estimates = {e.name: e.fn(r) for e in self.entries if not e.history}
         self.track.add(clients, totals, {k: v.counts.tolist() for k, v in estimates.items()})

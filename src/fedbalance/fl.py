@@ -394,7 +394,7 @@ def run_rounds(
         row["train_loss"] = trained.train_loss
         if monitor is not None:
             after = model.state_dict() if trained.after is None else trained.after
-            observed = observer.observe(trained.start, after, batch.totals, torch_generator(seed, TAG_MONITOR, t),
+            observed = observer.observe(trained.start, after, batch.totals, torch_generator(seed, TAG_MONITOR, t), loss_fn=loss_fn,
                                         clients=client_keys(spec, t, batch.clients))
             monitor_round(state, row, observed, ack, lead, batch.true_counts, batch.totals)
         if trained.after is not None:

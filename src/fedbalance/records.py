@@ -62,7 +62,15 @@ SHARPENED = "sharpened"
 size (docs/monitor.md, "sharpened"); computed from any recorded ``released`` column, not recorded by a run."""
 
 
-REPLAY_ESTIMATORS: tuple[str, ...] = (RLU, RLU_POOLED, SHARPENED)
+DRIFT = "drift"
+"""The output bias's change solved with a simulated client run with the round's own loss (``drift.estimate_drift``);
+replays only, as ``rlu`` (docs/monitor.md, "`drift`")."""
+
+DRIFT_POOLED = "drift_pooled"
+"""``drift``'s per-round estimates pooled through the clients as ``pooled`` pools ``released``'s (replays only)."""
+
+
+REPLAY_ESTIMATORS: tuple[str, ...] = (RLU, RLU_POOLED, SHARPENED, DRIFT, DRIFT_POOLED)
 """Registered estimators outside ``ESTIMATORS``: replays and the ``Observer`` run them, a config cannot list them yet,
 so no job's rounds.csv columns change (docs/monitor.md, "rlu")."""
 

@@ -21,6 +21,7 @@ from fedbalance.estimators import REGISTRY, Observer, Track, plan
 from fedbalance.fl import TAG_MONITOR, build_monitor, client_keys, select_clients, sgd_config, torch_generator
 from fedbalance.jobfolder import read_metrics, round_records
 from fedbalance.jobs import auxiliary_data, build_partitions
+from fedbalance.losses import feed, get_loss
 from fedbalance.models import build_model, device_layout
 from fedbalance.monitor import Monitor, cosine_similarity, uniform_guess
 from fedbalance.records import TRUE_IMBALANCE, UNIFORM, composition_measures, cs_column, est_column, imbalance_ratio
@@ -89,6 +90,9 @@ def replay(
     (any registered in ``fedbalance.estimators``), through the ``Observer`` the run uses, one per group of
     ``observer_groups``: a history estimator listed with the per-round estimator it requires shares its
     computation, and the group's seconds are each member's (a history estimator's include its requirement's).
+    The estimators get the round's loss as the run fed it (``fl.hand_over``): the job's loss with the Ratio-Loss
+    weights π of the previous round's dW and, as its prior, the job's lead estimator's estimate when it is replayed
+    (uniform otherwise).
     """
     spec, ds, parts, model, monitor = replay_setup(trajectory, dataset=dataset, data_dir=data_dir)
     q = ds.num_classes
@@ -96,6 +100,9 @@ def replay(
     nxt = [r["model"] for r in rounds[1:]] + [trajectory["final"]]
     num_clients, k, seed = parts["main"].num_clients, spec.required("clients_per_round"), spec.seed
     observers = {group: Observer(monitor, group) for group in observer_groups(estimators)}
+    loss_fn = get_loss(spec.base_loss, q, **spec.loss_kwargs())
+    lead = spec.monitor.estimators[0]
+    pi, prior = torch.ones(q, dtype=torch.float64), torch.ones(q, dtype=torch.float64)
     rows = []
     for r, state_t1, true in zip(rounds, nxt, trajectory["true_composition"], strict=True):
         t = int(r["round"])
@@ -106,15 +113,19 @@ def replay(
         dW = monitor.updates(model, gen)
         after_dW = gen.get_state()  # each estimator draws from where the run's would (after dW)
         clients = client_keys(spec, t, select_clients(spec.required("selection"), num_clients, k, seed, t))
+        feed(loss_fn, weights=pi, prior=prior)
         for group, obs in observers.items():
             start = time.perf_counter()
             gen.set_state(after_dW)
-            found = obs.observe(model, state_t1, r["totals"], gen, clients=clients, dW=dW)["estimates"]
+            found = obs.observe(model, state_t1, r["totals"], gen, clients=clients, dW=dW, loss_fn=loss_fn)["estimates"]
             seconds = time.perf_counter() - start
+            if lead in found:
+                prior = torch.as_tensor(found[lead].counts).detach().cpu().double()
             for m in group:
                 row[f"seconds_{m}"] = seconds
                 row[est_column(m)] = [float(v) for v in found[m].counts]
                 row[cs_column(m)] = cosine_similarity(found[m].counts, truth)
+        pi = monitor.weights(dW)[1].detach().cpu().double()
         rows.append(add_measures(row, truth.tolist()))
     return rows
 

@@ -151,3 +151,47 @@ def test_run_sums_add_per_class() -> None:
     a = RunSums(torch.ones(2, 2, dtype=torch.float64), torch.tensor([1.0, 2.0], dtype=torch.float64))
     b = a + a
     assert b.sums.tolist() == [[2.0, 2.0], [2.0, 2.0]] and b.counts.tolist() == [2.0, 4.0]
+
+
+def _ceiling_module():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "monitor_ceiling.py"
+    spec = importlib.util.spec_from_file_location("monitor_ceiling", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_ceiling_benchmark_solves_the_real_clients_exactly(tmp_path) -> None:
+    """benchmarks/monitor_ceiling.py on a small Ratio-Loss job: with the round's real clients replayed (their batches,
+    their loss with the π the job recorded the round before) the solve returns the truth; the uniform row is the guess."""
+    from pathlib import Path
+
+    from fedbalance.config import configured_job, load_config
+    from fedbalance.jobs import run_job
+    from fedbalance.records import Job
+
+    root = Path(__file__).resolve().parents[1]
+    spec = configured_job(load_config(root / "config" / "quick.yaml"), Job("losses", "mnist", "g10", "ratio", 0))
+    spec["partition"].update(num_clients=4, majority_samples=12)
+    spec["monitor"] = {**spec["monitor"], "aux_per_class": 8, "estimators": ["pooled", "released"]}
+    spec.update(clients_per_round=3, rounds=3, batch_size=16, lr=0.05, local_epochs=2, save_trajectory=True)
+    out = tmp_path / "losses" / "mnist" / "g10" / "ratio" / "seed0"
+    run_job(spec, out, device="cpu")
+    ceiling = _ceiling_module()
+    ceiling.main(["--trajectory", str(out / "trajectory.pt"), "--rounds", "0", "2", "--iterations", "1",
+                  "--data-dir", str(tmp_path), "--out", str(tmp_path / "ceiling")])
+    import json
+
+    doc = json.loads((tmp_path / "ceiling" / "g10_ratio_seed0.json").read_text())
+    assert doc["group"] == "g10/ratio" and [r["round"] for r in doc["rounds"]] == [0, 2]
+    for row in doc["rounds"]:
+        truth = row["truth"]
+        assert row["clients"]["tv"] < 1e-3, row["clients"]
+        assert row["uniform"]["tv"] == pytest.approx(total_variation([1.0] * len(truth), truth))
+        assert sum(row["drift"]["estimate"]) == pytest.approx(sum(truth))
+        assert {"clients_ce", "per_client_true", "one_client_true", "one_client_weighted_true", "released", "pooled"} <= set(row)
+    table = ceiling.tabulate([tmp_path / "ceiling" / "g10_ratio_seed0.json"])
+    assert "| g10/ratio | clients | 0.000 (0.000) |" in table

@@ -31,7 +31,7 @@ import torch
 from fedbalance.config import load_config, resolve_job
 from fedbalance.records import Job
 from fedbalance.jobs import run_job
-from fedbalance.estimators import REGISTRY
+from fedbalance.estimators import REGISTRY, entry, named_targets, plan
 from fedbalance.records import ESTIMATORS, UNIFORM, cs_column
 from fedbalance.replay import load_trajectory, recorded, replay
 
@@ -92,11 +92,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default="benchmarks/out/monitor_replay")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=None, help="shorten the trained jobs (smoke runs)")
-    ap.add_argument("--estimators", nargs="+", default=list(ESTIMATORS), choices=sorted(REGISTRY),
-                    help=f"registered estimators to score (default: {' '.join(ESTIMATORS)})")
+    ap.add_argument("--estimators", nargs="+", default=list(ESTIMATORS),
+                    help=f"estimators to score: registered ({' '.join(sorted(REGISTRY))}), installed plug-ins or "
+                         f"NAME=module:attribute (default: {' '.join(ESTIMATORS)})")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
+    try:
+        args.estimators, targets = named_targets(args.estimators)
+        plan(args.estimators, targets)
+    except ValueError as exc:
+        ap.error(str(exc))
     torch.set_num_threads(args.threads)
+    history = [e.name for e in REGISTRY.values() if e.history]
+    history += [m for m in args.estimators if m not in history and entry(m, targets.get(m)).history]
     paths = [Path(p) for p in args.trajectory]
     if args.run:
         paths += train(args.config, args.data_dir, Path(args.out), args.seed, args.rounds)
@@ -105,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     start = time.perf_counter()
     report = {"estimators": args.estimators, "jobs": {}}
     for folder in args.recorded:
-        rows = recorded(folder)
+        rows = recorded(folder, history, targets)
         spec = json.loads((Path(folder) / "metrics.json").read_text())["config"]
         name = f"{spec['experiment']}/{spec['dataset']}/{spec['setting']}/{spec['loss']}/seed{spec['seed']}"
         report["jobs"][name] = {"rounds": len(rows), "selection": spec["selection"], "source": "recorded",
@@ -114,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
         traj = load_trajectory(p)
         spec = traj["spec"]
         name = f"{spec['experiment']}/{spec['dataset']}/{spec['setting']}/{spec['loss']}/seed{spec['seed']}"
-        rows = replay(traj, args.estimators, data_dir=args.data_dir)
+        rows = replay(traj, args.estimators, data_dir=args.data_dir, targets=targets)
         report["jobs"][name] = {"rounds": len(rows), "selection": spec["selection"], **summarise(rows, args.estimators)}
     report["replay_seconds"] = round(time.perf_counter() - start, 1)
     print(json.dumps(report, indent=1))

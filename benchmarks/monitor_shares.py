@@ -38,7 +38,8 @@ from typing import Any
 import torch
 
 from fedbalance.atomic import write_json
-from fedbalance.estimators import REGISTRY
+from fedbalance.estimators import REGISTRY, named_targets, plan
+from fedbalance.estimators import entry as estimator_entry
 from fedbalance.jobspec import as_spec
 from fedbalance.monitor import Acknowledger
 from fedbalance.estimators import sharpened_counts
@@ -111,10 +112,11 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def replay_record(path: Path, estimators: Sequence[str], data_dir: str) -> dict[str, Any]:
+def replay_record(path: Path, estimators: Sequence[str], data_dir: str,
+                  targets: dict[str, str] | None = None) -> dict[str, Any]:
     """A replayed trajectory as ``--save-replays`` writes it: {"trajectory", "estimators", "spec", "rows"}."""
     traj = load_trajectory(path)
-    rows = replay(traj, estimators, data_dir=data_dir)
+    rows = replay(traj, estimators, data_dir=data_dir, targets=targets)
     return {"trajectory": str(path), "estimators": list(estimators), "spec": traj["spec"], "rows": rows}
 
 
@@ -145,16 +147,21 @@ def oracle_exponent(rows: Sequence[dict[str, Any]], name: str, first: int) -> di
 
 
 def build_report(folders: Sequence[Path], trajectories: Sequence[Path], estimators: Sequence[str], data_dir: str,
-                 first: int = 1, replayed: Sequence[dict[str, Any]] = (), save: Path | None = None) -> dict[str, Any]:
+                 first: int = 1, replayed: Sequence[dict[str, Any]] = (), save: Path | None = None,
+                 targets: dict[str, str] | None = None) -> dict[str, Any]:
     """The groups' measures (``group_summary``) of recorded job folders, replayed trajectories and earlier replays
-    (``replayed``: records of ``replay_record``); each new replay is written to ``save`` as it finishes."""
+    (``replayed``: records of ``replay_record``); each new replay is written to ``save`` as it finishes. ``targets``:
+    plug-in estimators by dotted path (``estimators.named_targets``); a recorded folder gets the registered history
+    estimators and the listed ones that read the history."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    history = [e.name for e in REGISTRY.values() if e.history]
+    history += [m for m in estimators if m not in history and estimator_entry(m, (targets or {}).get(m)).history]
     for folder in folders:
-        key, entry = job_entry(recorded(folder), json.loads((folder / "metrics.json").read_text())["config"])
+        key, entry = job_entry(recorded(folder, history, targets), json.loads((folder / "metrics.json").read_text())["config"])
         groups[key].append(entry)
     records = list(replayed)
     for i, path in enumerate(trajectories):
-        records.append(replay_record(path, estimators, data_dir))
+        records.append(replay_record(path, estimators, data_dir, targets))
         if save is not None:
             save.mkdir(parents=True, exist_ok=True)
             write_json(records[-1], save / f"{i:03d}-{'-'.join(path.parent.parts[-4:])}.json")
@@ -175,7 +182,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--trajectory", nargs="*", default=[], help="trajectory.pt files to replay")
     ap.add_argument("--save-replays", default=None, help="write each replay here as JSON, as it finishes")
     ap.add_argument("--replayed", nargs="*", default=[], help="replays written by --save-replays, read instead of replaying")
-    ap.add_argument("--estimators", nargs="+", default=[e for e in ESTIMATORS if e != "simulated"], choices=sorted(REGISTRY))
+    ap.add_argument("--estimators", nargs="+", default=[e for e in ESTIMATORS if e != "simulated"],
+                    help=f"registered ({' '.join(sorted(REGISTRY))}), installed plug-ins, or NAME=module:attribute")
     ap.add_argument("--data-dir", default="data")
     ap.add_argument("--from-round", type=int, default=1)
     ap.add_argument("--markdown", action="store_true")
@@ -183,6 +191,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--oracle-exponents", action="store_true", help="per job and estimator, the best exponent read with "
                     "the truth (a ceiling of the sharpened reading), instead of the table")
     args = ap.parse_args(argv)
+    try:
+        args.estimators, targets = named_targets(args.estimators)
+        plan(args.estimators, targets)
+    except ValueError as exc:
+        ap.error(str(exc))
     torch.set_num_threads(args.threads)
     folders = [Path(f) for f in args.recorded]
     if args.reference:
@@ -197,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
                           for j, rows in jobs for m in args.estimators], indent=1))
         return
     report = build_report(folders, [Path(p) for p in args.trajectory], args.estimators, args.data_dir, args.from_round,
-                          replayed, None if args.save_replays is None else Path(args.save_replays))
+                          replayed, None if args.save_replays is None else Path(args.save_replays), targets)
     print(markdown(report) if args.markdown else json.dumps(report, indent=1, default=float))
 
 

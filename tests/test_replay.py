@@ -143,3 +143,37 @@ def test_a_replay_hands_the_estimators_the_loss_the_clients_trained_with(job: Pa
     for rep, rec in zip(replayed, rows, strict=True):
         assert sum(rep["est_drift"]) == pytest.approx(sum(json.loads(rec["true_composition"])))
         assert min(rep["est_drift_pooled"]) >= 0.0
+
+
+PLUGIN = '''
+from fedbalance.estimators import Estimator
+from fedbalance.monitor import estimate_composition
+
+
+def same_as_released(r):
+    m = r.monitor
+    return estimate_composition(r.dW, r.dG, n_aux=m.n_aux, client_totals=r.totals, method="released", t_ra=m.t_ra,
+                                aggregation=m.aggregation)
+
+
+last_released = Estimator("last_released", lambda track: [2 * v for v in track.series("released")[-1]], history=True,
+                          requires=("released",))
+'''
+
+
+def test_a_replay_runs_plugin_estimators_named_by_dotted_path(job: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A per-round plug-in that reads the copies as ``released`` does gives ``released``'s numbers; a history plug-in
+    that doubles the round's ``released`` estimate gives twice them; the command line's NAME=module:attribute names them."""
+    from fedbalance.estimators import named_targets
+
+    (tmp_path / "myestimators.py").write_text(PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    names, targets = named_targets(["released", "mine=myestimators:same_as_released", "twice=myestimators:last_released"])
+    assert names == ["released", "mine", "twice"] and targets == {"mine": "myestimators:same_as_released",
+                                                                   "twice": "myestimators:last_released"}
+    rows = replay(load_trajectory(job / "trajectory.pt"), names, targets=targets)
+    for row in rows:
+        assert row["est_mine"] == pytest.approx(row["est_released"], rel=1e-12)
+        assert row["est_twice"] == pytest.approx([2 * v for v in row["est_released"]], rel=1e-12)
+    with pytest.raises(ValueError, match="NAME=module:attribute"):
+        named_targets(["mine=notapath"])

@@ -166,6 +166,20 @@ def as_estimator(obj: Any, name: str, origin: str) -> Estimator:
     return Estimator(name, checked, history, requires)
 
 
+def named_targets(items: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """Command-line estimator names: ``name`` (registered or an installed plug-in) or ``name=module:attribute`` (a
+    plug-in by dotted path, as a config's top-level ``estimators``); returns the names and the name -> path map."""
+    names, targets = [], {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if sep and (not name or not plugins.is_dotted(path)):
+            raise ValueError(f"estimator {item!r}: write NAME=module:attribute")
+        names.append(name)
+        if sep:
+            targets[name] = path
+    return names, targets
+
+
 def plan(names: Sequence[str], targets: Mapping[str, str] | None = None) -> list[Estimator]:
     """The entries to run for ``names`` (``entry``; ``targets``: name -> dotted path of the config's own plug-ins):
     their requirements first, per-round before history; ValueError on an unknown name."""
@@ -405,4 +419,4 @@ class Observer:
 
 
 __all__ = ["REGISTRY", "Estimate", "Estimator", "Observer", "RoundInputs", "Track", "as_estimator", "entry", "estimator",
-           "plan", "sharpened_counts", "shrinkage_weight", "shrunk_counts", "track_estimates", "uniform_guess"]
+           "named_targets", "plan", "sharpened_counts", "shrinkage_weight", "shrunk_counts", "track_estimates", "uniform_guess"]

@@ -9,7 +9,7 @@ and can score estimators the job did not run.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ import torch
 
 from fedbalance.jobspec import JobSpec, as_spec
 from fedbalance.data import Dataset, load_dataset
-from fedbalance.estimators import REGISTRY, Observer, Track, plan
+from fedbalance.estimators import REGISTRY, Observer, Track, entry, plan
 from fedbalance.fl import TAG_MONITOR, build_monitor, client_keys, select_clients, sgd_config, torch_generator
 from fedbalance.jobfolder import read_metrics, round_records
 from fedbalance.jobs import auxiliary_data, build_partitions
@@ -58,16 +58,18 @@ def replay_setup(
     return spec, ds, parts, model, build_monitor(spec, aux_x, aux_y, ds.num_classes, sgd_config(spec))
 
 
-def observer_groups(estimators: Sequence[str]) -> list[tuple[str, ...]]:
+def observer_groups(estimators: Sequence[str], targets: Mapping[str, str] | None = None) -> list[tuple[str, ...]]:
     """``estimators`` split into the groups one ``Observer`` each runs in a replay: a history estimator joins the
     group of the listed per-round estimator it requires (so ``rlu`` runs once for ``rlu`` and ``rlu_pooled``);
     every other estimator is a group of its own. Each estimator is in exactly one group; ValueError (``plan``) on
-    an unknown name."""
-    plan(estimators)
-    groups: dict[str, list[str]] = {m: [m] for m in estimators if not REGISTRY[m].history}
+    an unknown name. ``targets``: name -> dotted path of estimators that are plug-ins named by path (``entry``)."""
+    targets = targets or {}
+    plan(estimators, targets)
+    entries = {m: entry(m, targets.get(m)) for m in estimators}
+    groups: dict[str, list[str]] = {m: [m] for m in estimators if not entries[m].history}
     for m in estimators:
-        requires = REGISTRY[m].requires
-        if not REGISTRY[m].history:
+        requires = entries[m].requires
+        if not entries[m].history:
             continue
         if len(requires) == 1 and requires[0] in groups:
             groups[requires[0]].append(m)
@@ -82,6 +84,7 @@ def replay(
     *,
     dataset: Dataset | None = None,
     data_dir: str | Path = "data",
+    targets: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per round: {"round", "cs_<estimator>", "est_<estimator>", "cs_uniform", "seconds_<estimator>"} and the
     measures beside CS (``add_measures``).
@@ -90,7 +93,8 @@ def replay(
     (any registered in ``fedbalance.estimators``), through the ``Observer`` the run uses, one per group of
     ``observer_groups``: a history estimator listed with the per-round estimator it requires shares its
     computation, and the group's seconds are each member's (a history estimator's include its requirement's).
-    The estimators get the round's loss as the run fed it (``fl.hand_over``): the job's loss with the Ratio-Loss
+    ``estimators`` may name installed plug-ins, or plug-ins by dotted path through ``targets`` (name -> path, as a
+    config's ``estimators``). The estimators get the round's loss as the run fed it (``fl.hand_over``): the job's loss with the Ratio-Loss
     weights π of the previous round's dW and, as its prior, the job's lead estimator's estimate when it is replayed
     (uniform otherwise).
     """
@@ -99,7 +103,7 @@ def replay(
     rounds = trajectory["rounds"]
     nxt = [r["model"] for r in rounds[1:]] + [trajectory["final"]]
     num_clients, k, seed = parts["main"].num_clients, spec.required("clients_per_round"), spec.seed
-    observers = {group: Observer(monitor, group) for group in observer_groups(estimators)}
+    observers = {group: Observer(monitor, group, targets=targets) for group in observer_groups(estimators, targets)}
     loss_fn = get_loss(spec.base_loss, q, **spec.loss_kwargs())
     lead = spec.monitor.estimators[0]
     pi, prior = torch.ones(q, dtype=torch.float64), torch.ones(q, dtype=torch.float64)
@@ -130,7 +134,8 @@ def replay(
     return rows
 
 
-def recorded(folder: str | Path, history: Sequence[str] | None = None) -> list[dict[str, Any]]:
+def recorded(folder: str | Path, history: Sequence[str] | None = None,
+             targets: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """One row per round of a finished job with ``monitor.record``, from its rounds.csv, plus the history estimators.
 
     The recorded estimators' ``est_``/``cs_`` columns are read as written; each registered history
@@ -143,7 +148,8 @@ def recorded(folder: str | Path, history: Sequence[str] | None = None) -> list[d
     metrics = read_metrics(folder)
     spec = as_spec(metrics["config"])
     sizes = [sum(c) for c in metrics["partition"]["class_counts"]]
-    names = [e.name for e in REGISTRY.values() if e.history] if history is None else list(history)
+    targets = targets or {}
+    entries = [e for e in REGISTRY.values() if e.history] if history is None else [entry(m, targets.get(m)) for m in history]
     k, seed = spec.required("clients_per_round"), spec.seed
     balanced = spec.switch_round is not None  # the balanced partition's clients are not in metrics.json
     track = Track()
@@ -162,9 +168,10 @@ def recorded(folder: str | Path, history: Sequence[str] | None = None) -> list[d
         per_round = {m[len(est_prefix):]: v for m, v in row.items() if m.startswith(est_prefix)}
         track.add(client_keys(spec, t, ids), [sizes[c] for c in ids], per_round)
         if not balanced:
-            for m in names:
-                if all(r in per_round for r in REGISTRY[m].requires):
-                    counts = REGISTRY[m].fn(track).counts
+            for e in entries:
+                m = e.name
+                if e.history and all(r in per_round for r in e.requires):
+                    counts = e.fn(track).counts
                     track.estimates[-1][m] = counts.tolist()
                     row[est_column(m)] = [float(v) for v in counts]
                     row[cs_column(m)] = cosine_similarity(counts, truth)

@@ -195,3 +195,60 @@ def test_the_ceiling_benchmark_solves_the_real_clients_exactly(tmp_path) -> None
         assert {"clients_ce", "per_client_true", "one_client_true", "one_client_weighted_true", "released", "pooled"} <= set(row)
     table = ceiling.tabulate([tmp_path / "ceiling" / "g10_ratio_seed0.json"])
     assert "| g10/ratio | clients | 0.000 (0.000) |" in table
+
+
+SPY = '''
+SEEN = []
+
+
+def spy(r):
+    loss = r.loss_fn
+    SEEN.append({k: getattr(loss, k).double().tolist() for k in ("counts", "weight") if getattr(loss, k, None) is not None})
+    return [float(sum(r.totals)) / r.monitor.num_classes] * r.monitor.num_classes
+'''
+
+
+@pytest.mark.parametrize("loss", ["la_local", "ratio"])
+def test_an_estimator_reads_the_loss_the_server_sent_not_a_clients_counts(loss: str, tmp_path, monkeypatch) -> None:
+    """A run hands its estimators the round's loss as sent (``losses.as_sent``): the Ratio Loss's π of the round (the
+    weights recorded the round before; ones in round 0); a loss that trains on each client's own label counts holds
+    none of them (ones), though sequential training installs them on the run's module."""
+    import csv
+    import importlib
+    import json
+    from pathlib import Path
+
+    import yaml
+
+    from fedbalance.config import load_config, resolve_job
+    from fedbalance.jobs import run_job
+    from fedbalance.records import Job
+
+    (tmp_path / "spymod.py").write_text(SPY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from fedbalance import plugins
+
+    plugins.forget()
+    monkeypatch.delitem(__import__("sys").modules, "spymod", raising=False)
+    spymod = importlib.import_module("spymod")
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "quick.yaml").read_text())
+    cfg["estimators"] = {"spy": "spymod:spy"}
+    cfg["defaults"]["monitor"]["estimators"] = ["pooled", "released", "spy"]
+    cfg["experiments"] = {"losses": {"datasets": ["mnist"], "losses": [loss], "seeds": [0], "params": {"monitor": {"record": True}},
+                                     "grid": {"g": {"key": "partition.gamma", "values": [10]}}}}
+    spec = resolve_job(load_config(cfg), Job("losses", "mnist", "g10", loss, 0)).as_dict()
+    spec["partition"].update(num_clients=4, majority_samples=12)
+    spec["monitor"] = {**spec["monitor"], "aux_per_class": 8}
+    spec.update(clients_per_round=3, rounds=3, batch_size=16, lr=0.05, local_epochs=1, path="sequential")
+    out = tmp_path / "job"
+    run_job(spec, out, device="cpu")
+    plugins.forget()
+    assert len(spymod.SEEN) == 3
+    if loss == "la_local":
+        assert all(s["counts"] == [1.0] * len(s["counts"]) for s in spymod.SEEN)
+    else:
+        with open(out / "rounds.csv", newline="") as fh:
+            rows = [json.loads(line["weights"]) for line in csv.DictReader(fh)]
+        want = [[1.0] * len(rows[0])] + rows[:-1]
+        for seen, w in zip(spymod.SEEN, want, strict=True):
+            assert seen["weight"] == pytest.approx(w, rel=1e-6)

@@ -153,7 +153,7 @@ def test_estimator_signature_has_no_class_counts() -> None:
     params = set(inspect.signature(estimate_composition).parameters)
     assert params == {"dW", "dG", "n_aux", "client_totals", "method", "t_ra", "aggregation", "rescale"}
     assert set(inspect.signature(Observer.observe).parameters) == {
-        "self", "model_t", "state_t1", "totals", "generator", "clients", "dW"}
+        "self", "model_t", "state_t1", "totals", "generator", "clients", "dW", "loss_fn"}
     assert set(inspect.signature(estimate_simulated).parameters) == {
         "model_t", "state_t1", "aux_x", "aux_y", "num_classes", "cfg", "client_totals", "generator", "aggregation",
         "iterations", "mix"}

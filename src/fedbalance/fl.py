@@ -51,7 +51,7 @@ import torch
 from torch import Tensor, nn
 
 from fedbalance.jobspec import JobSpec, as_spec
-from fedbalance.losses import feed, receives
+from fedbalance.losses import as_sent, feed, receives
 from fedbalance.metrics import empirical_y_stats, evaluate
 from fedbalance.estimators import Observer
 from fedbalance.monitor import PAPER_SIGNED, Acknowledger, Monitor, cosine_similarity, uniform_guess
@@ -390,11 +390,12 @@ def run_rounds(
             pooled = torch.cat(batch.indices)
             row.update(empirical_y_stats(model, data.x_train[pooled], data.y_train[pooled], step.cfg.batch_size))
         hand_over(state, loss_fn, q)
+        sent = as_sent(loss_fn, q) if monitor is not None else None
         trained = step.train(t, batch, state)
         row["train_loss"] = trained.train_loss
         if monitor is not None:
             after = model.state_dict() if trained.after is None else trained.after
-            observed = observer.observe(trained.start, after, batch.totals, torch_generator(seed, TAG_MONITOR, t), loss_fn=loss_fn,
+            observed = observer.observe(trained.start, after, batch.totals, torch_generator(seed, TAG_MONITOR, t), loss_fn=sent,
                                         clients=client_keys(spec, t, batch.clients))
             monitor_round(state, row, observed, ack, lead, batch.true_counts, batch.totals)
         if trained.after is not None:

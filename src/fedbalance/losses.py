@@ -13,6 +13,7 @@ indexing, no ``.item()`` and no data-dependent shape.
 
 from __future__ import annotations
 
+import copy
 import inspect
 from typing import Any, ClassVar
 
@@ -779,6 +780,16 @@ def receives(loss: nn.Module | type | str) -> frozenset[str]:
     if isinstance(loss, str):
         loss = loss_class(loss)
     return frozenset(getattr(loss, "receives", frozenset()))
+
+
+def as_sent(loss_fn: nn.Module, num_classes: int) -> nn.Module:
+    """A copy of ``loss_fn`` as the server sent it: what it was fed of the monitor (π, prior) kept, a client's own label
+    counts (``client_counts``, installed on the module by sequential training) reset to ones: what an estimator may
+    read of the round's loss (``estimators.RoundInputs.loss_fn``)."""
+    sent = copy.deepcopy(loss_fn)
+    if "client_counts" in receives(sent):
+        feed(sent, client_counts=torch.ones(num_classes))
+    return sent
 
 
 def feed(loss_fn: nn.Module, **inputs: Any) -> None:

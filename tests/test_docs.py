@@ -88,8 +88,14 @@ def test_sweep_collapses_recomputed(jobs, blocks) -> None:
         assert f"Of the set's {len(sweeps)} trained jobs of the two sweeps" in text
         assert f"\n{len(found)} had a round whose test accuracy fell below 20 %" in text
     for exp, setting, seed, r, acm in found:
-        line = next(x for x in text.split("\n- ")[1:] if x.startswith(f"`reference/mnist/{exp}/mnist/{setting}/ratio/seed{seed}`"))
-        assert f"round {r} trained with it" in line and f"Ac.M {acm:.2f}." in line.replace("\n  ", " ")
+        line = next(x for x in text.split("\n- ")[1:] if x.startswith(f"`reference/mnist/{exp}/mnist/{setting}/ratio/seed{seed}`")
+                    and f"round {r} trained with it" in x)
+        flat = line.replace("\n  ", " ")
+        assert f"Ac.M {acm:.2f}." in flat or f"its final Ac.M is {acm:.2f}." in flat, flat
+        job = next(j for j in sweeps.itertuples() if (j.experiment, j.setting, j.seed) == (exp, setting, seed))
+        nxt = job.rounds[job.rounds["round"] == r + 1].acc
+        if len(nxt):  # the round after: "back at" only when it is above the collapse line
+            assert ("stayed below 20 %" in line) == (float(nxt.iloc[0]) < 0.2), line
 
 
 def test_mismatch_block_recomputed(jobs, blocks) -> None:

@@ -38,7 +38,7 @@ from fedbalance.fl import select_clients
 from fedbalance.models import to_float
 from fedbalance.monitor import (
     RELEASED_UPPER, _numbers_all, _owner_mask, _per_sample, _released_keep, class_gradients, client_steps,
-    estimate_composition, last_layer_with_bias, momentum_weights, recovered_counts, simulated_updates, update_target,
+    bias_target, estimate_composition, momentum_weights, recovered_counts, simulated_updates,
 )
 from fedbalance.records import share_ratios, total_variation
 from fedbalance.replay import load_trajectory, replay_setup
@@ -117,9 +117,7 @@ def round_row(setup: tuple, traj: dict[str, Any], t: int, minority: list[int]) -
     gen = torch.Generator().manual_seed(1000 + t)
     dW = monitor.updates(model, gen)
     dG = state_t1[monitor.weight_key].double() - model.state_dict()[monitor.weight_key].double()
-    w_t, w_t1 = last_layer_with_bias(model.state_dict()), last_layer_with_bias(state_t1)
-    target = update_target(w_t1 - w_t, w_mid=(w_t + w_t1) / 2, client_totals=totals, cfg=cfg,
-                           aggregation=monitor.aggregation)[:, -1]
+    target = bias_target(model, state_t1, totals, cfg, monitor.aggregation)
     steps = max(1, round(sum(client_steps(totals, cfg)) / len(totals)))
     chosen = select_clients(spec.required("selection"), parts["main"].num_clients, spec.required("clients_per_round"),
                             spec.seed, t)

@@ -39,13 +39,13 @@ import torch
 
 from fedbalance.atomic import write_json
 from fedbalance.drift import (
-    ITERATIONS, bias_target, clients_residuals, estimate_drift, residual_matrix, simulated_clients, simulated_residuals,
+    ITERATIONS, clients_residuals, estimate_drift, residual_matrix, simulated_clients, simulated_residuals,
     weighted_run_residuals,
 )
 from fedbalance.fl import TAG_CLIENT, TAG_MONITOR, select_clients, torch_generator
 from fedbalance.jobfolder import round_records
 from fedbalance.losses import feed, get_loss
-from fedbalance.monitor import recovered_counts
+from fedbalance.monitor import bias_target, recovered_counts
 from fedbalance.records import est_column, share_ratios, total_variation, worst_share_factor
 from fedbalance.replay import load_trajectory, replay_setup
 

@@ -31,7 +31,7 @@ import torch
 from fedbalance.config import load_config, resolve_job
 from fedbalance.records import Job
 from fedbalance.jobs import run_job
-from fedbalance.estimators import REGISTRY, entry, named_targets, plan
+from fedbalance.estimators import REGISTRY, named_targets, plan
 from fedbalance.records import ESTIMATORS, UNIFORM, cs_column
 from fedbalance.replay import load_trajectory, recorded, replay
 
@@ -103,8 +103,6 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:
         ap.error(str(exc))
     torch.set_num_threads(args.threads)
-    history = [e.name for e in REGISTRY.values() if e.history]
-    history += [m for m in args.estimators if m not in history and entry(m, targets.get(m)).history]
     paths = [Path(p) for p in args.trajectory]
     if args.run:
         paths += train(args.config, args.data_dir, Path(args.out), args.seed, args.rounds)
@@ -113,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     start = time.perf_counter()
     report = {"estimators": args.estimators, "jobs": {}}
     for folder in args.recorded:
-        rows = recorded(folder, history, targets)
+        rows = recorded(folder, targets=targets, plugins=args.estimators)
         spec = json.loads((Path(folder) / "metrics.json").read_text())["config"]
         name = f"{spec['experiment']}/{spec['dataset']}/{spec['setting']}/{spec['loss']}/seed{spec['seed']}"
         report["jobs"][name] = {"rounds": len(rows), "selection": spec["selection"], "source": "recorded",

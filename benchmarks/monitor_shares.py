@@ -39,7 +39,6 @@ import torch
 
 from fedbalance.atomic import write_json
 from fedbalance.estimators import REGISTRY, named_targets, plan
-from fedbalance.estimators import entry as estimator_entry
 from fedbalance.jobspec import as_spec
 from fedbalance.monitor import Acknowledger
 from fedbalance.estimators import sharpened_counts
@@ -154,10 +153,8 @@ def build_report(folders: Sequence[Path], trajectories: Sequence[Path], estimato
     plug-in estimators by dotted path (``estimators.named_targets``); a recorded folder gets the registered history
     estimators and the listed ones that read the history."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    history = [e.name for e in REGISTRY.values() if e.history]
-    history += [m for m in estimators if m not in history and estimator_entry(m, (targets or {}).get(m)).history]
     for folder in folders:
-        key, entry = job_entry(recorded(folder, history, targets), json.loads((folder / "metrics.json").read_text())["config"])
+        key, entry = job_entry(recorded(folder, targets=targets, plugins=estimators), json.loads((folder / "metrics.json").read_text())["config"])
         groups[key].append(entry)
     records = list(replayed)
     for i, path in enumerate(trajectories):

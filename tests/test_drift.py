@@ -13,7 +13,6 @@ from torch import nn
 from fedbalance.drift import (
     RunSums,
     aux_client,
-    bias_target,
     clients_residuals,
     estimate_drift,
     residual_matrix,
@@ -23,7 +22,7 @@ from fedbalance.drift import (
 )
 from fedbalance.losses import CrossEntropyLoss
 from fedbalance.models import build_model
-from fedbalance.monitor import class_gradients, recovered_counts
+from fedbalance.monitor import bias_target, class_gradients, recovered_counts
 from fedbalance.records import total_variation
 from fedbalance.sgd import SGDConfig, local_sgd
 

@@ -27,10 +27,9 @@ from fedbalance.losses import CrossEntropyLoss, feed, receives
 from fedbalance.models import to_float
 from fedbalance.monitor import (
     Estimate,
-    last_layer_with_bias,
+    bias_target,
     momentum_weights,
     recovered_counts,
-    update_target,
 )
 from fedbalance.records import DRIFT
 from fedbalance.sgd import FunctionalSGD, SGDConfig, batch_schedule, client_counts
@@ -51,6 +50,11 @@ class RunSums:
 
     def __add__(self, other: RunSums) -> RunSums:
         return RunSums(self.sums + other.sums, self.counts + other.counts)
+
+    @classmethod
+    def zeros(cls, num_classes: int) -> RunSums:
+        """No run yet: the start of a sum over runs."""
+        return cls(torch.zeros(num_classes, num_classes, dtype=torch.float64), torch.zeros(num_classes, dtype=torch.float64))
 
 
 def run_residuals(
@@ -128,7 +132,7 @@ def clients_residuals(
     generators: Sequence[torch.Generator], num_classes: int,
 ) -> RunSums:
     """The sums of every client's own local run (``batch_schedule`` with its generator: the engine's batches)."""
-    total = RunSums(torch.zeros(num_classes, num_classes, dtype=torch.float64), torch.zeros(num_classes, dtype=torch.float64))
+    total = RunSums.zeros(num_classes)
     for (x, y), gen in zip(datasets, generators, strict=True):
         total = total + run_residuals(model, x, y, copy.deepcopy(loss_fn), cfg, batch_schedule(len(y), cfg, gen), num_classes)
     return total
@@ -184,20 +188,13 @@ def simulated_residuals(
     """The sums of one simulated local run per row of ``clients`` (its counts per class, ``aux_client``), each with the
     round's loss and the batches a real client of that size gets."""
     q = len(clients[0])
-    total = RunSums(torch.zeros(q, q, dtype=torch.float64), torch.zeros(q, dtype=torch.float64))
+    total = RunSums.zeros(q)
     for counts in clients:
         if sum(counts) <= 0:
             continue
         x, y = aux_client(aux_x, aux_y, counts, generator)
         total = total + run_residuals(model, x, y, copy.deepcopy(loss_fn), cfg, batch_schedule(len(y), cfg, generator), q)
     return total
-
-
-def bias_target(model_t: nn.Module, state_t1: dict[str, Tensor], totals: Sequence[int], cfg: SGDConfig, aggregation: str) -> Tensor:
-    """t of (4'): the round's output-bias change on ``update_target``'s scale."""
-    w_t = last_layer_with_bias(model_t.state_dict())
-    w_t1 = last_layer_with_bias(state_t1).to(w_t.device)
-    return update_target(w_t1 - w_t, w_mid=(w_t + w_t1) / 2, client_totals=totals, cfg=cfg, aggregation=aggregation)[:, -1].cpu()
 
 
 def estimate_drift(
@@ -228,7 +225,7 @@ def estimate_drift(
     if aggregation != "mean":
         raise ValueError(f"the drift estimator solves (4') for the mean aggregation, got aggregation {aggregation!r}")
     loss = CrossEntropyLoss() if loss_fn is None else loss_fn
-    target = bias_target(model_t, state_t1, client_totals, cfg, aggregation)
+    target = bias_target(model_t, state_t1, client_totals, cfg, aggregation).cpu()
     total = float(sum(client_totals))
     seed = int(torch.randint(0, 2**62, (1,), generator=generator))
     shares = torch.ones(num_classes, dtype=torch.float64) if initial is None else torch.as_tensor(initial, dtype=torch.float64).cpu().clamp_min(0)

@@ -399,6 +399,15 @@ def update_target(
     return -scale * cfg.batch_size * g / (cfg.lr * cfg.epochs)
 
 
+def bias_target(model_t: nn.Module, state_t1: dict[str, Tensor], client_totals: Sequence[int], cfg: SGDConfig,
+                aggregation: str = "mean") -> Tensor:
+    """The round's output-bias change G_t -> G_{t+1} on ``update_target``'s scale: the target of (4) and (4')."""
+    w_t = last_layer_with_bias(model_t.state_dict())
+    w_t1 = last_layer_with_bias(state_t1).to(w_t.device)
+    return update_target(w_t1 - w_t, w_mid=(w_t + w_t1) / 2, client_totals=client_totals, cfg=cfg,
+                         aggregation=aggregation)[:, -1]
+
+
 def recovered_counts(residuals: Tensor, target: Tensor, total: float) -> Tensor:
     """Label recovery from an update (RLU, Chen & Vikalo, ICML 2024, its linear system; iLRG's sum row):
     min_n || sum_c n_c r_c - t ||^2 subject to sum_c n_c = N and n >= 0.
@@ -441,10 +450,7 @@ def estimate_label_recovery(
     simulation assumes, so the start matters (docs/monitor.md). Sees G_t, G_{t+1}, the aux data, the protocol and
     the clients' totals.
     """
-    w_t = last_layer_with_bias(model_t.state_dict())
-    w_t1 = last_layer_with_bias(state_t1).to(w_t.device)
-    target = update_target(w_t1 - w_t, w_mid=(w_t + w_t1) / 2, client_totals=client_totals, cfg=cfg,
-                           aggregation=aggregation)[:, -1]
+    target = bias_target(model_t, state_t1, client_totals, cfg, aggregation)
     total = float(sum(client_totals))
     steps = max(1, round(sum(client_steps(client_totals, cfg)) / len(client_totals)))
     start = torch.ones(num_classes, dtype=torch.float64)

@@ -135,11 +135,12 @@ def replay(
 
 
 def recorded(folder: str | Path, history: Sequence[str] | None = None,
-             targets: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+             targets: Mapping[str, str] | None = None, plugins: Sequence[str] = ()) -> list[dict[str, Any]]:
     """One row per round of a finished job with ``monitor.record``, from its rounds.csv, plus the history estimators.
 
     The recorded estimators' ``est_``/``cs_`` columns are read as written; each registered history
-    estimator (``history``, default all) whose requirements were recorded is computed from the recorded
+    estimator (``history``, default all, and the history plug-ins among ``plugins``: installed or named by path in
+    ``targets``) whose requirements were recorded is computed from the recorded
     per-round estimates, the rounds' selected clients and the partition's client totals, as the run
     would, and the measures beside CS of every estimate (``add_measures``: a rounds.csv written before they existed
     gets them from its ``est_``/``true_composition`` cells). No model is replayed, so this takes seconds where
@@ -149,7 +150,11 @@ def recorded(folder: str | Path, history: Sequence[str] | None = None,
     spec = as_spec(metrics["config"])
     sizes = [sum(c) for c in metrics["partition"]["class_counts"]]
     targets = targets or {}
-    entries = [e for e in REGISTRY.values() if e.history] if history is None else [entry(m, targets.get(m)) for m in history]
+    if history is None:
+        entries = [e for e in REGISTRY.values() if e.history]
+        entries += [e for e in (entry(m, targets.get(m)) for m in plugins if m not in REGISTRY) if e.history]
+    else:
+        entries = [entry(m, targets.get(m)) for m in history]
     k, seed = spec.required("clients_per_round"), spec.seed
     balanced = spec.switch_round is not None  # the balanced partition's clients are not in metrics.json
     track = Track()

@@ -65,7 +65,8 @@ def _interval(mean: float, std: float, n: int) -> tuple[float, float]:
     (80.0, float("nan"), 1, 80.0, "acm", "one seed"), (80.0, 3.0, 3, float("nan"), "acm", "not published"),
 ])
 def test_paper_verdict_by_hand(mean, std, seeds, paper, metric, want) -> None:
-    from fedbalance.presentation.fidelity import mean_interval, paper_verdict
+    from fedbalance.presentation.fidelity import paper_verdict
+    from fedbalance.seedstats import mean_interval
 
     assert paper_verdict(mean, std, seeds, paper, metric) == want
     if seeds > 1 and std == std:

@@ -93,7 +93,8 @@ def test_the_model_input_sits_below_training() -> None:
 
 
 def test_presentation_sits_on_top() -> None:
-    """presentation imports records/config/aggregate; nothing outside it imports it."""
+    """presentation imports records/config/aggregate/seedstats; nothing outside it imports it; seedstats imports
+    nothing of the library (the intervals every comparison states, below both presentation and reference)."""
     graph = import_graph()
     assert {"presentation.tables", "presentation.claims", "presentation.figures.common", "presentation.fidelity",
             "presentation.contract"} <= set(graph)
@@ -101,7 +102,8 @@ def test_presentation_sits_on_top() -> None:
         if not m.startswith("presentation"):
             assert not any(d.startswith("presentation") for d in deps), (m, deps)
     below = {d for m, deps in graph.items() if m.startswith("presentation") for d in deps}
-    assert {d for d in below if not d.startswith("presentation")} <= {"records", "config", "aggregate"}
+    assert {d for d in below if not d.startswith("presentation")} <= {"records", "config", "aggregate", "seedstats"}
+    assert graph["seedstats"] == set() and "seedstats" in graph["reference"]
 
 
 def test_the_report_side_imports_no_torch() -> None:

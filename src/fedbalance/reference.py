@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from fedbalance.jobfolder import check, folder_job, job_folders, read_metrics
 from fedbalance.jobfolder import finished as folder_finished
 from fedbalance.reuse import twin_config
 from fedbalance.seal import SealError, verify_if_sealed
+from fedbalance.seedstats import MIN_SEEDS, paired_interval, welch_interval
 
 # metric (final.csv column) -> how it prints: Ac.M and accuracies in %, AUCs as fractions
 METRICS = {"acc_minority": 100.0, "acc_majority": 100.0, "acc": 100.0, "auc_hard": 1.0, "auc_micro": 1.0}
@@ -135,24 +137,66 @@ def _cells(final: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
             vals = grp[m].dropna() * METRICS[m]
             rows.append({**dict(zip(keys, key)), "metric": m, "n": len(vals), "mean": vals.mean() if len(vals) else math.nan,
                          "std": vals.std(ddof=1) if len(vals) > 1 else math.nan,
-                         "seeds": ",".join(str(s) for s in sorted(grp.seed))})
-    return pd.DataFrame(rows, columns=[*keys, "metric", "n", "mean", "std", "seeds"])
+                         "seeds": ",".join(str(s) for s in sorted(grp.seed)),
+                         "values": dict(zip(grp.loc[vals.index, "seed"].astype(int), vals.astype(float)))})
+    return pd.DataFrame(rows, columns=[*keys, "metric", "n", "mean", "std", "seeds", "values"])
 
 
 DIFFERENT_PROTOCOLS = "protocols differ"
 """The verdict of a row whose cell the two sides ran with different protocols (``compare``), unless asked for one."""
 
 
-def verdict(diff: float, std_a: float, std_b: float, n_a: int, n_b: int) -> str:
-    """Whether a difference of means lies inside the seeds' spread: within the larger of the two stds.
+RULE = (
+    f"Rule: ours − reference at 95 %. On {MIN_SEEDS} common seeds or more the two sides are paired seed by seed (one "
+    "seed gives both the same partition, client selection, initial model and auxiliary data; 'identical' when every "
+    "seed's difference is zero), with fewer by Welch's t on every seed of each side (2 a side at least). "
+    "'differs' when the interval excludes zero, 'not distinguishable' when it holds it."
+)
+"""The rule under ``compare_markdown``'s table, in words (``verdict``)."""
+IDENTICAL = "identical"
+SAME = "not distinguishable (95 %)"
+DIFFERS = "differs (95 %)"
+FEW_SEEDS = "too few seeds"
+MISSING = "missing"
+VERDICTS = (IDENTICAL, SAME, DIFFERS, DIFFERENT_PROTOCOLS, FEW_SEEDS, MISSING)
+"""The verdicts of a comparison row (``verdict``), in the order the summary counts them."""
+PAIRED, WELCH = "paired", "Welch"
 
-    Both sides need two seeds or more to have a spread; otherwise "too few seeds".
+
+@dataclass(frozen=True)
+class Verdict:
+    """One row's verdict: the test it rests on (``PAIRED`` on the common seeds, ``WELCH`` on every seed of both
+    sides, "" when none), the seeds it read (paired: common; Welch: ours + reference) and the 95 % interval of ours −
+    reference (NaN without a test)."""
+
+    verdict: str
+    test: str = ""
+    seeds: int = 0
+    low: float = math.nan
+    high: float = math.nan
+
+
+def verdict(ours: Mapping[int, float], ref: Mapping[int, float]) -> Verdict:
+    """Whether ours and the reference differ, from their values by seed, at 95 % (``fedbalance.seedstats``).
+
+    One seed gives both sides' jobs the same partition, client selection, initial model and auxiliary data, so on
+    ``MIN_SEEDS`` common seeds or more the comparison is paired (ours − reference seed by seed; ``IDENTICAL`` when
+    every difference is zero); with fewer it is Welch's, on every seed of each side (two a side at least). ``DIFFERS``
+    when the interval excludes zero, ``SAME`` ("not distinguishable") when it holds it.
     """
-    if n_a == 0 or n_b == 0:
-        return "missing"
-    if n_a < 2 or n_b < 2 or math.isnan(diff):
-        return "too few seeds"
-    return "inside the spread" if abs(diff) <= max(std_a, std_b) else "outside the spread"
+    if not ours or not ref:
+        return Verdict(MISSING)
+    common = sorted(set(ours) & set(ref))
+    if len(common) >= MIN_SEEDS:
+        d = [ours[s] - ref[s] for s in common]
+        if all(x == 0.0 for x in d):
+            return Verdict(IDENTICAL, PAIRED, len(common), 0.0, 0.0)
+        ci, test, n = paired_interval(d), PAIRED, len(common)
+    elif len(ours) >= 2 and len(ref) >= 2:
+        ci, test, n = welch_interval(list(ours.values()), list(ref.values())), WELCH, len(ours) + len(ref)
+    else:
+        return Verdict(FEW_SEEDS)
+    return Verdict(SAME if ci.holds_zero else DIFFERS, test, n, ci.low, ci.high)
 
 
 def compare(ours: str | Path, reference: str | Path, metrics: list[str] | None = None, *,
@@ -163,8 +207,9 @@ def compare(ours: str | Path, reference: str | Path, metrics: list[str] | None =
     Each side is every finished job folder under it (a reference set's seal checked first: ``seal.verify_if_sealed``,
     SealError naming the files that differ from its manifest); cells held by one side only are rows with ``missing``.
     ``diff`` is ours − reference; ``protocol`` names the keys whose values differ between the sides' jobs of the
-    cell (``protocol_differences``), empty when they were run alike. Where they differ the verdict is
-    ``DIFFERENT_PROTOCOLS`` (a spread says nothing across protocols), unless ``across_protocols``.
+    cell (``protocol_differences``), empty when they were run alike. ``verdict``, ``test``, ``seeds_compared``,
+    ``low`` and ``high`` are ``verdict``'s (the 95 % interval of ours − reference). Where the protocols differ the
+    verdict is ``DIFFERENT_PROTOCOLS`` (the seeds say nothing across protocols), unless ``across_protocols``.
     """
     metrics = list(metrics or ["acc_minority", "acc_majority", "auc_hard"])
     verify_if_sealed(ours, "--ours")
@@ -177,9 +222,19 @@ def compare(ours: str | Path, reference: str | Path, metrics: list[str] | None =
     out["diff"] = out.mean_ours - out.mean_ref
     differences = protocol_differences(ours, reference)
     out["protocol"] = [", ".join(differences.get(tuple(getattr(r, k) for k in CELL), {})) for r in out.itertuples()]
-    out["verdict"] = [DIFFERENT_PROTOCOLS if r.protocol and not across_protocols
-                      else verdict(r.diff, r.std_ours, r.std_ref, r.n_ours, r.n_ref) for r in out.itertuples()]
-    return out.sort_values(keys, ignore_index=True)
+    verdicts = [Verdict(DIFFERENT_PROTOCOLS) if r.protocol and not across_protocols
+                else verdict(_values(r.values_ours), _values(r.values_ref)) for r in out.itertuples()]
+    out["verdict"] = [v.verdict for v in verdicts]
+    out["test"] = [v.test for v in verdicts]
+    out["seeds_compared"] = [v.seeds for v in verdicts]
+    out["low"] = [v.low for v in verdicts]
+    out["high"] = [v.high for v in verdicts]
+    return out.drop(columns=["values_ours", "values_ref"]).sort_values(keys, ignore_index=True)
+
+
+def _values(cell: Any) -> dict[int, float]:
+    """A side's values by seed (none where the side lacks the cell: NaN after the outer merge)."""
+    return cell if isinstance(cell, dict) else {}
 
 
 CELL = ("experiment", "dataset", "setting", "loss")
@@ -256,7 +311,7 @@ def _count(n: int, what: str) -> str:
 
 def compare_markdown(frame: pd.DataFrame, header: str | None = None, *, unmatched: bool = False) -> str:
     """The comparison as a Markdown table (pandas ``to_markdown``): one row per cell and metric, ours and the reference
-    as mean ± std (seeds), the difference and the verdict; ``header`` (``protocol_header``) above it. The cells one
+    as mean ± std (seeds), the difference, its 95 % interval, the test and the verdict (``RULE`` under it); ``header`` (``protocol_header``) above it. The cells one
     side alone holds are counted in one line, and listed only with ``unmatched``."""
     cells = frame.groupby(list(CELL), sort=False).agg(n_ours=("n_ours", "max"), n_ref=("n_ref", "max"))
     both = cells[(cells.n_ours > 0) & (cells.n_ref > 0)]
@@ -278,14 +333,15 @@ def compare_markdown(frame: pd.DataFrame, header: str | None = None, *, unmatche
         rows.append({"experiment": r.experiment, "dataset": r.dataset, "setting": r.setting, "loss": r.loss,
                      "metric": r.metric, "ours": _pm(r.mean_ours, r.std_ours, r.n_ours, digits),
                      "reference": _pm(r.mean_ref, r.std_ref, r.n_ref, digits),
-                     "ours − ref": "–" if math.isnan(r.diff) else f"{r.diff:+.{digits}f}", "verdict": r.verdict})
+                     "ours − ref": "–" if math.isnan(r.diff) else f"{r.diff:+.{digits}f}",
+                     "95 % interval": "–" if math.isnan(r.low) else f"[{r.low:+.{digits}f}, {r.high:+.{digits}f}]",
+                     "test": f"{r.test}, {r.seeds_compared} seeds" if r.test else "–", "verdict": r.verdict})
     table = pd.DataFrame(rows, columns=["experiment", "dataset", "setting", "loss", "metric", "ours", "reference",
-                                        "ours − ref", "verdict"])
+                                        "ours − ref", "95 % interval", "test", "verdict"])
     counts = shown.verdict.value_counts()
-    summary = ", ".join(f"{counts[v]} {v}" for v in ("inside the spread", "outside the spread", DIFFERENT_PROTOCOLS,
-                                                     "too few seeds", "missing") if v in counts)
+    summary = ", ".join(f"{counts[v]} {v}" for v in VERDICTS if v in counts)
     return ("\n".join(lines) + "\n\n" + (table.to_markdown(index=False, disable_numparse=True) if rows else "(no row)")
-            + f"\n\n{_count(len(shown), 'row')}: {summary or 'none'}.\n")
+            + f"\n\n{_count(len(shown), 'row')}: {summary or 'none'}.\n\n{RULE}\n")
 
 
 def spec_differences(cfg: Mapping[str, Any], job: Job, metrics: Mapping[str, Any]) -> dict[str, tuple[str, str]]:

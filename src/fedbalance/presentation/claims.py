@@ -18,15 +18,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
-from scipy import stats
 
 from fedbalance.presentation.names import PLAIN_METRIC, Read, gamma_setting
 from fedbalance.presentation.tables import (
     TABLES, TableSpec, bold_mask, cell_seed_values, cell_values, environment, fmt, fmt_diff,
 )
 from fedbalance.records import DEFAULT_ESTIMATOR, cs_column, setting_value
+from fedbalance.seedstats import CONFIDENCE, MIN_SEEDS, paired_interval
 
 READS: tuple[Read, ...] = (
     Read("monitor", by="claims"), Read("losses", loss="ratio", by="claims"),
@@ -52,9 +51,6 @@ VERDICTS = (HOLDS, FAILS, INDISTINCT, FEW_SEEDS, NO_DATA)
 # Outcome of one comparison a verdict rests on: clear for the claim (YES), clear against it (NO), not clear (TIE),
 # or too few seeds to judge (FEW).
 YES, NO, TIE, FEW = "yes", "no", "tie", "few"
-CONFIDENCE = 0.95
-MIN_SEEDS = 3
-"""The fewest common seeds a paired comparison is judged on (two seeds give a t interval over 12 std wide)."""
 DETAILED = 4
 """A claim resting on at most this many comparisons lists each with its interval in the evidence."""
 
@@ -101,14 +97,9 @@ def paired_comparison(a: Values, b: Values | float, margin: float = 0.0) -> Comp
     mean = float(d.mean()) if n else math.nan
     if n < MIN_SEEDS:
         return Comparison(FEW, mean, n)
-    if np.allclose(d, d[0], rtol=0.0, atol=1e-12):  # no spread: the interval is the point
-        outcome = TIE if abs(mean) <= 1e-12 else (YES if mean > 0 else NO)
-        return Comparison(outcome, mean, n, mean, mean, 1.0 if outcome == TIE else 0.0)
-    test = stats.ttest_1samp(d, 0.0)
-    ci = test.confidence_interval(CONFIDENCE)
-    low, high = float(ci.low), float(ci.high)
-    outcome = YES if low > 0 else NO if high < 0 else TIE
-    return Comparison(outcome, mean, n, low, high, float(test.pvalue))
+    ci = paired_interval(d, CONFIDENCE)
+    outcome = YES if ci.low > 0 else NO if ci.high < 0 else TIE
+    return Comparison(outcome, ci.diff, n, ci.low, ci.high, ci.p)
 
 
 def spread_comparison(a: Values, b: Values | float, margin: float = 0.0) -> Comparison:

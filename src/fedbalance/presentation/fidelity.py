@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pandas as pd
-from scipy import stats
 
 from fedbalance.records import plus_minus
+from fedbalance.seedstats import mean_interval
 from fedbalance.presentation.names import DATASET_NAME, DATASETS, GAMMAS, PLAIN_METRIC, Read, gamma_setting
 from fedbalance.presentation.tables import fmt, published
 
@@ -26,20 +26,12 @@ COLUMNS = [
 ]
 READS: tuple[Read, ...] = (Read("losses", by="Fidelity"),)
 """The jobs the fidelity table reads (``fedbalance.presentation.contract``)."""
-CONFIDENCE = 0.95
-"""The confidence of every interval the verdicts read (Student t over seeds)."""
 WIDTH = {"acm": 5.0, "acc_majority": 5.0, "auc": 0.02, "cs": 0.02, "cs_mean": 0.01}
 """The widest 95 % interval of our mean (in the metric's printed units: points of Ac.M and Ac., AUC and CS as
 fractions) that can call a published value "inside": a wider one cannot tell it from values far away."""
 RELATIVE_WIDTH = {"cs_var": 0.5}
 """Metrics whose interval may be at most this share of our mean wide (the CS variance spans orders of magnitude)."""
 UNDETERMINED = "undetermined"
-
-
-def mean_interval(mean: float, std: float, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """The Student-t ``confidence`` interval of a mean over ``n`` seeds with standard deviation ``std`` (ddof 1)."""
-    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * std / math.sqrt(n)
-    return mean - half, mean + half
 
 
 def widest(metric: str, mean: float) -> float:

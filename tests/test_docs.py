@@ -222,3 +222,57 @@ def test_auc_fits_recomputed(blocks) -> None:
     text = " ".join(blocks["auc-fits"][1].split())
     assert f"{counts['mnist', 10]} of 20 MNIST cells" in text and f"{counts['cifar10', 10]} of 20 CIFAR10 cells" in text
     assert f"{counts['fer2013', 26]} of 20 Fer2013," in text
+
+
+def _where(values: list[float], paper: float, width: float) -> str:
+    """Where ``paper`` lies against the Student-t 95 % interval of ``values``' mean, computed here with scipy."""
+    from scipy import stats
+
+    low, high = stats.t.interval(0.95, len(values) - 1, loc=np.mean(values), scale=stats.sem(values))
+    if paper > high:
+        return "above the 95 % interval"
+    if paper < low:
+        return "below the 95 % interval"
+    return "inside the 95 % interval" if high - low <= width else "inside a 95 % interval too wide to tell (undetermined)"
+
+
+def test_seeds_block_places_published_cells_by_the_tables_rule(jobs, blocks) -> None:
+    """The seeds block says where a published cell lies as the fidelity table does (the 95 % interval, not two
+    standard deviations), recomputed with scipy from metrics.json."""
+    text = " ".join(blocks["seeds"][1].split())
+    assert "two standard deviations" not in text and "spread;" not in text
+    pub = published()
+    losses = jobs[jobs.experiment == "losses"]
+
+    def paper(column: str, metric: str = "acm") -> float:
+        return float(pub[(pub.table == "Res_3_datasets") & (pub.dataset == "mnist") & (pub.column == column)
+                         & (pub.row == "ratio") & (pub.metric == metric)].value.iloc[0])
+
+    r10 = losses[(losses.setting == "g10") & (losses.loss == "ratio")].acm.tolist()
+    rel10 = losses[(losses.setting == "g10") & (losses.loss == "ratio_rel")].acm.tolist()
+    assert (f"The published Ratio cell is {_where(r10, paper('10:1'), 5.0)} of the paper reading's mean and "
+            f"{_where(rel10, paper('10:1'), 5.0)} of the released reading's.") in text
+    r100 = losses[(losses.setting == "g100") & (losses.loss == "ratio")].acm.tolist()
+    assert f"the published 56.50 is **{_where(r100, paper('100:1'), 5.0)}** of its mean" in text
+
+
+def test_seeds_block_without_the_collapse(jobs) -> None:
+    """Rendered from the set less the Γ = 20 collapsed seed, the block no longer blames a collapse and places the
+    published cell against the other seeds, as scipy does."""
+    final, rounds = prose.reference_frames(REFERENCE)
+    gone = {(k["setting"], k["loss"], k["seed"]) for k in prose.collapses(rounds).to_dict("records") if k["setting"] == "g20"}
+    assert gone
+
+    def keep(f: pd.DataFrame) -> pd.Series:
+        return ~pd.Series([(f.experiment.iloc[i] == "losses") and (s, l, d) in gone
+                           for i, (s, l, d) in enumerate(zip(f.setting, f.loss, f.seed))], index=f.index)
+
+    text = " ".join(prose.render("seeds.md.j2", prose.seeds_context(final[keep(final)], rounds[keep(rounds)])).split())
+    assert "holds that collapse" not in text and "collapsed to accuracy" not in text
+    g20 = jobs[(jobs.experiment == "losses") & (jobs.setting == "g20") & (jobs.loss == "ratio")]
+    values = [v for v, s in zip(g20.acm, g20.seed) if ("g20", "ratio", s) not in gone]
+    cell = float(published().query("table == 'Res_3_datasets' and dataset == 'mnist' and column == '20:1' and row == 'ratio' "
+                                   "and metric == 'acm'").value.iloc[0])
+    assert f"end at {', '.join(f'{v:.2f}' for v in values)}. The published {cell:.2f} is {_where(values, cell, 5.0)} of its mean." in text
+    full = " ".join(prose.render("seeds.md.j2", prose.seeds_context(final, rounds)).split())
+    assert "holds that collapse; without it the published" in full

@@ -64,6 +64,18 @@ VERDICT_RULE = (
 """The fidelity and reproduction verdicts' rule, in the words the tables print under them (``paper_verdict``)."""
 
 
+WHERE = {
+    "inside": "inside the 95 % interval",
+    UNDETERMINED: "inside a 95 % interval too wide to tell (undetermined)",
+    "above": "above the 95 % interval",
+    "below": "below the 95 % interval",
+    "one seed": "beside a single seed (no interval)",
+    "not published": "not published",
+}
+"""A verdict (``paper_verdict``) as a sentence says where the published value lies: "the published cell is {WHERE} of
+our mean"."""
+
+
 def verdict_text(verdict: str, interval: str) -> str:
     """A verdict as the tables print it: an undetermined one with the interval that could not tell."""
     return f"{verdict}: ours spans {interval}" if verdict == UNDETERMINED else verdict

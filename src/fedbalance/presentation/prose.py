@@ -19,7 +19,7 @@ import pandas as pd
 
 from fedbalance.aggregate import collect
 from fedbalance.records import UNIFORM, cs_column, plus_minus, setting_name, setting_value
-from fedbalance.presentation.fidelity import paper_verdict
+from fedbalance.presentation.fidelity import VERDICT_RULE, WHERE, paper_verdict
 from fedbalance.presentation.names import FOUR_LOSSES, GAMMAS, PROSE_LOSS_NAME, gamma_setting
 from fedbalance.presentation.tables import CS_LEVELS
 from fedbalance.presentation.tables import TEMPLATES as TABLE_TEMPLATES
@@ -74,6 +74,23 @@ class Cell:
     @property
     def verdict(self) -> str:
         return paper_verdict(self.mean, self.std, self.n, self.paper)
+
+    @property
+    def where(self) -> str:
+        """Where the published cell lies against our mean, in words (``fidelity.WHERE``)."""
+        return WHERE[self.verdict]
+
+    @property
+    def auc_where(self) -> str:
+        """Where the published AUC (hard) lies against our mean AUC, in words."""
+        std = float(np.std(self.auc, ddof=1)) if self.n > 1 else math.nan
+        return WHERE[paper_verdict(float(np.mean(self.auc)), std, self.n, self.paper_auc, metric="auc")]
+
+    def without(self, seeds: set[int]) -> Cell:
+        """The cell over its other seeds."""
+        keep = [i for i, s in enumerate(self.seeds) if s not in seeds]
+        return Cell(*(tuple(getattr(self, f)[i] for i in keep) for f in ("seeds", "acm", "maj", "acc", "auc")),
+                    self.paper, self.paper_auc, self.gamma_realised)
 
     @property
     def lo(self) -> float:
@@ -268,6 +285,11 @@ def seeds_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
     maj_ce = [majority[s]["ce"] for s in kept]
     misses = [s for s in cs if majority[s]["ratio"] < majority[s]["ce"] - MAJORITY_MARGIN]
     passes = [s for s in cs if s not in misses]
+    g20_collapsed = {k["seed"] for k in col.to_dict("records") if k["setting"] == "g20" and k["loss"] == "ratio"}
+    ce_gap = {s: c["ce"].paper - c["ce"].mean for s, c in cs.items()}
+    focal = {}
+    for s, c in cs.items():
+        focal.setdefault(c["focal"].verdict, []).append(int(s[1:]))
     mon = rounds[rounds.experiment == "monitor"]
     mon_cs = mon.groupby("seed")[["cs_pooled", "cs_uniform"]].mean().mean()
     return {
@@ -281,7 +303,9 @@ def seeds_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
         "misses": misses, "passes": passes, "margin": MAJORITY_MARGIN,
         "monitor_cs": {"pooled": float(mon_cs.cs_pooled), "uniform": float(mon_cs.cs_uniform),
                        "seeds": int(mon.seed.nunique())},
-        "gamma": {s: int(s[1:]) for s in cs}, "fmt": _fmt, "COLLAPSE": 100 * COLLAPSE,
+        "gamma": {s: int(s[1:]) for s in cs}, "fmt": _fmt, "COLLAPSE": 100 * COLLAPSE, "rule": VERDICT_RULE,
+        "g20_collapsed": sorted(g20_collapsed), "g20_without": cs["g20"]["ratio"].without(g20_collapsed),
+        "ce_gap": ce_gap, "ce_largest": max(ce_gap, key=lambda s: abs(ce_gap[s])), "focal": focal, "where": WHERE,
     }
 
 
@@ -696,7 +720,11 @@ def blocks(reference: str | Path) -> dict[str, tuple[str, str]]:
                 "sweep-collapses": sweep_context(final, rounds), "mismatch": mismatch_context(final, rounds),
                 "early": early_context(final, rounds, reference), "mfe": mfe_context(final, rounds),
                 "sweep-slopes": sweep_slope_context(final, rounds), "t-ra": t_ra_context(final, rounds)}
+    return {name: (page, render(template, contexts[name])) for name, (page, template) in TEMPLATES.items()}
+
+
+def render(template: str, context: dict[str, Any]) -> str:
+    """One template of ``templates/prose/`` filled with ``context`` (a ``*_context`` function's)."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TABLE_TEMPLATES / "prose")),
                              keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
-    return {name: (page, env.get_template(template).render(**contexts[name]).strip() + "\n")
-            for name, (page, template) in TEMPLATES.items()}
+    return env.get_template(template).render(**context).strip() + "\n"

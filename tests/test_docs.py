@@ -73,6 +73,14 @@ def test_collapses_recomputed(jobs, blocks) -> None:
     assert f"Of the reference set's {len(ratio)} `losses` Ratio jobs" in text
     assert f"{(ratio.loss == 'ratio').sum()} of the paper\n  reading), {len(found)} had a round" in text
     assert "the only collapse" not in (DOCS / "fidelity.md").read_text()
+    listed = blocks["collapses"][1].split("\n- ")
+    for setting, loss, seed, r in found:
+        line = next(x for x in listed if f"/{setting}/{loss}/seed{seed}`: after round {r - 1} " in x)
+        job = next(j for j in ratio.itertuples() if (j.setting, j.loss, j.seed) == (setting, loss, seed))
+        nxt = job.rounds[job.rounds["round"] == r + 1].acc
+        if len(nxt):  # the round after: "back at" only when it is above the collapse line
+            assert ("stayed below 20 %" in line) == (float(nxt.iloc[0]) < 0.2), line
+            assert ("was back at" in line) == (float(nxt.iloc[0]) >= 0.2), line
 
 
 def test_sweep_collapses_recomputed(jobs, blocks) -> None:

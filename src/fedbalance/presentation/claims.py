@@ -255,7 +255,7 @@ def claims(final: pd.DataFrame, rounds: pd.DataFrame, estimator: str = DEFAULT_E
         for metric in ("acm", "auc"):
             best, total, comps = _best_count(TABLES[label], values[label], seeds[label], metric, "ratio", rule)
             out.append(Claim(f"Ratio Loss has the best {PLAIN_METRIC[metric]} in most cells of {label}",
-                             _most(comps, rule), f"{best}/{total} cells" + (f"; {_tally(comps, rule)}" if total else "")))
+                             _most(comps, rule), f"Ratio best (bold) in {best}/{total} cells" + (f"; {_tally(comps, rule)}" if total else "")))
     text = "Ratio Loss does not sacrifice the majority classes (Ac. within 1 point of CE or better)"
     maj = pd.concat([values["Sup_majority"], values["Sup_majority_femnist"]]).dropna(subset=["mean"])
     maj_seeds = pd.concat([seeds["Sup_majority"], seeds["Sup_majority_femnist"]])
@@ -265,7 +265,7 @@ def claims(final: pd.DataFrame, rounds: pd.DataFrame, estimator: str = DEFAULT_E
             r, c = (_series(maj_seeds, dataset=d, column=column, row=x) for x in ("ratio", "ce"))
             ok += int(_mean(r) >= _mean(c) - 1.0)
             comps.append(rule.compare(r, c, -1.0))
-    out.append(Claim(text, _most(comps, rule), f"{ok}/{len(comps)} cells; {_tally(comps, rule)}" if comps
+    out.append(Claim(text, _most(comps, rule), f"Ratio within 1 point of CE or above in {ok}/{len(comps)} cells; {_tally(comps, rule)}" if comps
                      else "no Sup_majority cells with both losses"))
     out += _monitor_claims(rounds, estimator, rule)
     out += _mismatch_claims(final, rule)
@@ -310,7 +310,7 @@ def _monitor_claims(rounds: pd.DataFrame, estimator: str, rule: Rule) -> list[Cl
         e, u = (_seed_means(both, ["dataset", "setting"], c) for c in (col, uni_col))
         comps = [rule.compare(e[k], u[k], 0.0) for k in e if k in u]
         wins = sum(_mean(e[k]) > _mean(u[k]) for k in e if k in u)
-        out.append(Claim(text, _all(comps, rule), f"{wins}/{len(comps)} (dataset, Gamma) settings; {_tally(comps, rule)}"))
+        out.append(Claim(text, _all(comps, rule), f"{estimator} above the guess in {wins}/{len(comps)} (dataset, Gamma) settings; {_tally(comps, rule)}"))
     else:
         out.append(Claim(text, NO_DATA, "no Ratio-Loss rounds of the losses experiment with a CS"))
     for exp in ("clients_cifar10", "clients_femnist"):
@@ -375,7 +375,7 @@ def _mismatch_claims(final: pd.DataFrame, rule: Rule) -> list[Claim]:
             comps.append(comp)
             details.append(_detail(f"{c} classes per client: Ratio - {rival}", comp, "acm", rule))
     out.append(Claim("Ratio Loss has the best Ac.M at every mismatch level (Res_mismatch, Gamma = 10)",
-                     _all(comps, rule), _evidence(f"{wins}/{len(comps)} (dataset, classes per client)", comps, rule,
+                     _all(comps, rule), _evidence(f"Ratio best in {wins}/{len(comps)} levels (dataset, classes per client)", comps, rule,
                                                   details)))
     return out
 

@@ -262,3 +262,34 @@ def test_ratio_stability_sentences(jobs) -> None:
     others = [v for k, v in paper.items() if k != "Γ = 10, `ratio_rel` (released, *trained*)"]
     assert f"the paper's mean reaches {min(paper.values()):.0f}–{max(paper.values()):.0f}" in ftext
     assert f"{min(others):.0f}–{max(others):.0f} on the other three" in ftext
+
+
+def _paired(a: list[float], b: list[float], digits: int) -> str:
+    """mean(a - b) and its 95 % Student-t interval on 3 seeds, by hand (t quantile 4.3027 for 2 degrees of freedom),
+    as the page writes them (signed, a true minus sign)."""
+    d = [x - y for x, y in zip(a, b)]
+    half = 4.302652729911275 * statistics.stdev(d) / len(d) ** 0.5
+    m = statistics.mean(d)
+    return (f"{m:+.{digits}f}", f"[{m - half:+.{digits}f}, {m + half:+.{digits}f}]".replace("-", "−"))
+
+
+def test_ratio_stability_paired_differences(jobs) -> None:
+    """docs/ratio-stability.md's differences of `ratio_median` against CE, the paper reading and `ratio_sums`, paired
+    on seeds 0-2 with their 95 % intervals, recomputed by hand; the old 'inside both spreads' is gone."""
+    ftext = flat(STABILITY.read_text())
+    assert "inside both spreads" not in ftext and "a gap inside the paper reading's std" not in ftext
+
+    def final(exp: str, g: int, loss: str) -> list[float]:
+        return [100 * jobs[exp, f"g{g}", loss, s].acc_minority.iloc[-1] for s in (0, 1, 2)]
+
+    for g in (10, 50, 100):
+        med = final("ratio_stability", g, "ratio_median")
+        gain, ci = _paired(med, final("losses", g, "ce"), 1)
+        assert f"{gain} {'points of Ac.M ' if g == 10 else ''}at Γ = {g} {ci}" in ftext, (g, gain, ci)
+        diff, ci = _paired(med, final("losses", g, "ratio"), 2)
+        assert f"Γ = {g}: " in ftext and f": {diff.replace('-', '−')} {ci}" in ftext, (g, diff, ci)
+    diff, ci = _paired(final("ratio_stability", 50, "ratio_sums"), final("ratio_stability", 50, "ratio_median"), 2)
+    assert f"`ratio_sums` − `ratio_median` {diff} {ci}" in ftext
+    _, ci50 = _paired(final("ratio_stability", 50, "ratio_median"), final("losses", 50, "ratio"), 2)
+    holds_zero = ci50.startswith("[−") and not ci50.split(", ")[1].startswith("−")
+    assert ("the seeds cannot tell the two apart at 95 %" in ftext) == holds_zero

@@ -284,3 +284,22 @@ def test_seeds_block_without_the_collapse(jobs) -> None:
     assert f"end at {', '.join(f'{v:.2f}' for v in values)}. The published {cell:.2f} is {_where(values, cell, 5.0)} of its mean." in text
     full = " ".join(prose.render("seeds.md.j2", prose.seeds_context(final, rounds)).split())
     assert "holds that collapse; without it the published" in full
+
+
+def test_cuda_against_cpu_prediction_intervals() -> None:
+    """reference/README.md: each CUDA job's Ac.M against the 95 % prediction interval of one more seed from its
+    cell's CPU seeds 0-2 (mean ± t · std · sqrt(1 + 1/3), t by hand), recomputed from the two sets' metrics.json."""
+    text = " ".join((REPO / "reference" / "README.md").read_text().split())
+    inside, outside = [], []
+    for m in sorted((REPO / "reference" / "cuda-vs-cpu").glob("losses/mnist/*/*/seed0/metrics.json")):
+        setting, loss = m.parts[-4], m.parts[-3]
+        cuda = 100 * json.loads(m.read_text())["final"]["acc_minority"]
+        cpu = [100 * json.loads((REFERENCE / "losses" / "mnist" / setting / loss / f"seed{s}" / "metrics.json").read_text())
+               ["final"]["acc_minority"] for s in (0, 1, 2)]
+        half = 4.302652729911275 * float(np.std(cpu, ddof=1)) * (4 / 3) ** 0.5
+        lo, hi = float(np.mean(cpu)) - half, float(np.mean(cpu)) + half
+        interval = f"[{lo:.2f}, {hi:.2f}]"
+        (inside if lo <= cuda <= hi else outside).append(f"{setting}/{loss}")
+        assert interval in text, (setting, loss, interval)
+    assert len(inside) == 4 and outside == ["g10/ratio"]
+    assert "Four of the five CUDA values of Ac.M lie inside the 95 % prediction interval" in text

@@ -71,7 +71,9 @@ def test_collapses_recomputed(jobs, blocks) -> None:
     assert got == found and len(found) >= 2
     text = blocks["seeds"][1]
     assert f"Of the reference set's {len(ratio)} `losses` Ratio jobs" in text
-    assert f"{(ratio.loss == 'ratio').sum()} of the paper\n  reading), {len(found)} had a round" in text
+    jobs_hit = len({(s, loss, seed) for s, loss, seed, _ in found})
+    assert f"{(ratio.loss == 'ratio').sum()} of the paper\n  reading), {jobs_hit} had a round" in text
+    assert (f"({len(found)} rounds in all)" in text) == (len(found) > jobs_hit)
     assert "the only collapse" not in (DOCS / "fidelity.md").read_text()
     listed = blocks["collapses"][1].split("\n- ")
     for setting, loss, seed, r in found:
@@ -94,7 +96,9 @@ def test_sweep_collapses_recomputed(jobs, blocks) -> None:
         assert text.startswith(f"None of the set's {len(sweeps)} trained jobs of the two sweeps")
     else:
         assert f"Of the set's {len(sweeps)} trained jobs of the two sweeps" in text
-        assert f"\n{len(found)} had a round whose test accuracy fell below 20 %" in text
+        hit = len({(exp, setting, seed) for exp, setting, seed, _, _ in found})
+        assert f"\n{hit} had a round whose test accuracy fell below 20 %" in text
+        assert (f"({len(found)} rounds in all)" in text) == (len(found) > hit)
     for exp, setting, seed, r, acm in found:
         line = next(x for x in text.split("\n- ")[1:] if x.startswith(f"`reference/mnist/{exp}/mnist/{setting}/ratio/seed{seed}`")
                     and f"round {r} trained with it" in x)

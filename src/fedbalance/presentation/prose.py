@@ -293,7 +293,8 @@ def seeds_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
     mon = rounds[rounds.experiment == "monitor"]
     mon_cs = mon.groupby("seed")[["cs_pooled", "cs_uniform"]].mean().mean()
     return {
-        "c": cs, "collapses": col.to_dict("records"), "ratio_jobs": ratio_jobs, "paper_jobs": paper_jobs,
+        "c": cs, "collapses": col.to_dict("records"), "collapsed_jobs": _jobs_of(col.to_dict("records")),
+        "ratio_jobs": ratio_jobs, "paper_jobs": paper_jobs,
         "g10_low": {"seed": low_seed, "final": g10.acm[g10.seeds.index(low_seed)], "lo": 100 * tail.acc_minority.min(),
                     "hi": 100 * tail.acc_minority.max(), "pi_lo": min(tail_pi), "pi_hi": max(tail_pi),
                     "others_lo": min(others), "others_hi": max(others)},
@@ -382,7 +383,12 @@ def sweep_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
     col = [k for experiment in SWEEPS for k in collapses(rounds, experiment, ("ratio",)).to_dict("records")]
     trained = final[final.experiment.isin(SWEEPS)]
     return {"jobs": len(trained), "settings": sorted(set(trained.setting)), "collapses": col, "fmt": _fmt,
-            "COLLAPSE": 100 * COLLAPSE}
+            "COLLAPSE": 100 * COLLAPSE, "collapsed_jobs": _jobs_of(col)}
+
+
+def _jobs_of(rounds: list[dict[str, Any]]) -> int:
+    """How many jobs the collapsed ``rounds`` (``collapses`` records) belong to."""
+    return len({(k["experiment"], k["setting"], k["loss"], k["seed"]) for k in rounds})
 
 
 SLOPE_GAMMA = 50

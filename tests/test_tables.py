@@ -154,9 +154,14 @@ def test_claims_verdicts(frames: tuple[pd.DataFrame, pd.DataFrame]) -> None:
     assert early.verdict == "too few seeds" and "M 50.00" in early.evidence and "2 on < 3 common seeds" in early.evidence
     res3 = by_text["Ratio Loss has the best Ac.M in most cells of Res_3_datasets"]
     # ratio (60, 62) is beaten by GHM-C's single seed (61.5): one common seed
-    assert (res3.verdict, res3.evidence) == ("too few seeds", "Ratio best (bold) in 0/1 cells; 1 on < 3 common seeds")
+    assert (res3.verdict, res3.evidence) == ("too few seeds", "Ratio best (bold) in 0/1 cells; mnist 100:1: Ratio - ghmc "
+                                             "-1.50 (1 seed); 1 on < 3 common seeds")  # 60 - 61.5 on seed 0
     auc = by_text["Ratio Loss has the best AUC in most cells of Res_3_datasets"]
-    assert (auc.verdict, auc.evidence) == ("too few seeds", "Ratio best (bold) in 1/1 cells; 1 on < 3 common seeds")
+    # AUC: ratio and CE 0.9 on seeds 0 and 1, the others 0.8: CE is the rival, two common seeds
+    assert (auc.verdict, auc.evidence) == ("too few seeds", "Ratio best (bold) in 1/1 cells; mnist 100:1: Ratio - ce "
+                                           "+.0000 (2 seeds); 1 on < 3 common seeds")
+    assert by_text["Ratio Loss has the best Ac.M in most cells of FL_FEMNIST"].evidence == (
+        "no cell holds the Ratio Loss and another loss")
     assert by_text["Ratio Loss has the best Ac.M in most cells of FL_FEMNIST"].verdict == "not enough data"
     mism = by_text["Larger mismatch hurts all losses: Ac.M falls as classes per client fall (Gamma = 10)"]
     assert mism.verdict == "too few seeds" and "0/2 (dataset, loss) monotone" in mism.evidence

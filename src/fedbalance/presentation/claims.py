@@ -51,8 +51,9 @@ VERDICTS = (HOLDS, FAILS, INDISTINCT, FEW_SEEDS, NO_DATA)
 # Outcome of one comparison a verdict rests on: clear for the claim (YES), clear against it (NO), not clear (TIE),
 # or too few seeds to judge (FEW).
 YES, NO, TIE, FEW = "yes", "no", "tie", "few"
-DETAILED = 4
-"""A claim resting on at most this many comparisons lists each with its interval in the evidence."""
+DETAILED = 5
+"""A claim resting on at most this many comparisons lists each with its interval in the evidence (5: a dataset's
+column of Res_3_datasets, Γ = 1 to 100)."""
 
 
 @dataclass(frozen=True)
@@ -215,13 +216,13 @@ def _mean(v: Values) -> float:
 
 
 def _best_count(spec: TableSpec, values: pd.DataFrame, seeds: pd.DataFrame, metric: str, row: str,
-                rule: Rule) -> tuple[int, int, list[Comparison]]:
+                rule: Rule) -> tuple[int, int, list[Comparison], list[str]]:
     """(columns where ``row`` is bold, columns where ``row`` and another row have data, per column the comparison of
-    ``row`` against the best other row by mean)."""
+    ``row`` against the best other row by mean, and each comparison as the evidence prints it)."""
     v = values[values.metric == metric].copy()
     v["bold"] = bold_mask(spec, values)[v.index]
     best = total = 0
-    out = []
+    out, details = [], []
     for (d, column), col in v.groupby(["dataset", "column"], sort=False):
         have = col.dropna(subset=["mean"])
         if row in set(have["row"]) and len(have) > 1:
@@ -231,7 +232,8 @@ def _best_count(spec: TableSpec, values: pd.DataFrame, seeds: pd.DataFrame, metr
             rival = others.loc[others["mean"].idxmax(), "row"]
             out.append(rule.compare(_series(seeds, metric=metric, dataset=d, column=column, row=row),
                                     _series(seeds, metric=metric, dataset=d, column=column, row=rival), 0.0))
-    return best, total, out
+            details.append(_detail(f"{d} {column}: {row.capitalize()} - {rival}", out[-1], metric, rule))
+    return best, total, out, details
 
 
 def _chain(series: list[Values], rule: Rule, increasing: bool = True) -> list[Comparison]:
@@ -253,20 +255,23 @@ def claims(final: pd.DataFrame, rounds: pd.DataFrame, estimator: str = DEFAULT_E
     for label in ("Res_3_datasets", "FL_FEMNIST", "Res_without_mismatch", "Sup_fe_dynamic",
                   "Sup_data_MNIST", "Sup_data_CIFAR10", "Sup_data_Fer2013"):
         for metric in ("acm", "auc"):
-            best, total, comps = _best_count(TABLES[label], values[label], seeds[label], metric, "ratio", rule)
+            best, total, comps, details = _best_count(TABLES[label], values[label], seeds[label], metric, "ratio", rule)
             out.append(Claim(f"Ratio Loss has the best {PLAIN_METRIC[metric]} in most cells of {label}",
-                             _most(comps, rule), f"Ratio best (bold) in {best}/{total} cells" + (f"; {_tally(comps, rule)}" if total else "")))
+                             _most(comps, rule), _evidence(f"Ratio best (bold) in {best}/{total} cells", comps, rule, details)
+                             if total else "no cell holds the Ratio Loss and another loss"))
     text = "Ratio Loss does not sacrifice the majority classes (Ac. within 1 point of CE or better)"
     maj = pd.concat([values["Sup_majority"], values["Sup_majority_femnist"]]).dropna(subset=["mean"])
     maj_seeds = pd.concat([seeds["Sup_majority"], seeds["Sup_majority_femnist"]])
-    comps, ok = [], 0
+    comps, ok, details = [], 0, []
     for (d, column), cell in maj.groupby(["dataset", "column"], sort=False):
         if {"ratio", "ce"} <= set(cell.row):
             r, c = (_series(maj_seeds, dataset=d, column=column, row=x) for x in ("ratio", "ce"))
             ok += int(_mean(r) >= _mean(c) - 1.0)
             comps.append(rule.compare(r, c, -1.0))
-    out.append(Claim(text, _most(comps, rule), f"Ratio within 1 point of CE or above in {ok}/{len(comps)} cells; {_tally(comps, rule)}" if comps
-                     else "no Sup_majority cells with both losses"))
+            details.append(_detail(f"{d} {column}: Ratio - CE + 1", comps[-1], "acc_majority", rule))
+    out.append(Claim(text, _most(comps, rule),
+                     _evidence(f"Ratio within 1 point of CE or above in {ok}/{len(comps)} cells", comps, rule, details)
+                     if comps else "no Sup_majority cells with both losses"))
     out += _monitor_claims(rounds, estimator, rule)
     out += _mismatch_claims(final, rule)
     out += _sweep_claims(values, seeds, rule)

@@ -608,6 +608,10 @@ def provenances(reference: Path) -> Iterator[tuple[tuple[str, ...], dict, str]]:
         yield parts, prov, device
 
 
+STATUS_SOURCE = "scripts/reference_jobs.py status --readme"
+"""The mark of the status table in the sets' README (``status --readme`` writes it; ``docs`` keeps it current)."""
+
+
 def status_text(reference: Path) -> str:
     """Markdown: per (experiment, setting, loss) the seeds the set holds; then its commits, devices and minutes a job
     per device (one pass over the provenance files)."""
@@ -643,8 +647,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.readme is not None:
         if not args.readme.is_file():
             fail(f"--readme {args.readme}: not a file")
-        args.readme.write_text(spliced(args.readme.read_text(), "status", text,
-                                       source="scripts/reference_jobs.py status --readme"))
+        args.readme.write_text(spliced(args.readme.read_text(), "status", text, source=STATUS_SOURCE))
         return 0
     print(text, end="")
     return 0
@@ -779,6 +782,9 @@ def docs_texts(rendered: Path, reference: Path, docs: Path) -> dict[Path, str]:
     texts: dict[Path, str] = {}
     for path, name, body in blocks:
         texts[path] = spliced(texts.get(path, path.read_text()), name, body, source=DOCS_SOURCE)
+    readme = reference.parent / "README.md"  # the sets' README: its status table of what the set holds
+    if readme.is_file() and f"<!-- status: {STATUS_SOURCE} -->" in readme.read_text():
+        texts[readme] = spliced(readme.read_text(), "status", status_text(reference), source=STATUS_SOURCE)
     return texts
 
 
@@ -827,7 +833,8 @@ def check_render(rendered: Path, reference: Path, docs: Path, allow_fewer: bool)
 
 
 def cmd_docs(args: argparse.Namespace) -> int:
-    """Splice the render of the reference set (``RENDERED_DOCS``) into the docs; ``--check``: only compare."""
+    """Splice the render of the reference set (``RENDERED_DOCS``) into the docs and the set's status into the sets' README
+    (reference/README.md); ``--check``: only compare."""
     for name in RENDERED_DOCS:
         if not (args.rendered / name).is_file():
             fail(f"{args.rendered / name} is missing: render the reference set first (reference/README.md)")

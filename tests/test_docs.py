@@ -307,3 +307,23 @@ def test_cuda_against_cpu_prediction_intervals() -> None:
         assert interval in text, (setting, loss, interval)
     assert len(inside) == 4 and outside == ["g10/ratio"]
     assert "Four of the five CUDA values of Ac.M lie inside the 95 % prediction interval" in text
+
+
+def test_reference_readme_status_is_current() -> None:
+    """reference/README.md's status table is what the set holds now (``status_text``), recounted here from the job
+    folders: every (experiment, setting, loss) with its seeds, and the number of jobs."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("reference_jobs", REPO / "scripts" / "reference_jobs.py")
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    text = (REPO / "reference" / "README.md").read_text()
+    m = re.search(rf"<!-- status: {re.escape(runner.STATUS_SOURCE)} -->\n(.*?)<!-- /status -->", text, re.S)
+    assert m and m.group(1) == runner.status_text(REFERENCE), "stale: run scripts/reference_jobs.py docs (or status --readme)"
+    held: dict[tuple[str, str, str], set[int]] = {}
+    for p in REFERENCE.glob("*/*/*/*/seed*/provenance.json"):
+        exp, _, setting, loss, seed = p.parent.relative_to(REFERENCE).parts
+        held.setdefault((exp, setting, loss), set()).add(int(seed[4:]))
+    for (exp, setting, loss), seeds in held.items():
+        assert f"| {exp} | mnist | {setting} | {loss} | {', '.join(map(str, sorted(seeds)))} |" in m.group(1)
+    assert f"\n{sum(map(len, held.values()))} jobs; " in m.group(1)

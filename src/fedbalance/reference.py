@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,8 +155,8 @@ RULE = (
 )
 """The rule under ``compare_markdown``'s table, in words (``verdict``)."""
 IDENTICAL = "identical"
-SAME = "not distinguishable (95 %)"
-DIFFERS = "differs (95 %)"
+SAME = "not distinguishable"
+DIFFERS = "differs"
 FEW_SEEDS = "too few seeds"
 MISSING = "missing"
 VERDICTS = (IDENTICAL, SAME, DIFFERS, DIFFERENT_PROTOCOLS, FEW_SEEDS, MISSING)
@@ -333,15 +334,15 @@ def compare_markdown(frame: pd.DataFrame, header: str | None = None, *, unmatche
         rows.append({"experiment": r.experiment, "dataset": r.dataset, "setting": r.setting, "loss": r.loss,
                      "metric": r.metric, "ours": _pm(r.mean_ours, r.std_ours, r.n_ours, digits),
                      "reference": _pm(r.mean_ref, r.std_ref, r.n_ref, digits),
-                     "ours − ref": "–" if math.isnan(r.diff) else f"{r.diff:+.{digits}f}",
-                     "95 % interval": "–" if math.isnan(r.low) else f"[{r.low:+.{digits}f}, {r.high:+.{digits}f}]",
-                     "test": f"{r.test}, {r.seeds_compared} seeds" if r.test else "–", "verdict": r.verdict})
+                     "ours − ref [95 %]": "–" if math.isnan(r.diff) else f"{r.diff:+.{digits}f}" + (
+                         "" if math.isnan(r.low) else f" [{r.low:+.{digits}f}, {r.high:+.{digits}f}]"),
+                     "test (seeds)": f"{r.test} ({r.seeds_compared})" if r.test else "–", "verdict (95 %)": r.verdict})
     table = pd.DataFrame(rows, columns=["experiment", "dataset", "setting", "loss", "metric", "ours", "reference",
-                                        "ours − ref", "95 % interval", "test", "verdict"])
+                                        "ours − ref [95 %]", "test (seeds)", "verdict (95 %)"])
     counts = shown.verdict.value_counts()
     summary = ", ".join(f"{counts[v]} {v}" for v in VERDICTS if v in counts)
     return ("\n".join(lines) + "\n\n" + (table.to_markdown(index=False, disable_numparse=True) if rows else "(no row)")
-            + f"\n\n{_count(len(shown), 'row')}: {summary or 'none'}.\n\n{RULE}\n")
+            + f"\n\n{_count(len(shown), 'row')}: {summary or 'none'}.\n\n{textwrap.fill(RULE, 116)}\n")
 
 
 def spec_differences(cfg: Mapping[str, Any], job: Job, metrics: Mapping[str, Any]) -> dict[str, tuple[str, str]]:

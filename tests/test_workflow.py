@@ -349,7 +349,7 @@ def test_quick_dag_end_to_end(tmp_path):
     print("\n".join(lines[:15]))
     assert max(map(len, lines)) < 200
     verdicts = {line.rstrip(" |").rsplit("|", 1)[-1].strip() for line in lines if line.startswith("| ")}
-    assert verdicts == {"verdict", "protocols differ"}, verdicts
+    assert verdicts == {"verdict (95 %)", "protocols differ"}, verdicts
 
     # the report: every table the study fills as an HTML page shown inline, the summaries as HTML, a landing page
     # that names the study, captions filled from it and never a param, nothing the study does not fill

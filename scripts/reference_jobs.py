@@ -783,8 +783,9 @@ def docs_texts(rendered: Path, reference: Path, docs: Path) -> dict[Path, str]:
     for path, name, body in blocks:
         texts[path] = spliced(texts.get(path, path.read_text()), name, body, source=DOCS_SOURCE)
     readme = reference.parent / "README.md"  # the sets' README: its status table of what the set holds
-    if readme.is_file() and f"<!-- status: {STATUS_SOURCE} -->" in readme.read_text():
-        texts[readme] = spliced(readme.read_text(), "status", status_text(reference), source=STATUS_SOURCE)
+    text = readme.read_text() if readme.is_file() else ""
+    if f"<!-- status: {STATUS_SOURCE} -->" in text:
+        texts[readme] = spliced(text, "status", status_text(reference), source=STATUS_SOURCE)
     return texts
 
 

@@ -34,6 +34,11 @@ class Interval:
         return self.low <= 0.0 <= self.high
 
 
+def _point(diff: float) -> Interval:
+    """The interval of a difference measured without spread: the point itself (p = 1 at zero, else 0)."""
+    return Interval(diff, diff, diff, 1.0 if abs(diff) <= 1e-12 else 0.0)
+
+
 def paired_interval(d: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
     """The Student-t interval of the mean of per-seed differences ``d`` (``scipy.stats.ttest_1samp``); differences
     without spread give the point itself (p = 1 at zero, else 0). Needs two differences."""
@@ -42,7 +47,7 @@ def paired_interval(d: Sequence[float], confidence: float = CONFIDENCE) -> Inter
         raise ValueError(f"a paired interval needs 2 differences or more, got {len(d)}")
     mean = float(d.mean())
     if np.allclose(d, d[0], rtol=0.0, atol=1e-12):
-        return Interval(mean, mean, mean, 1.0 if abs(mean) <= 1e-12 else 0.0)
+        return _point(mean)
     test = stats.ttest_1samp(d, 0.0)
     ci = test.confidence_interval(confidence)
     return Interval(mean, float(ci.low), float(ci.high), float(test.pvalue))
@@ -56,7 +61,7 @@ def welch_interval(a: Sequence[float], b: Sequence[float], confidence: float = C
         raise ValueError(f"a Welch interval needs 2 values a side or more, got {len(a)} and {len(b)}")
     diff = float(a.mean() - b.mean())
     if a.std() <= 1e-12 and b.std() <= 1e-12:
-        return Interval(diff, diff, diff, 1.0 if abs(diff) <= 1e-12 else 0.0)
+        return _point(diff)
     test = stats.ttest_ind(a, b, equal_var=False)
     ci = test.confidence_interval(confidence)
     return Interval(diff, float(ci.low), float(ci.high), float(test.pvalue))

@@ -81,10 +81,13 @@ class Cell:
         return WHERE[self.verdict]
 
     @property
+    def auc_std(self) -> float:
+        return float(np.std(self.auc, ddof=1)) if self.n > 1 else math.nan
+
+    @property
     def auc_where(self) -> str:
         """Where the published AUC (hard) lies against our mean AUC, in words."""
-        std = float(np.std(self.auc, ddof=1)) if self.n > 1 else math.nan
-        return WHERE[paper_verdict(float(np.mean(self.auc)), std, self.n, self.paper_auc, metric="auc")]
+        return WHERE[paper_verdict(float(np.mean(self.auc)), self.auc_std, self.n, self.paper_auc, metric="auc")]
 
     def without(self, seeds: set[int]) -> Cell:
         """The cell over its other seeds."""
@@ -110,7 +113,7 @@ class Cell:
 
     @property
     def auc_pm(self) -> str:
-        return plus_minus(float(np.mean(self.auc)), float(np.std(self.auc, ddof=1)) if self.n > 1 else math.nan, 4)
+        return plus_minus(float(np.mean(self.auc)), self.auc_std, 4)
 
     def seed_list(self, digits: int = 2) -> str:
         """The seeds' values in seed order, comma-separated."""

@@ -234,7 +234,12 @@ def _draw_samples(
     have = np.bincount(labels, minlength=num_classes)
     short = [f"class {p} needs {need[p]} samples, has {have[p]}" for p in range(num_classes) if need[p] > have[p]]
     if short:
-        raise PartitionError("; ".join(short) + f"; lower partition.{knob} or partition.num_clients")
+        shown = short if len(short) <= 3 else short[:3] + [f"{len(short) - 3} more classes"]
+        raise PartitionError(
+            f"partition.{knob} and partition.num_clients ask more samples than the dataset has: "
+            + "; ".join(shown)
+            + f"; lower partition.{knob} or partition.num_clients"
+        )
     parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
     for p in range(num_classes):
         who = np.flatnonzero(holders[:, p])

@@ -464,3 +464,29 @@ def test_the_specs_are_defined_once_and_re_exported() -> None:
 
     assert table_specs.TABLES is TABLES and table_specs.TABLE_SUFFIXES[0] == ".tex"
     assert list(TABLES) == table_labels() and len(TABLES) == 17
+
+
+def test_a_sweep_claim_of_many_values_details_its_closest_rival_and_its_clear_comparisons(tmp_path: Path) -> None:
+    """Sup_hyper_b with all 9 β values at seeds 0-2 (more comparisons than are listed one by one): the evidence gives
+    the comparison with the best other value by mean and each clear one, intervals checked by hand (Student t)."""
+    from scipy import stats
+
+    acm = {"b0.1": [80, 82, 84], "b0.02": [60, 61, 65], "b0.04": [70, 71, 75], "b0.06": [79, 83, 83],
+           "b0.08": [81, 81, 85], "b0.12": [80, 83, 83], "b0.15": [83, 84, 89], "b0.2": [78, 82, 86],
+           "b0.3": [50, 90, 70]}
+    root = tmp_path / "res"
+    for setting, values in acm.items():
+        for seed, a in enumerate(values):
+            write_job(root, Job("beta", "mnist", setting, "ratio", seed), acm=a / 100)
+    final, rounds = collect(root)
+    claim = {c.text: c for c in claims(final, rounds)}["Sup_hyper_b: 0.10 gives the best Ac.M"]
+
+    def shown(column: str, setting: str) -> str:
+        d = np.subtract(acm["b0.1"], acm[setting])
+        half = stats.t.ppf(0.975, 2) * d.std(ddof=1) / np.sqrt(3)
+        return (f"0.10 vs {column} {fmt_diff(d.mean(), 'acm')} [{fmt_diff(d.mean() - half, 'acm')}, "
+                f"{fmt_diff(d.mean() + half, 'acm')}] (3 seeds)")
+
+    assert claim.verdict == "not distinguishable"
+    assert claim.evidence == (f"best: 0.15; 9 of 9 values run; closest: {shown('0.15', 'b0.15')}; "
+                              f"clear: {shown('0.02', 'b0.02')}; {shown('0.04', 'b0.04')}; 2 clear for, 6 not clear")

@@ -53,7 +53,7 @@ VERDICTS = (HOLDS, FAILS, INDISTINCT, FEW_SEEDS, NO_DATA)
 YES, NO, TIE, FEW = "yes", "no", "tie", "few"
 DETAILED = 5
 """A claim resting on at most this many comparisons lists each with its interval in the evidence (5: a dataset's
-column of Res_3_datasets, Γ = 1 to 100)."""
+column of Res_3_datasets, Γ = 1 to 100); of more, the closest rival's and at most this many clear ones."""
 
 
 @dataclass(frozen=True)
@@ -185,10 +185,22 @@ def _detail(label: str, c: Comparison, metric: str, rule: Rule) -> str:
     return f"{label} {fmt_diff(c.diff, metric)} [{fmt_diff(c.low, metric)}, {fmt_diff(c.high, metric)}] ({c.n} seeds)"
 
 
-def _evidence(head: str, comparisons: Sequence[Comparison], rule: Rule, details: Sequence[str] = ()) -> str:
+def _evidence(head: str, comparisons: Sequence[Comparison], rule: Rule, details: Sequence[str] = (),
+              closest: int | None = None) -> str:
+    """The head, the comparisons as printed, then the tally. Of more than ``DETAILED`` comparisons, only the one
+    against the closest rival (index ``closest``, if given) and the clear ones (at most ``DETAILED``)."""
     parts = [head] if head else []
-    if comparisons and len(comparisons) <= DETAILED and details:
+    if comparisons and details and len(comparisons) <= DETAILED:
         parts.append("; ".join(details))
+    elif comparisons and details:
+        if closest is not None:
+            parts.append(f"closest: {details[closest]}")
+        no = against(comparisons, rule)
+        clear = [d for i, (c, x, d) in enumerate(zip(comparisons, no, details))
+                 if (c.outcome == YES or x) and i != closest]
+        if clear:
+            more = f"; {len(clear) - DETAILED} more" if len(clear) > DETAILED else ""
+            parts.append("clear: " + "; ".join(clear[:DETAILED]) + more)
     if comparisons:
         parts.append(_tally(comparisons, rule))
     return "; ".join(parts)
@@ -420,10 +432,14 @@ def _sweep_claims(values: dict[str, pd.DataFrame], seeds: dict[str, pd.DataFrame
         t = t[t.metric == metric].dropna(subset=["mean"])
         bold = bold_mask(spec, values[label])
         winners = list(values[label].loc[bold[bold].index].query("metric == @metric")["column"])
-        comps, details = [], []
+        comps, details, closest = [], [], None
         if best in set(t.column):
             mine = _series(seeds[label], metric=metric, column=best)
-            for column in t[t.column != best].column:
+            others = t[t.column != best]
+            if not others.empty:
+                rival = others.loc[others["mean"].idxmin() if metric == "cs_var" else others["mean"].idxmax(), "column"]
+                closest = list(others.column).index(rival)
+            for column in others.column:
                 other = _series(seeds[label], metric=metric, column=column)
                 comp = rule.compare(other, mine, 0.0) if metric == "cs_var" else rule.compare(mine, other, 0.0)
                 comps.append(comp)
@@ -432,7 +448,7 @@ def _sweep_claims(values: dict[str, pd.DataFrame], seeds: dict[str, pd.DataFrame
         where = f" (estimator {spec.estimator})" if spec.estimator else ""
         out.append(Claim(f"{label}: {best} gives the best {PLAIN_METRIC[metric]}{where}", verdict,
                          _evidence(f"best: {', '.join(winners) or '--'}; {_coverage(values[label], metric, t)} values run",
-                                   comps, rule, details)))
+                                   comps, rule, details, closest)))
     v = values["Sup_MFE"]
     acm = v[(v.metric == "acm")].dropna(subset=["mean"])
     worse, comps = 0, []

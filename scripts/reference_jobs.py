@@ -32,10 +32,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from fedbalance.aggregate import read_frame
 from fedbalance.atomic import atomic_write
@@ -335,6 +336,42 @@ def outside_reference_sets(path: Path, flag: str) -> None:
         fail(str(exc))
 
 
+class Task(NamedTuple):
+    """One job of a run: the call that runs it (returns the line to print), and the job it waits for, if any."""
+
+    job: tuple[str, str, str, str, int]
+    call: Callable[[], str]
+    after: tuple[str, str, str, str, int] | None = None
+
+
+def run_tasks(tasks: list[Task], workers: int, report: Callable[[str], None]) -> list[str]:
+    """Run ``tasks`` on ``workers`` threads: those that wait for nothing in the given order, each other as soon as the
+    job it waits for has ended (finished, skipped or failed: its call decides what to do then), ahead of the ones
+    still queued, so that a seed's branched and derived jobs do not wait for the rest of the run. ``report`` gets
+    each task's line as it ends; returns the lines in that order."""
+    scheduled = {t.job for t in tasks}
+    queued = deque(t for t in tasks if t.after is None or t.after not in scheduled)
+    waiting: dict[tuple, list[Task]] = {}
+    for t in tasks:
+        if t.after is not None and t.after in scheduled:
+            waiting.setdefault(t.after, []).append(t)
+    ready: deque[Task] = deque()
+    lines: list[str] = []
+    with ThreadPoolExecutor(workers) as pool:
+        running: dict[Future, Task] = {}
+        while queued or ready or running:
+            while len(running) < workers and (ready or queued):
+                task = (ready or queued).popleft()
+                running[pool.submit(task.call)] = task
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                task = running.pop(future)
+                lines.append(future.result())
+                report(lines[-1])
+                ready.extend(waiting.pop(task.job, []))
+    return lines
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """Check every argument and job, then run the jobs; exit 1 when one failed."""
     check_workers(args.workers)
@@ -364,22 +401,15 @@ def cmd_run(args: argparse.Namespace) -> int:
           f"derive from their trajectories, {args.workers} workers", flush=True)
     main_thread = threading.current_thread() is threading.main_thread()
     old = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGINT)} if main_thread else {}
-    failed = 0
+    tasks = [Task(j, lambda j=j: run_one(args, j, window, keep=keep.get(j))) for j in trained]
+    tasks += [Task(j, lambda j=j: run_one(args, j, window, branch=branch_of[j]), branch_of[j][0]) for j in branched_jobs]
+    tasks += [Task(j, lambda j=j: run_one(args, j, window, source_of[j]), source_of[j]) for j in derived_jobs]
     try:
-        with ThreadPoolExecutor(args.workers) as pool:
-            for msg in pool.map(lambda j: run_one(args, j, window, keep=keep.get(j)), trained):
-                failed += msg.startswith("FAILED")
-                print(time.strftime("%H:%M:%S"), msg, flush=True)
-            for msg in pool.map(lambda j: run_one(args, j, window, branch=branch_of[j]), branched_jobs):
-                failed += msg.startswith("FAILED")
-                print(time.strftime("%H:%M:%S"), msg, flush=True)
-            for msg in pool.map(lambda j: run_one(args, j, window, source_of[j]), derived_jobs):
-                failed += msg.startswith("FAILED")
-                print(time.strftime("%H:%M:%S"), msg, flush=True)
+        messages = run_tasks(tasks, args.workers, lambda msg: print(time.strftime("%H:%M:%S"), msg, flush=True))
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
-    return 1 if failed else 0
+    return 1 if any(msg.startswith("FAILED") for msg in messages) else 0
 
 
 def _overlap(a: Path, b: Path) -> bool:

@@ -133,8 +133,10 @@ def test_gpu_session_script_without_jobspecs_runs_the_sets_missing_jobs(tmp_path
     assert listed > 20 and sum(map(int, ran.groups())) == listed
     assert "no JOBSPEC: the " in proc.stdout
     skipped = re.findall(r"not started \(deadline\) .*/runs/(\S+)", (out / "runner.log").read_text())
-    # in the plan's order: early (its E, the source the others branch from) first, then mfe
-    assert skipped[:2] == ["early/mnist/E/ce/seed0", "mfe/mnist/c2/mfe/seed0"] and not (tmp_path / "runs").exists()
+    # in the plan's order: early first (quick.yaml: E and S, seed 0), E (the source S branches from) followed at once
+    # by S, then mfe
+    assert skipped[:3] == ["early/mnist/E/ce/seed0", "early/mnist/S/ce/seed0", "mfe/mnist/c2/mfe/seed0"]
+    assert not (tmp_path / "runs").exists()
 
 
 def test_status_counts_seeds_commits_and_minutes_per_device(tmp_path: Path) -> None:
@@ -494,6 +496,39 @@ if "--keep-rounds" in args:
     assert rj.main() == 0
     s_argv = json.loads((s / "argv.json").read_text())
     assert "--branch-from" not in s_argv and "branched_from" not in json.loads((s / "provenance.json").read_text())
+
+
+def test_a_job_that_waits_for_another_runs_as_soon_as_that_one_ends() -> None:
+    """One worker, jobs a, b, c queued and d waiting for a, e for d, f for a job not in the run: d runs right after a
+    and e after d, ahead of b and c; f runs in its place in the queue; every line is reported as its job ends."""
+    rj = _runner()
+    order: list[str] = []
+
+    def task(name: str, after: str | None = None):
+        def call() -> str:
+            order.append(name)
+            return f"done {name}"
+        return rj.Task((name, "", "", "", 0), call, None if after is None else (after, "", "", "", 0))
+
+    tasks = [task("a"), task("b"), task("f", "z"), task("c"), task("d", "a"), task("e", "d")]
+    reported: list[str] = []
+    assert rj.run_tasks(tasks, 1, reported.append) == [f"done {n}" for n in "adebfc"]
+    assert order == list("adebfc") and reported == [f"done {n}" for n in order]
+
+
+def test_branched_jobs_do_not_wait_for_the_rest_of_the_run(quick_checkout: Path, tmp_path: Path, monkeypatch,
+                                                          capsys) -> None:
+    """early E and S of seed 0 listed before a losses job, one worker: S (branched from E) runs right after E, before
+    the losses job, not after every trained job of the run."""
+    monkeypatch.setenv("FAKE_SECONDS", "0")
+    rj = _runner()
+    runs = tmp_path / "runs"
+    monkeypatch.setattr("sys.argv", ["reference_jobs.py", *_run_args(quick_checkout, runs, "early:S,E:ce:0",
+                                                                     "losses:g10:ce:0")])
+    assert rj.main() == 0
+    done = [line.split()[2] for line in capsys.readouterr().out.splitlines() if line.split()[1:2] == ["done"]]
+    assert done == [str(runs / p) for p in ("early/mnist/E/ce/seed0", "early/mnist/S/ce/seed0",
+                                            "losses/mnist/g10/ce/seed0")]
 
 
 def test_missing_prints_the_specs_of_the_lacking_jobs_in_the_plans_order(tmp_path: Path) -> None:

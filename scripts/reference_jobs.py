@@ -465,17 +465,20 @@ def _check_protocol(cfg: dict, folder: Path, metrics: dict) -> None:
              "holds one protocol: collect it into a set of its own; nothing was collected")
 
 
-def _what_changes(old: Path, new: Path) -> str:
-    """One line: what replacing the job in ``old`` by the one in ``new`` changes (final metrics, configured keys, files)."""
+def _what_changes(old: Path, new: dict[str, bytes]) -> str:
+    """One line: what replacing the job in ``old`` by the files ``new`` (as collected: ``_collected_files``) changes
+    (final metrics, configured keys, other keys of metrics.json, files)."""
     from fedbalance.jobspec import flat_keys
 
-    a, b = (json.loads((d / METRICS).read_text()) for d in (old, new))
+    a, b = json.loads((old / METRICS).read_text()), json.loads(new[METRICS])
     parts = [f"final.{k} {a['final'].get(k)} -> {b['final'].get(k)}" for k in ("acc", "acc_minority", "auc_hard")
              if a["final"].get(k) != b["final"].get(k)]
     fa, fb = flat_keys(a["config"]), flat_keys(b["config"])
     parts += [f"config.{k} {fa.get(k, 'unset')} -> {fb.get(k, 'unset')}" for k in sorted(set(fa) | set(fb))
               if fa.get(k) != fb.get(k)][:5]
-    files = [f for f in FILES if (old / f).read_bytes() != (new / f).read_bytes()]
+    parts += [f"{k} {json.dumps(a.get(k, 'unset'))} -> {json.dumps(b.get(k, 'unset'))}" for k in sorted(set(a) | set(b))
+              if k not in ("final", "config", "trajectory", "wall_time_s") and a.get(k) != b.get(k)][:3]
+    files = [f for f in FILES if (old / f).read_bytes() != new[f]]
     return f"{', '.join(files)} differ" + (f": {'; '.join(parts)}" if parts else "")
 
 
@@ -510,6 +513,22 @@ def _adopt(reference: Path, cfg: dict) -> int:
         write_record(folder / PROVENANCE, record)
         migrated += 1
     return migrated
+
+
+def _collected_files(src: Path, record: dict) -> dict[str, bytes]:
+    """The bytes a job of ``src`` is collected as (``FILES``): metrics.json with a source named by a machine's path
+    rewritten as its job path (``reference.relative_sources``), the change recorded in ``record`` (its provenance)."""
+    from fedbalance.reference import relative_sources
+    from fedbalance.seal import sha256
+
+    data = {name: (src / name).read_bytes() for name in FILES}
+    fixed, changes = relative_sources(json.loads(data[METRICS]))
+    if changes:
+        record["migrated"] = [*(m for m in record.get("migrated", []) if m.get("file") != METRICS), {
+            "file": METRICS, "changed": changes, "previous_sha256": sha256(src / METRICS),
+            "why": "a source named by its job path relative to the results root, not by a machine's absolute path"}]
+        data[METRICS] = json.dumps(fixed, indent=1).encode()
+    return data
 
 
 def _uncommitted(reference: Path) -> int:
@@ -572,14 +591,15 @@ def cmd_collect(args: argparse.Namespace) -> int:
         jobs.append((src, args.reference / src.relative_to(args.out), record))
     if not jobs and not missing:
         fail(f"--out {args.out} holds no finished job (<experiment>/<dataset>/<setting>/<loss>/seed<k>/{METRICS})")
+    incoming = {src: _collected_files(src, record) for src, _, record in jobs}
     changed = [(src, dst) for src, dst, _ in jobs
-               if any((dst / f).is_file() and (dst / f).read_bytes() != (src / f).read_bytes() for f in FILES)]
+               if any((dst / f).is_file() and (dst / f).read_bytes() != incoming[src][f] for f in FILES)]
     if changed and not args.replace:
         fail(f"{len(changed)} job(s) of {args.reference} differ from those in {args.out} (e.g. {changed[0][1]}: "
-             f"{_what_changes(changed[0][1], changed[0][0])}): collecting would replace them; pass --replace --reason "
+             f"{_what_changes(changed[0][1], incoming[changed[0][0]])}): collecting would replace them; pass --replace --reason "
              "TEXT to do so on purpose")
     for src, dst in changed:
-        print(f"replace {dst}: {_what_changes(dst, src)}")
+        print(f"replace {dst}: {_what_changes(dst, incoming[src])}")
     replaced = {dst for _, dst in changed}
     for src, dst, record in jobs:
         if dst in replaced:
@@ -588,7 +608,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
                 "reason": args.reason, "when": _now(), "previous_commit": previous.get("commit"),
                 "previous_sha256": {f: seal.sha256(dst / f) for f in FILES}}]
         for name in FILES:
-            data = (src / name).read_bytes()
+            data = incoming[src][name]
             if not (dst / name).is_file() or (dst / name).read_bytes() != data:
                 atomic_write(dst / name, lambda fh, data=data: fh.write(data), mode="wb")
         text = json.dumps(record, indent=2) + "\n"

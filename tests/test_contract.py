@@ -118,7 +118,8 @@ def test_a_reference_set_of_some_families_gets_no_warning():
 
     cfg = load_config(ROOT / "config" / "mnist.yaml")
     held, twin = reference_jobs(cfg, ROOT / "reference" / "mnist")
-    study = [*held, *twin]
+    # the committed set less two families: a set of some families, however far the committed one has got
+    study = [j for j in [*held, *twin] if j.experiment not in ("centralised", "beyond")]
     assert {j.experiment for j in study} < set(cfg["experiments"])  # some families only
     assert contract_warnings(cfg, study) == []
     # Without its Γ = 20 jobs the set is a smaller study still: no warning, and exactly the reads of Γ = 20 unmatched.

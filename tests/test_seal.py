@@ -310,3 +310,40 @@ def test_a_source_named_by_a_machine_path_is_rewritten_as_its_job_path() -> None
     assert fixed == {"derived_from": "monitor/mnist/default/ce/seed0",
                      "branched_from": {"folder": "early/mnist/E/ce/seed1", "round": 3}}
     assert changes == [{"key": "derived_from", "to": "monitor/mnist/default/ce/seed0"}] and "/work" not in str(changes)
+
+
+def test_collect_names_a_source_by_its_job_path_and_records_the_change(copy: Path, tmp_path: Path) -> None:
+    """A branched job whose metrics.json names its source by the machine's path (a runner of an older commit) is
+    collected with the job path instead, the change in its provenance; collecting it again changes nothing."""
+    from fedbalance.seal import sha256
+
+    runs = tmp_path / "runs"
+    job = write_job(runs, Job("early", "mnist", "S", "ce", 7), spec_of=MNIST)
+    metrics = json.loads((job / "metrics.json").read_text())
+    source = runs.resolve() / "early" / "mnist" / "E" / "ce" / "seed7"
+    metrics["branched_from"] = {"folder": str(source), "round": 10}
+    (job / "metrics.json").write_text(json.dumps(metrics, indent=1))
+    (job / "provenance.json").write_text(json.dumps({"commit": "a" * 40, "runtime": {"device": "cpu"}}))
+    before = sha256(job / "metrics.json")
+    for _ in range(2):
+        proc = _script("collect", "--out", str(runs), "--reference", str(copy))
+        assert proc.returncode == 0 and "(0 replaced)" in proc.stdout, proc.stdout + proc.stderr
+    dst = copy / "early" / "mnist" / "S" / "ce" / "seed7"
+    text = (dst / "metrics.json").read_text()
+    assert '"/' not in text and json.loads(text)["branched_from"] == {"folder": "early/mnist/E/ce/seed7", "round": 10}
+    assert {k: v for k, v in json.loads(text).items() if k != "branched_from"} == {
+        k: v for k, v in metrics.items() if k != "branched_from"}
+    record = json.loads((dst / "provenance.json").read_text())
+    assert record["migrated"] == [{
+        "file": "metrics.json", "changed": [{"key": "branched_from.folder", "to": "early/mnist/E/ce/seed7"}],
+        "previous_sha256": before,
+        "why": "a source named by its job path relative to the results root, not by a machine's absolute path"}]
+    assert sha256(job / "metrics.json") == before  # the run's own folder is left as it was
+    seal.verify(copy)
+    # a set that holds the job as the runner wrote it: collecting names what would change, the path among it
+    shutil.copyfile(job / "metrics.json", dst / "metrics.json")
+    seal.seal(copy, MNIST)
+    proc = _script("collect", "--out", str(runs), "--reference", str(copy))
+    assert proc.returncode == 2 and "would replace them" in proc.stderr
+    assert f'metrics.json differ: branched_from {{"folder": "{source}", "round": 10}} -> {{"folder": ' \
+           '"early/mnist/E/ce/seed7", "round": 10}' in proc.stderr, proc.stderr

@@ -257,7 +257,7 @@ def test_a_sweep_is_compared_on_the_seeds_its_values_share(tmp_path: Path) -> No
     new = next(c for c in claims(final, rounds) if c.text == text)
     old = next(c for c in claims(final, rounds, rule=SPREAD) if c.text == text)
     assert old.verdict == "not distinguishable"  # 86.80 ± 7.66 against 91.00 ± 1.00: a 4.2 gap within 7.66
-    assert new.verdict == "does not hold" and "1.00 vs 5.00 -10.00 [-10.00, -10.00] (3 seeds)" in new.evidence
+    assert new.verdict == "does not hold" and "1.00 - 5.00 -10.00 [-10.00, -10.00] (3 seeds)" in new.evidence
     assert new.evidence.startswith("best: 5.00; 2 of 10 values run")
 
 
@@ -424,7 +424,7 @@ def test_sweep_and_grid_claims_say_how_much_was_run(tmp_path: Path) -> None:
     by_text = {c.text: c for c in claims(final, rounds)}
     alpha = by_text["Sup_hyper_a: 1.00 gives the best Ac.M"]
     # 80.5 against 60.5 on two seeds: fewer than 3 common seeds, no verdict
-    assert (alpha.verdict, alpha.evidence) == ("too few seeds", "best: 1.00; 2 of 10 values run; 1.00 vs 2.00 +20.00 "
+    assert (alpha.verdict, alpha.evidence) == ("too few seeds", "best: 1.00; 2 of 10 values run; 1.00 - 2.00 +20.00 "
                                                "(2 seeds); 1 on < 3 common seeds")
     mfe = by_text["MFE with local knowledge is no better than MSE (Sup_MFE Ac.M)"]
     assert (mfe.verdict, mfe.evidence) == ("too few seeds", "MFE <= MSE in 1/1 cells; 1 of 12 cells run; "
@@ -484,9 +484,41 @@ def test_a_sweep_claim_of_many_values_details_its_closest_rival_and_its_clear_co
     def shown(column: str, setting: str) -> str:
         d = np.subtract(acm["b0.1"], acm[setting])
         half = stats.t.ppf(0.975, 2) * d.std(ddof=1) / np.sqrt(3)
-        return (f"0.10 vs {column} {fmt_diff(d.mean(), 'acm')} [{fmt_diff(d.mean() - half, 'acm')}, "
+        return (f"0.10 - {column} {fmt_diff(d.mean(), 'acm')} [{fmt_diff(d.mean() - half, 'acm')}, "
                 f"{fmt_diff(d.mean() + half, 'acm')}] (3 seeds)")
 
     assert claim.verdict == "not distinguishable"
     assert claim.evidence == (f"best: 0.15; 9 of 9 values run; closest: {shown('0.15', 'b0.15')}; "
                               f"clear: {shown('0.02', 'b0.02')}; {shown('0.04', 'b0.04')}; 2 clear for, 6 not clear")
+
+
+def test_the_cs_variance_claim_prints_each_difference_as_it_reads(tmp_path: Path) -> None:
+    """Sup_hyper_T_ra's CS variance claim (lower is better): each comparison is printed "rival - 1.25", the mean
+    over seeds of the difference of the per-seed variances over rounds (x 1e5), so that a positive one is for the claim;
+    here 1.00 varies less than 1.25 (against it) and 2.00 more (for it), by hand with a Student t interval."""
+    from scipy import stats
+
+    # per (T_Ra, seed): the paper estimator's CS over three rounds
+    cs = {"t1": [[0.95, 0.96, 0.97], [0.94, 0.96, 0.98], [0.95, 0.96, 0.97]],
+          "t1.25": [[0.90, 0.95, 1.00], [0.89, 0.94, 0.99], [0.90, 0.96, 1.00]],
+          "t2": [[0.80, 0.90, 1.00], [0.81, 0.91, 1.01], [0.80, 0.91, 1.00]]}
+    root = tmp_path / "res"
+    for setting, runs in cs.items():
+        for seed, traj in enumerate(runs):
+            write_job(root, Job("t_ra", "mnist", setting, "ce", seed), train_loss=[1, 1, 1], cs={"paper": traj})
+    final, rounds = collect(root)
+    claim = {c.text: c for c in claims(final, rounds)}["Sup_hyper_T_ra: 1.25 gives the best CS variance (estimator paper)"]
+
+    def var(setting: str) -> np.ndarray:
+        return np.array([np.var(traj, ddof=1) * 1e5 for traj in cs[setting]])
+
+    def shown(column: str, setting: str) -> str:
+        d = var(setting) - var("t1.25")
+        half = stats.t.ppf(0.975, 2) * d.std(ddof=1) / np.sqrt(3)
+        return (f"{column} - 1.25 {fmt_diff(d.mean(), 'cs_var')} [{fmt_diff(d.mean() - half, 'cs_var')}, "
+                f"{fmt_diff(d.mean() + half, 'cs_var')}] (3 seeds)")
+
+    assert (var("t1") - var("t1.25")).max() < 0 < (var("t2") - var("t1.25")).min()
+    assert claim.verdict == "does not hold"
+    assert claim.evidence == (f"best: 1.00; 3 of 11 values run; {shown('1.00', 't1')}; {shown('2.00', 't2')}; "
+                              "1 clear for, 1 clear against")

@@ -443,7 +443,8 @@ def _sweep_claims(values: dict[str, pd.DataFrame], seeds: dict[str, pd.DataFrame
                 other = _series(seeds[label], metric=metric, column=column)
                 comp = rule.compare(other, mine, 0.0) if metric == "cs_var" else rule.compare(mine, other, 0.0)
                 comps.append(comp)
-                details.append(_detail(f"{best} vs {column}", comp, metric, rule))
+                pair = f"{column} - {best}" if metric == "cs_var" else f"{best} - {column}"
+                details.append(_detail(pair, comp, metric, rule))
         verdict = NO_DATA if t.empty or best not in set(t.column) else _all(comps, rule)
         where = f" (estimator {spec.estimator})" if spec.estimator else ""
         out.append(Claim(f"{label}: {best} gives the best {PLAIN_METRIC[metric]}{where}", verdict,

@@ -372,6 +372,18 @@ def run_tasks(tasks: list[Task], workers: int, report: Callable[[str], None]) ->
     return lines
 
 
+def _training_order(jobs: list, twin_of: dict, source_of: dict, branch_of: dict) -> list:
+    """The jobs to train, in the order given: a derived or branched job's source (asked for or not) trains where that
+    job or the source stands first, so that the jobs it feeds run early too (``run_tasks``); twins are not trained."""
+    trained: list = []
+    for j in jobs:
+        source = source_of.get(j) or (branch_of[j][0] if j in branch_of else None)
+        take = j if source is None and j not in twin_of else source
+        if take is not None and take not in trained:
+            trained.append(take)
+    return trained
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """Check every argument and job, then run the jobs; exit 1 when one failed."""
     check_workers(args.workers)
@@ -390,9 +402,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     twin_of, source_of, branch_of, keep = reused_jobs(args.checkout / args.config, jobs)
     for job, src in twin_of.items():
         print(f"twin {'/'.join(map(str, job))} of {'/'.join(map(str, src))}: not run (the render copies it)", flush=True)
-    trained = [j for j in jobs if j not in twin_of and j not in source_of and j not in branch_of]
-    trained += [s for s in dict.fromkeys(source_of.values()) if s not in trained]
-    trained += [s for s, _ in dict.fromkeys(branch_of.values()) if s not in trained]
+    trained = _training_order(jobs, twin_of, source_of, branch_of)
     branched_jobs = [j for j in jobs if j in branch_of]
     derived_jobs = [j for j in jobs if j in source_of]
     checkout_commit(args)

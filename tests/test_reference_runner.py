@@ -134,8 +134,9 @@ def test_gpu_session_script_without_jobspecs_runs_the_sets_missing_jobs(tmp_path
     assert "no JOBSPEC: the " in proc.stdout
     skipped = re.findall(r"not started \(deadline\) .*/runs/(\S+)", (out / "runner.log").read_text())
     # in the plan's order: early first (quick.yaml: E and S, seed 0), E (the source S branches from) followed at once
-    # by S, then mfe
-    assert skipped[:3] == ["early/mnist/E/ce/seed0", "early/mnist/S/ce/seed0", "mfe/mnist/c2/mfe/seed0"]
+    # by S, then t_ra: the monitor job its jobs derive from (not in the plan: trained in their place), then them; mfe
+    assert skipped[:5] == ["early/mnist/E/ce/seed0", "early/mnist/S/ce/seed0", "monitor/mnist/default/ce/seed0",
+                           "t_ra/mnist/t2/ce/seed0", "mfe/mnist/c2/mfe/seed0"]
     assert not (tmp_path / "runs").exists()
 
 
@@ -527,6 +528,23 @@ def test_branched_jobs_do_not_wait_for_the_rest_of_the_run(quick_checkout: Path,
                                                                      "losses:g10:ce:0")])
     assert rj.main() == 0
     done = [line.split()[2] for line in capsys.readouterr().out.splitlines() if line.split()[1:2] == ["done"]]
+    assert done == [str(runs / p) for p in ("early/mnist/E/ce/seed0", "early/mnist/S/ce/seed0",
+                                            "losses/mnist/g10/ce/seed0")]
+
+
+def test_a_source_not_asked_for_trains_where_its_first_branched_job_stands(quick_checkout: Path, tmp_path: Path,
+                                                                             monkeypatch, capsys) -> None:
+    """early S of seed 0 (branched from E, not asked for) listed before a losses job, one worker: E trains in S's
+    place, then S, then the losses job; not E after every other trained job of the run."""
+    monkeypatch.setenv("FAKE_SECONDS", "0")
+    rj = _runner()
+    runs = tmp_path / "runs"
+    monkeypatch.setattr("sys.argv", ["reference_jobs.py", *_run_args(quick_checkout, runs, "early:S:ce:0",
+                                                                     "losses:g10:ce:0")])
+    assert rj.main() == 0
+    out = capsys.readouterr().out
+    assert "2 jobs to train, 1 to branch from another's rounds, 0 to derive" in out
+    done = [line.split()[2] for line in out.splitlines() if line.split()[1:2] == ["done"]]
     assert done == [str(runs / p) for p in ("early/mnist/E/ce/seed0", "early/mnist/S/ce/seed0",
                                             "losses/mnist/g10/ce/seed0")]
 

@@ -612,6 +612,9 @@ def cmd_collect(args: argparse.Namespace) -> int:
         print(f"replace {dst}: {_what_changes(dst, incoming[src])}")
     replaced = {dst for _, dst in changed}
     for src, dst, record in jobs:
+        if dst not in replaced and (dst / PROVENANCE).is_file() and all(
+                (dst / f).is_file() and (dst / f).read_bytes() == incoming[src][f] for f in FILES):
+            continue  # held already: its provenance (a replacement's or migration's record among it) stays as it is
         if dst in replaced:
             previous = read_record(dst / PROVENANCE) if (dst / PROVENANCE).is_file() else {}
             record["replaced"] = [*previous.get("replaced", []), {

@@ -385,6 +385,11 @@ def test_collect_replaces_a_different_job_only_on_purpose(tmp_path: Path) -> Non
     assert (ref / "losses/mnist/g10/ce/seed0/metrics.json").read_bytes() == (runs / "losses/mnist/g10/ce/seed0/metrics.json").read_bytes()
     prov = json.loads((ref / "losses/mnist/g10/ce/seed0/provenance.json").read_text())
     assert prov["replaced"][0]["reason"] == "rerun on purpose" and len(prov["replaced"][0]["previous_sha256"]) == 2
+    # collected again, unchanged: the record of the replacement stays (the run's own provenance.json lacks it)
+    held = (ref / "losses/mnist/g10/ce/seed0/provenance.json").read_bytes()
+    r = _script("collect", "--out", str(runs), "--reference", str(ref))
+    assert r.returncode == 0 and "(0 replaced)" in r.stdout, r.stderr
+    assert (ref / "losses/mnist/g10/ce/seed0/provenance.json").read_bytes() == held
     from fedbalance import seal
 
     seal.verify(ref)  # collect sealed the set again

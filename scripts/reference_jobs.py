@@ -495,8 +495,6 @@ def _what_changes(old: Path, new: dict[str, bytes]) -> str:
 def _adopt(reference: Path, cfg: dict) -> int:
     """Seal an existing set as it is, after checking every job: whole, of the config's protocol, with provenance; a
     source named by a machine's path is rewritten as its job path, the change recorded in the job's provenance."""
-    from fedbalance.reference import relative_sources
-
     migrated = 0
     for folder in job_folders(reference):
         try:
@@ -508,36 +506,39 @@ def _adopt(reference: Path, cfg: dict) -> int:
         read_record(folder / PROVENANCE)
         _check_protocol(cfg, folder, metrics)
     for folder in job_folders(reference):
-        metrics = json.loads((folder / METRICS).read_text())
-        fixed, changes = relative_sources(metrics)
-        if not changes:
+        text, entry = _relative_metrics(folder)
+        if entry is None:
             continue
-        from fedbalance.seal import sha256
-
         record = read_record(folder / PROVENANCE)
-        record.setdefault("migrated", []).append({
-            "file": METRICS, "changed": changes, "previous_sha256": sha256(folder / METRICS), "when": _now(),
-            "why": "a source named by its job path relative to the results root, not by a machine's absolute path"})
-        text = json.dumps(fixed, indent=1)
+        record.setdefault("migrated", []).append({**entry, "when": _now()})
         atomic_write(folder / METRICS, lambda fh, text=text: fh.write(text))
         write_record(folder / PROVENANCE, record)
         migrated += 1
     return migrated
 
 
-def _collected_files(src: Path, record: dict) -> dict[str, bytes]:
-    """The bytes a job of ``src`` is collected as (``FILES``): metrics.json with a source named by a machine's path
-    rewritten as its job path (``reference.relative_sources``), the change recorded in ``record`` (its provenance)."""
+def _relative_metrics(folder: Path) -> tuple[str, dict | None]:
+    """(``folder``'s metrics.json with every source named by a machine's path rewritten as its job path
+    (``reference.relative_sources``), the provenance entry that records the change; None when nothing changes)."""
     from fedbalance.reference import relative_sources
     from fedbalance.seal import sha256
 
+    fixed, changes = relative_sources(json.loads((folder / METRICS).read_text()))
+    if not changes:
+        return "", None
+    return json.dumps(fixed, indent=1), {
+        "file": METRICS, "changed": changes, "previous_sha256": sha256(folder / METRICS),
+        "why": "a source named by its job path relative to the results root, not by a machine's absolute path"}
+
+
+def _collected_files(src: Path, record: dict) -> dict[str, bytes]:
+    """The bytes a job of ``src`` is collected as (``FILES``): metrics.json with a source named by a machine's path
+    rewritten as its job path (``reference.relative_sources``), the change recorded in ``record`` (its provenance)."""
     data = {name: (src / name).read_bytes() for name in FILES}
-    fixed, changes = relative_sources(json.loads(data[METRICS]))
-    if changes:
-        record["migrated"] = [*(m for m in record.get("migrated", []) if m.get("file") != METRICS), {
-            "file": METRICS, "changed": changes, "previous_sha256": sha256(src / METRICS),
-            "why": "a source named by its job path relative to the results root, not by a machine's absolute path"}]
-        data[METRICS] = json.dumps(fixed, indent=1).encode()
+    text, entry = _relative_metrics(src)
+    if entry is not None:
+        record["migrated"] = [*(m for m in record.get("migrated", []) if m.get("file") != METRICS), entry]
+        data[METRICS] = text.encode()
     return data
 
 

@@ -127,11 +127,12 @@ def test_the_committed_sets_are_their_commit_and_every_job_passes_the_check() ->
         assert tracked == {f"{name}/{p}" for p in seal.set_files(root)}
 
 
-def test_a_consistent_forgery_in_a_clone_is_refused_by_every_read_naming_the_files(tmp_path: Path) -> None:
+def test_a_consistent_forgery_in_a_clone_is_refused_by_every_read_naming_the_files(tmp_path: Path, monkeypatch) -> None:
     """The issue's forgery: final.acc_minority and rounds.csv's last row changed alike (each minority class's accuracy
     too, so final.per_class_acc agrees), both manifest lines rewritten. The manifest and the job's own checks pass;
     the commit does not: a render's render_jobs, compare and the runner's status refuse it naming the three files, and
-    neither git's index (--assume-unchanged) nor a replacement object (git replace) hides it."""
+    neither git's index (--assume-unchanged), a replacement object (git replace) nor GIT_DIR naming a repository whose
+    HEAD holds the forgery hides it."""
     from fedbalance.reference import ReferenceSetError, compare, render_jobs
 
     clone = _clone(tmp_path)
@@ -162,11 +163,19 @@ def test_a_consistent_forgery_in_a_clone_is_refused_by_every_read_naming_the_fil
     original = _git(clone, "rev-parse", "HEAD").strip()
     _git(clone, "commit", "-qam", "forged")
     forged_commit = _git(clone, "rev-parse", "HEAD").strip()
+    other = tmp_path / "other"  # a repository whose HEAD is the forged commit
+    subprocess.run(["git", "clone", "-q", "--no-checkout", str(clone), str(other)], check=True)
     _git(clone, "reset", "-q", "--soft", original)
     _git(clone, "replace", original, forged_commit)
     assert _git(clone, "diff", "HEAD", "--stat") == ""  # git itself now reads the forgery as HEAD's
     with pytest.raises(seal.SealError, match=r"3 changed"):
         seal.verify_committed(root)
+    monkeypatch.setenv("GIT_DIR", str(other / ".git"))
+    monkeypatch.setenv("GIT_WORK_TREE", str(clone))
+    with pytest.raises(seal.SealError, match=r"3 changed"):
+        seal.verify_committed(root)
+    monkeypatch.delenv("GIT_DIR")
+    monkeypatch.delenv("GIT_WORK_TREE")
     # the same forged set outside git: the manifest is all there is, and it was rewritten (docs: what it protects)
     outside = tmp_path / "outside"
     shutil.copytree(root, outside)

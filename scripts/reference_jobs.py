@@ -657,7 +657,7 @@ def provenances(reference: Path) -> Iterator[tuple[tuple[str, ...], dict, str]]:
     if not reference.is_dir():
         fail(f"--reference {reference}: not a folder (name a reference set, e.g. reference/mnist)")
     try:
-        seal.verify_if_sealed(reference, "--reference")
+        seal.verify_if_sealed(reference, "--reference", notice=lambda line: print(f"warning: {line}", file=sys.stderr))
     except seal.SealError as exc:
         fail(str(exc))
     for prov_path in sorted(reference.glob(f"**/{PROVENANCE}")):

@@ -37,13 +37,17 @@ def write_job(
     train_loss = train_loss or [1.0, 0.5]
     n = len(train_loss)
     counts = class_counts or [[5, 5, 1], [5, 0, 1]]
+    spec = (_spec(spec_of, job) if spec_of is not None else
+            {"partition": {"scheme": "imbalance"}, "minority_classes": [2], "monitor": {}, **(config or {})})
+    # each class's accuracy: Ac.M on the minority classes, the majority accuracy on the others (jobfolder.check)
+    minority = spec.get("minority_classes", [])
+    per_class = [acm if q in minority else acc_majority for q in range(max([len(counts[0]) - 1, *minority]) + 1)]
     metrics = {
         "job": {"experiment": job.experiment, "dataset": job.dataset, "setting": job.setting, "loss": job.loss,
                 "seed": job.seed},
-        "config": _spec(spec_of, job) if spec_of is not None else
-        {"partition": {"scheme": "imbalance"}, "minority_classes": [2], "monitor": {}, **(config or {})},
+        "config": spec,
         "final": {"acc": 0.9, "acc_minority": acm, "acc_majority": acc_majority, "auc_micro": auc,
-                  "auc_hard": auc, "auc_macro": auc - 0.01, "per_class_acc": [0.9, 0.9, acm], "train_loss": train_loss[-1]},
+                  "auc_hard": auc, "auc_macro": auc - 0.01, "per_class_acc": per_class, "train_loss": train_loss[-1]},
         "partition": {"class_counts": counts, "global_counts": list(np.sum(counts, axis=0).tolist()), "gamma": 5.0,
                       "cs": [mean_cs, mean_cs], "mean_cs": mean_cs, "num_samples": int(np.sum(counts))},
         "monitor": {"mean_cs": monitor} if monitor else None,

@@ -20,15 +20,18 @@ QUICK = Path(__file__).resolve().parents[1] / "config" / "quick.yaml"
 ROWS = [
     {"round": 0, "train_loss": 2.5, "true_composition": [4, 1], est_column("paper"): [3.0, 2.0],
      cs_column("paper"): 0.9, cs_column("uniform"): 0.8, "acknowledged": False},
-    {"round": 1, "train_loss": float("nan"), "acc": 0.75, "true_composition": [4, 1], est_column("paper"): [4.0, 1.0],
-     cs_column("paper"): 1.0, cs_column("uniform"): 0.6, cs_column("toy"): 0.5, est_column("toy"): [1, 1],
-     "acknowledged": True},
+    {"round": 1, "train_loss": float("nan"), "acc": 0.75, "acc_minority": 0.5, "acc_majority": 1.0, "auc_micro": 0.9,
+     "auc_hard": 0.8, "true_composition": [4, 1], est_column("paper"): [4.0, 1.0], cs_column("paper"): 1.0,
+     cs_column("uniform"): 0.6, cs_column("toy"): 0.5, est_column("toy"): [1, 1], "acknowledged": True},
 ]
+FINAL = {"train_loss": None, "acc": 0.75, "acc_minority": 0.5, "acc_majority": 1.0, "auc_micro": 0.9, "auc_macro": None,
+         "auc_hard": 0.8, "per_class_acc": [1.0, 0.5]}
+"""``final`` of a job whose last round is ROWS[1] (class 1 the minority class: Ac.M 0.5, the other class 1.0)."""
+JOB = {"experiment": "e", "dataset": "d", "setting": "s", "loss": "ce", "seed": 0}
 
 
 def test_round_trip(tmp_path):
-    metrics = {"job": {"experiment": "e", "dataset": "d", "setting": "s", "loss": "ce", "seed": 0}, "config": {},
-               "final": {"acc": 0.75}, "rounds": 2}
+    metrics = {"job": JOB, "config": {"minority_classes": [1]}, "final": FINAL, "rounds": 2}
     folder = tmp_path / "e" / "d" / "s" / "ce" / "seed0"
     assert not jobfolder.finished(folder)
     jobfolder.write(folder, metrics, jobfolder.rounds_text(ROWS))
@@ -75,8 +78,8 @@ def test_clean():
 ], ids=["no-metrics", "bad-json", "not-object", "no-round", "binary"])
 def test_errors_name_the_file(tmp_path, damage, words):
     folder = tmp_path / "e" / "d" / "s" / "ce" / "seed0"
-    metrics = {"job": {"experiment": "e", "dataset": "d", "setting": "s", "loss": "ce", "seed": 0},
-               "config": {}, "final": {}, "partition": {"class_counts": [[1, 1]]}, "rounds": 2}
+    metrics = {"job": JOB, "config": {"minority_classes": [1]}, "final": FINAL, "partition": {"class_counts": [[1, 1]]},
+               "rounds": 2}
     jobfolder.write(folder, metrics, jobfolder.rounds_text(ROWS))
     damage(folder)
     with pytest.raises(AggregateError) as exc:
@@ -89,12 +92,11 @@ def test_errors_name_the_file(tmp_path, damage, words):
 
 def test_the_tidy_frames_read_the_folder(tmp_path):
     """aggregate reads what jobfolder wrote: the final row from metrics.json, the rounds from rounds.csv."""
-    metrics = {"job": {"experiment": "e", "dataset": "d", "setting": "s", "loss": "ce", "seed": 3}, "config": {}, "rounds": 2,
-               "final": {"acc": 0.75, "acc_minority": 0.5}, "partition": {"class_counts": [[2, 0], [1, 1]], "mean_cs": 0.6,
-                                                                        "gamma": 3.0}}
+    metrics = {"job": {**JOB, "seed": 3}, "config": {"minority_classes": [1]}, "rounds": 2, "final": FINAL,
+               "partition": {"class_counts": [[2, 0], [1, 1]], "mean_cs": 0.6, "gamma": 3.0}}
     jobfolder.write(tmp_path / "e/d/s/ce/seed3", metrics, jobfolder.rounds_text(ROWS))
     tidy = collect_tidy(tmp_path)
-    assert tidy.final.loc[0, "acc"] == 0.75 and tidy.final.loc[0, "seed"] == 3 and math.isnan(tidy.final.loc[0, "auc_hard"])
+    assert tidy.final.loc[0, "acc"] == 0.75 and tidy.final.loc[0, "seed"] == 3 and math.isnan(tidy.final.loc[0, "auc_macro"])
     assert list(tidy.rounds["round"]) == [0, 1] and set(tidy.rounds["experiment"]) == {"e"}
     assert tidy.clients[["client", "class", "count"]].values.tolist() == [[0, 0, 2], [1, 0, 1], [1, 1, 1]]
     assert isinstance(tidy.rounds, pd.DataFrame)

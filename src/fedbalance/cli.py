@@ -48,6 +48,31 @@ def path_argument(text: str) -> Path:
     return Path(text)
 
 
+class WrittenPath(type(Path())):  # type: ignore[misc]
+    """A path a command writes, or writes below (``written_path``): ``main`` refuses one in a reference set."""
+
+
+def read_path(text: str) -> Path:
+    """An argparse ``type`` for a path a command only reads (``path_argument``)."""
+    return path_argument(text)
+
+
+def written_path(text: str) -> Path:
+    """An argparse ``type`` for a path a command writes, or writes below (``path_argument``): ``main`` refuses one that
+    lies in a reference set or holds one, however spelled (``seal.refuse_inside``), before the command starts. Every
+    path option is ``read_path`` or ``written_path`` (tests/test_evidence.py enumerates them)."""
+    return WrittenPath(path_argument(text))
+
+
+def refuse_written_in_sets(args: argparse.Namespace) -> None:
+    """SealError naming the option unless every path the command writes (``written_path``) lies apart from the
+    reference sets: the one guard of every writing option."""
+    for dest, value in vars(args).items():
+        for path in value if isinstance(value, list) else [value]:
+            if isinstance(path, WrittenPath):
+                refuse_inside(path, "--" + dest.replace("_", "-"))
+
+
 def rounds_argument(text: str) -> list[int]:
     """An argparse ``type`` for a comma-separated list of round counts (``--keep-rounds 10,30``)."""
     try:
@@ -60,7 +85,7 @@ def rounds_argument(text: str) -> list[int]:
 
 
 def _job_args(p: argparse.ArgumentParser, *, loss: bool) -> None:
-    p.add_argument("--config", required=True, type=path_argument, help="study configuration YAML (e.g. config/quick.yaml)")
+    p.add_argument("--config", required=True, type=read_path, help="study configuration YAML (e.g. config/quick.yaml)")
     p.add_argument("--experiment", required=True, help="experiment name under 'experiments' of the config")
     p.add_argument("--dataset", required=True, help="dataset name listed by that experiment (e.g. mnist)")
     p.add_argument("--setting", required=True, help="setting name of that experiment (e.g. g10, c5_g10, default)")
@@ -87,9 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
         "A job interrupted earlier resumes from --out/checkpoint.pt.",
     )
     _job_args(train, loss=True)
-    train.add_argument("--out", required=True, type=path_argument, help="output folder for metrics.json, rounds.csv and the checkpoint")
-    train.add_argument("--data-dir", type=path_argument, default=None, help="dataset folder (default: the config's data_dir)")
-    train.add_argument("--partition", type=path_argument, default=None, help="partition JSON written by 'fedbalance partition' (default: build it)")
+    train.add_argument("--out", required=True, type=written_path, help="output folder for metrics.json, rounds.csv and the checkpoint")
+    train.add_argument("--data-dir", type=written_path, default=None, help="dataset folder (default: the config's data_dir)")
+    train.add_argument("--partition", type=read_path, default=None, help="partition JSON written by 'fedbalance partition' (default: build it)")
     train.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None, help="device (default: the config's device; auto = cuda if available)")
     train.add_argument(
         "--deterministic",
@@ -128,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument(
         "--branch-from",
-        type=path_argument,
+        type=read_path,
         default=None,
         metavar="DIR",
         help="start from the latest round state kept in DIR (--keep-rounds of a job that trains the same first rounds, "
@@ -144,11 +169,11 @@ def build_parser() -> argparse.ArgumentParser:
         "writes metrics.json, rounds.csv and its checkpoint into <results>/<job>, as 'fedbalance train' would. A pack "
         "interrupted earlier resumes every job from its checkpoint; a job already finished is not trained again.",
     )
-    pk.add_argument("--config", required=True, type=path_argument, help="study configuration YAML (e.g. config/quick.yaml)")
+    pk.add_argument("--config", required=True, type=read_path, help="study configuration YAML (e.g. config/quick.yaml)")
     pk.add_argument("--job", required=True, action="append", metavar="EXPERIMENT/DATASET/SETTING/LOSS/seedK",
                     help="a job of the config, as 'fedbalance jobs' prints it (repeatable: one per job of the pack)")
-    pk.add_argument("--results", type=path_argument, default=None, help="results folder (default: the config's results_dir)")
-    pk.add_argument("--data-dir", type=path_argument, default=None, help="dataset folder (default: the config's data_dir)")
+    pk.add_argument("--results", type=written_path, default=None, help="results folder (default: the config's results_dir)")
+    pk.add_argument("--data-dir", type=written_path, default=None, help="dataset folder (default: the config's data_dir)")
     pk.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None, help="device (default: the config's device)")
     pk.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=None,
                     help="deterministic kernels (default: the config's deterministic)")
@@ -166,10 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
         "Refused unless the config's job differs from the source's only there.",
     )
     _job_args(der, loss=True)
-    der.add_argument("--source", required=True, type=path_argument, help="the trained job's folder (metrics.json, "
+    der.add_argument("--source", required=True, type=read_path, help="the trained job's folder (metrics.json, "
                      "rounds.csv, trajectory.pt)")
-    der.add_argument("--out", required=True, type=path_argument, help="output folder for metrics.json and rounds.csv")
-    der.add_argument("--data-dir", type=path_argument, default=None, help="dataset folder (default: the config's data_dir)")
+    der.add_argument("--out", required=True, type=written_path, help="output folder for metrics.json and rounds.csv")
+    der.add_argument("--data-dir", type=written_path, default=None, help="dataset folder (default: the config's data_dir)")
     der.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the config's `threads`)")
     der.set_defaults(func=cmd_derive)
 
@@ -180,8 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
         "'balanced' when the setting has a switch_round).",
     )
     _job_args(part, loss=False)
-    part.add_argument("--out", required=True, type=path_argument, help="partition JSON file to write")
-    part.add_argument("--data-dir", type=path_argument, default=None, help="dataset folder (default: the config's data_dir)")
+    part.add_argument("--out", required=True, type=written_path, help="partition JSON file to write")
+    part.add_argument("--data-dir", type=written_path, default=None, help="dataset folder (default: the config's data_dir)")
     part.set_defaults(func=cmd_partition)
 
     prep = sub.add_parser(
@@ -189,13 +214,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="download/verify one dataset into data_dir",
         description="Make sure a dataset's files are present and verified in data_dir (downloading when the config allows).",
     )
-    prep.add_argument("--config", required=True, type=path_argument, help="study configuration YAML")
+    prep.add_argument("--config", required=True, type=read_path, help="study configuration YAML")
     prep.add_argument("--dataset", required=True, help="dataset name under 'datasets' of the config")
-    prep.add_argument("--data-dir", type=path_argument, default=None, help="dataset folder (default: the config's data_dir)")
+    prep.add_argument("--data-dir", type=written_path, default=None, help="dataset folder (default: the config's data_dir)")
     prep.set_defaults(func=cmd_prepare)
 
     ls = sub.add_parser("jobs", help="list the jobs of the study", description="Print every job as experiment/dataset/setting/loss/seedK.")
-    ls.add_argument("--config", required=True, type=path_argument, help="study configuration YAML")
+    ls.add_argument("--config", required=True, type=read_path, help="study configuration YAML")
     ls.add_argument("--experiment", action="append", default=None, help="only this experiment (repeatable)")
     ls.set_defaults(func=cmd_jobs)
 
@@ -207,9 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
         "read from --calibration, or, for --device cuda without either, the calibration shipped with the package "
         "(measured on an NVIDIA H200; it says so). Prints device-hours per experiment family and in total.",
     )
-    cost.add_argument("--config", required=True, type=path_argument, help="study configuration YAML")
+    cost.add_argument("--config", required=True, type=read_path, help="study configuration YAML")
     cost.add_argument("--experiment", action="append", default=None, help="only this experiment (repeatable)")
-    cost.add_argument("--calibration", type=path_argument, default=None, help="calibration JSON: read it if it exists (unless --calibrate), else write it")
+    cost.add_argument("--calibration", type=written_path, default=None, help="calibration JSON: read it if it exists (unless --calibrate), else write it")
     cost.add_argument("--calibrate", action="store_true", help="measure now even when --calibration exists (and overwrite it)")
     cost.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None, help="device to calibrate (default: the config's device)")
     cost.add_argument("--threads", type=int, default=None, help="torch CPU threads while calibrating (default: 1 on the CPU, as the workflow's CPU jobs)")
@@ -227,16 +252,19 @@ def build_parser() -> argparse.ArgumentParser:
         "keys) whose values differ between the two sides' jobs of a cell; the cells one side alone holds are "
         "counted (--unmatched lists them); --csv also writes the table, every cell.",
     )
-    cmp.add_argument("--ours", required=True, type=path_argument, help="your results folder (e.g. results)")
-    cmp.add_argument("--reference", required=True, type=path_argument, help="the reference set (e.g. reference/mnist)")
+    cmp.add_argument("--ours", required=True, type=read_path, help="your results folder (e.g. results)")
+    cmp.add_argument("--reference", required=True, type=read_path, help="the reference set (e.g. reference/mnist)")
     cmp.add_argument("--metric", action="append", default=None, choices=sorted(_compare_metrics()),
                      help="metric (repeatable; default: acc_minority, acc_majority, auc_hard)")
     cmp.add_argument("--experiment", action="append", default=None, help="only this experiment (repeatable)")
-    cmp.add_argument("--csv", type=path_argument, default=None, help="also write the table as CSV here")
+    cmp.add_argument("--csv", type=written_path, default=None, help="also write the table as CSV here")
     cmp.add_argument("--strict", action="store_true", help="refuse (exit status 2) when the two sides' protocols differ")
     cmp.add_argument("--across-protocols", action="store_true",
                      help="give a verdict also where the two sides' protocols differ (default: only the differences)")
     cmp.add_argument("--unmatched", action="store_true", help="also list the cells only one side holds (default: counted)")
+    cmp.add_argument("--accept-uncommitted", action="store_true",
+                     help="read a reference set inside a git work tree whose files differ from the commit checked out "
+                     "(collected jobs not yet committed; refused without it); the output says so, naming the files")
     cmp.set_defaults(func=cmd_compare)
     return parser
 
@@ -280,7 +308,6 @@ def _job_out(args: argparse.Namespace) -> tuple[dict[str, Any], JobSpec]:
     if (args.out / PROVENANCE).exists():
         raise ConfigError(f"--out {args.out} holds {PROVENANCE}: a job of a reference set, which nothing writes over; "
                           "name a folder of its own")
-    refuse_inside(args.out, "--out")
     cfg = load_config(args.config)
     spec = job_spec(cfg, args.experiment, args.dataset, args.setting, args.loss, args.seed)
     threads = args.threads if args.threads is not None else int(cfg["threads"])
@@ -478,7 +505,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for name, d in (("--ours", args.ours), ("--reference", args.reference)):
         if not d.is_dir() or not any(d.glob("**/metrics.json")):
             raise ConfigError(f"{name} {d}: no finished job (metrics.json) below it")
-    frame = compare(args.ours, args.reference, args.metric, across_protocols=args.across_protocols)
+    accepted: list[str] = []
+    frame = compare(args.ours, args.reference, args.metric, across_protocols=args.across_protocols,
+                    accept_uncommitted=args.accept_uncommitted, notice=accepted.append)
     if args.experiment:
         unknown = sorted(set(args.experiment) - set(frame.experiment))
         if unknown:
@@ -492,7 +521,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ConfigError(f"--strict: {header}")
     if args.csv is not None:
         atomic_write(args.csv, lambda fh: frame.to_csv(fh, index=False))
-    print(compare_markdown(frame, header, unmatched=args.unmatched), end="")
+    for line in accepted:  # --accept-uncommitted: said on stderr and above the table
+        print(f"fedbalance compare: warning: {line}", file=sys.stderr)
+    print("".join(f"**{line}** (--accept-uncommitted)\n\n" for line in accepted)
+          + compare_markdown(frame, header, unmatched=args.unmatched), end="")
     return 0
 
 
@@ -501,6 +533,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging()  # the library's messages (a job's progress lines, warnings) to stderr, from INFO
     try:
+        refuse_written_in_sets(args)
         return int(args.func(args))
     except user_errors() as exc:
         print(f"fedbalance {args.command}: error: {exc}", file=sys.stderr)

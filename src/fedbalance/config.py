@@ -537,10 +537,12 @@ def _check_names_and_dirs(cfg: Mapping[str, Any]) -> None:
             raise ConfigError(f"results_dir: {results!r} is data_dir too ({data!r}, both {_folder(data)}); outputs and "
                               "data need folders of their own")
         _check_reference_dir(cfg.get("reference_dir"), results)
-        try:
-            refuse_inside(results, "results_dir")
-        except SealError as exc:
-            raise ConfigError(str(exc)) from None
+    for key, folder in (("results_dir", results), ("data_dir", data)):  # both written: outputs, downloads
+        if isinstance(folder, str):
+            try:
+                refuse_inside(folder, key)
+            except SealError as exc:
+                raise ConfigError(str(exc)) from None
 
 
 def validate(cfg: Mapping[str, Any]) -> dict[str, Any]:

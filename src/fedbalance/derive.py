@@ -23,7 +23,7 @@ from fedbalance import jobfolder
 from fedbalance.data import Dataset, load_dataset
 from fedbalance.estimators import Observer
 from fedbalance.fl import TAG_MONITOR, RoundState, build_acknowledger, client_keys, monitor_round, select_clients, torch_generator
-from fedbalance.jobs import job_lock
+from fedbalance.jobs import JobError, job_lock, lock_holder
 from fedbalance.jobspec import ConfigError, JobSpec, as_spec, derivable, training_differences
 from fedbalance.records import EMPIRICAL_COLUMNS, JOB_KEYS, is_monitor_column
 from fedbalance.replay import load_trajectory, replay_setup
@@ -101,10 +101,15 @@ def derive_job(
     """Write ``out_dir``'s rounds.csv and metrics.json (last) for ``target`` from the finished job in ``source_dir``
     and its ``trajectory.pt``, holding ``out_dir``'s job lock; return the metrics. ConfigError when ``target`` is not
     derivable from it, when the trajectory is not the source's own or unreadable, or when ``out_dir`` is the
-    source's folder; JobError when ``out_dir`` is in use or in a reference set (``jobs.job_lock``)."""
+    source's folder; JobError when ``out_dir`` or the source is in use (``jobs.job_lock``, ``jobs.lock_holder``) or
+    ``out_dir`` lies in a reference set."""
     source_dir, out = Path(source_dir), Path(out_dir)
     if out.resolve() == source_dir.resolve():
         raise ConfigError(f"--out {out_dir} is the source's folder {source_dir}: a derived job gets a folder of its own")
+    holder = lock_holder(source_dir)
+    if holder is not None:
+        raise JobError(f"--source {source_dir} is in use by {holder} (a running job writes its files and trajectory); "
+                       "wait for that job or stop it")
     source = jobfolder.read_metrics(source_dir)
     rows = jobfolder.round_records(source_dir)
     trajectory_path = source_dir / jobfolder.TRAJECTORY

@@ -16,10 +16,12 @@ when the job has finished:
   source is named by its job path, relative to the results folder (``folder_job``), never by a machine's path.
   Non-finite floats are written as null. It is written last: a folder with it is a finished job.
 
-Every read checks the folder as a whole (``check``): metrics.json holds ``job``, ``config``, ``final`` and
-``rounds``; ``job`` names the folder it lies in (when the folder is named ``seed<k>``: a job copied under
-another seed or setting is refused, not counted twice); rounds.csv has a ``round`` column of increasing
-integers and exactly ``rounds`` rows (a truncated file is refused, not read as a shorter run).
+Every read, and ``collect``, checks the folder as a whole (``check``, the one check of a job's files): metrics.json
+holds ``job``, ``config``, ``final`` (every ``FINAL_KEYS``) and ``rounds``; ``job`` names the folder it lies in (when
+the folder is named ``seed<k>``: a job copied under another seed or setting is refused, not counted twice); every
+number of both files is finite and possible (``check_numbers``, ``ROUND_CELLS``); rounds.csv is read whole (a torn
+last line is refused), has a ``round`` column of increasing integers and exactly ``rounds`` rows (a truncated file is
+refused, not read as a shorter run); what both files record agrees (``check_recorded_twice``).
 
 While a job runs the folder also holds ``checkpoint.pt``, ``.lock`` and, with ``save_trajectory``,
 ``trajectory.pt`` (``fedbalance.jobs``); a job that others branch from keeps ``branch-rNNN.pt`` (``BRANCH``) after it ends. The engine (``jobs``), twins (``reuse``), the tidy frames
@@ -39,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedbalance.atomic import atomic_write, write_json
+from fedbalance.jobspec import JOB_DEFAULTS
 from fedbalance.seal import refuse_inside
 from fedbalance.records import ESTIMATORS, JOB_KEYS, ROUND_COLUMNS, UNIFORM, Job, cs_column, est_column
 
@@ -174,11 +177,37 @@ def _file(folder: str | Path, name: str) -> Path:
     return path if path.name == name else path / name
 
 
+class _NotFinite(ValueError):
+    """A number in a job's file that is not finite (``NaN``, ``Infinity`` or one too large for a float)."""
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotFinite(text)
+    return value
+
+
+def _no_constant(text: str) -> float:
+    raise _NotFinite(text)
+
+
+def strict_json(text: str) -> Any:
+    """``json.loads`` refusing what is not finite (``NaN``, ``Infinity``, ``1e999``): a job writes such a value as
+    null (``clean``), so one in its files was written by hand; ``_NotFinite`` naming it."""
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+
+
+NOT_FINITE = "a number that is not finite (a job writes such a value as null, or an empty cell): edited or corrupt"
+
+
 def _load_metrics(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise JobFolderError(f"{path}: missing (the job has not finished?)")
     try:
-        data = json.loads(path.read_text())
+        data = strict_json(path.read_text())
+    except _NotFinite as exc:
+        raise JobFolderError(f"{path}: holds {exc}, {NOT_FINITE}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise JobFolderError(f"{path}: not valid JSON: {exc}") from exc
     if not isinstance(data, dict):
@@ -192,8 +221,104 @@ def folder_job(folder: str | Path) -> str | None:
     return "/".join(parts[-5:]) if parts and SEED_FOLDER.fullmatch(parts[-1]) else None
 
 
+FINAL_KEYS = ("train_loss", "acc", "acc_minority", "acc_majority", "auc_micro", "auc_macro", "auc_hard", "per_class_acc")
+"""The keys every finished job's ``final`` holds: the final model's test metrics (``metrics.evaluate``) and its
+training loss. A job without one would silently leave its cells (``check_numbers``)."""
+ROUNDING = 1e-9
+"""How far past its bounds a computed value may lie by floating-point rounding (a CS of 1.0000000000000002)."""
+UNIT = (0.0, 1.0)
+"""Accuracies and AUCs: fractions."""
+COSINE = (-1.0, 1.0)
+"""Cosine similarities (CS): of two count vectors, in [0, 1]; an estimator may return negative counts."""
+COUNT = (0.0, math.inf)
+"""Counts, seconds and other quantities that cannot be negative."""
+RATIO = (1.0, math.inf)
+"""An imbalance ratio Γ (the largest class over the smallest)."""
+ANY = (-math.inf, math.inf)
+"""Any finite number (a loss, an estimate, a weight)."""
+
+
+def _bounds_text(bounds: tuple[float, float]) -> str:
+    low, high = bounds
+    return f">= {low:g}" if high == math.inf else f"in [{low:g}, {high:g}]"
+
+
+def _number(value: Any, where: str, path: Path, bounds: tuple[float, float], *, null: bool = True,
+            integer: bool = False) -> None:
+    """JobFolderError naming ``where`` unless ``value`` is a finite number within ``bounds`` (None: when ``null``)."""
+    if value is None:
+        if null:
+            return
+        raise JobFolderError(f"{path}: {where} is null; a finished job records a number there: edited or corrupt")
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise JobFolderError(f"{path}: {where} is {value!r}, not {'an integer' if integer else 'a number'}: "
+                             "edited or corrupt")
+    if not math.isfinite(value):
+        raise JobFolderError(f"{path}: {where} is {value}, {NOT_FINITE}")
+    low, high = bounds
+    if not low - ROUNDING <= value <= high + ROUNDING:
+        raise JobFolderError(f"{path}: {where} is {value}, but it must be {_bounds_text(bounds)}: an impossible value, "
+                             "edited or corrupt")
+
+
+def _numbers(values: Any, where: str, path: Path, bounds: tuple[float, float], *, null: bool = True,
+             integer: bool = False, depth: int = 1) -> None:
+    """``_number`` on each element of the list ``values`` (lists of lists with ``depth`` 2)."""
+    if not isinstance(values, list):
+        raise JobFolderError(f"{path}: {where} is {values!r}, not a list: edited or corrupt")
+    for i, v in enumerate(values):
+        if depth > 1:
+            _numbers(v, f"{where}[{i}]", path, bounds, null=null, integer=integer, depth=depth - 1)
+        else:
+            _number(v, f"{where}[{i}]", path, bounds, null=null, integer=integer)
+
+
+def check_numbers(data: Mapping[str, Any], path: Path) -> None:
+    """JobFolderError naming the key unless metrics.json's numbers are possible: ``final`` holds every ``FINAL_KEYS``
+    (accuracies and AUCs in [0, 1]; ``acc`` and ``auc_hard`` always recorded), the partition's counts are
+    non-negative integers and its CS in [-1, 1], Γ at least 1, each ``monitor.mean_cs`` in [-1, 1], the acknowledged
+    round and the wall time non-negative."""
+    final = data["final"]
+    missing = [k for k in FINAL_KEYS if k not in final]
+    if missing:
+        raise JobFolderError(f"{path}: final has no {', '.join(missing)} (a finished job's final holds "
+                             f"{', '.join(FINAL_KEYS)}): not written by a finished job, or edited")
+    _number(final["train_loss"], "final.train_loss", path, ANY)
+    for key in ("acc", "auc_hard"):
+        _number(final[key], f"final.{key}", path, UNIT, null=False)
+    for key in ("acc_minority", "acc_majority", "auc_micro", "auc_macro"):
+        _number(final[key], f"final.{key}", path, UNIT)
+    _numbers(final["per_class_acc"], "final.per_class_acc", path, UNIT)
+    if not final["per_class_acc"]:
+        raise JobFolderError(f"{path}: final.per_class_acc is empty; a finished job records each class's accuracy")
+    part = data.get("partition")
+    if part is not None:
+        if not isinstance(part, dict):
+            raise JobFolderError(f"{path}: partition is {part!r}, not an object: edited or corrupt")
+        for key, depth in (("class_counts", 2), ("global_counts", 1)):
+            if key in part:
+                _numbers(part[key], f"partition.{key}", path, COUNT, null=False, integer=True, depth=depth)
+        if "num_samples" in part:
+            many = isinstance(part["num_samples"], list)
+            (_numbers if many else _number)(part["num_samples"], "partition.num_samples", path, COUNT, null=False,
+                                            integer=True)
+        if "cs" in part:
+            _numbers(part["cs"], "partition.cs", path, COSINE)
+        _number(part.get("mean_cs"), "partition.mean_cs", path, COSINE)
+        _number(part.get("gamma"), "partition.gamma", path, RATIO)
+    mean_cs = (data.get("monitor") or {}).get("mean_cs") or {}
+    if not isinstance(mean_cs, dict):
+        raise JobFolderError(f"{path}: monitor.mean_cs is {mean_cs!r}, not an object: edited or corrupt")
+    for name, value in mean_cs.items():
+        _number(value, f"monitor.mean_cs.{name}", path, COSINE)
+    _number(data.get("acknowledged_round"), "acknowledged_round", path, COUNT, integer=True)
+    _number(data.get("wall_time_s"), "wall_time_s", path, COUNT)
+
+
 def check_metrics(data: Mapping[str, Any], path: Path) -> None:
-    """JobFolderError naming ``path`` unless metrics.json holds ``REQUIRED`` and its ``job`` is the folder's."""
+    """JobFolderError naming ``path`` unless metrics.json holds ``REQUIRED``, its ``job`` is the folder's and its
+    numbers are possible (``check_numbers``)."""
     for key, kind in REQUIRED.items():
         value = data.get(key)
         if not isinstance(value, kind) or isinstance(value, bool) or (kind is int and value < 0):
@@ -208,32 +333,95 @@ def check_metrics(data: Mapping[str, Any], path: Path) -> None:
     if where is not None and not name.endswith("/" + where) and name != where:
         raise JobFolderError(f"{path}: its job is {name} but it lies in {where}: a job folder copied or moved "
                              "(each job lies in <experiment>/<dataset>/<setting>/<loss>/seed<k>, as its 'job' says)")
-
-
-def _round_rows(path: Path) -> list[dict[str, str]]:
-    """rounds.csv's rows as text, the ``round`` cells checked: present, integers, increasing."""
-    try:
-        with open(path, newline="") as fh:
-            reader = csv.DictReader(fh)
-            rows = list(reader)
-            columns = reader.fieldnames or []
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise JobFolderError(f"{path}: not a readable CSV: {exc}") from exc
-    if "round" not in columns:
-        raise JobFolderError(f"{path}: no 'round' column (columns: {list(columns)})")
-    rounds = [r.get("round") for r in rows]
-    try:
-        numbers = [int(r) for r in rounds]  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        bad = next(r for r in rounds if r is None or not r.strip().lstrip("-").isdigit())
-        raise JobFolderError(f"{path}: column 'round': bad cell {bad!r}") from None
-    if any(b <= a for a, b in zip(numbers, numbers[1:])):
-        raise JobFolderError(f"{path}: the rounds are not increasing ({numbers[:8]}...): rows repeated or out of order")
-    return rows
+    check_numbers(data, path)
 
 
 FINAL_FROM_LAST_ROUND = ("train_loss", "acc", "acc_minority", "acc_majority", "auc_micro", "auc_hard")
 """metrics.json's ``final`` values that rounds.csv's last row records too (the final model is the last round's)."""
+ROUND_CELLS: dict[str, tuple[str, tuple[float, float]]] = {
+    "train_loss": ("number", ANY), "seconds": ("number", COUNT), "true_composition": ("list", COUNT),
+    "weights": ("list", ANY), "acknowledged": ("bool", ANY), "emp_cos": ("number", COSINE), "emp_cv": ("number", COUNT),
+    **{k: ("number", UNIT) for k in FINAL_FROM_LAST_ROUND if k != "train_loss"},
+}
+"""What a rounds.csv cell of each column holds when it is not empty (besides ``round`` and the estimators' ``est_``
+lists and ``cs_`` CSs): a number, a JSON list of numbers (null where not finite) or True/False, within bounds."""
+
+
+def _cell_kind(column: str) -> tuple[str, tuple[float, float]] | None:
+    if column in ROUND_CELLS:
+        return ROUND_CELLS[column]
+    if column.startswith(est_column("")):
+        return "list", ANY
+    if column.startswith(cs_column("")):
+        return "number", COSINE
+    return None
+
+
+def _check_cell(cell: str, column: str, where: str, path: Path) -> None:
+    """JobFolderError naming the line and column unless a non-empty cell holds what its column does (``ROUND_CELLS``)."""
+    kind = _cell_kind(column)
+    if kind is None:
+        return
+    what, bounds = kind
+    at = f"{where}, column {column!r}"
+    if what == "bool":
+        if cell not in ("True", "False"):
+            raise JobFolderError(f"{path}: {at}: {cell!r} is not True or False: edited or corrupt")
+        return
+    try:
+        value = strict_json(cell) if what == "list" else _finite_float(cell)
+    except _NotFinite:
+        raise JobFolderError(f"{path}: {at}: {cell!r} is {NOT_FINITE}") from None
+    except ValueError:
+        raise JobFolderError(f"{path}: {at}: {cell!r} is not {'a JSON list' if what == 'list' else 'a number'}: "
+                             "edited or corrupt") from None
+    if what == "list":
+        _numbers(value, at, path, bounds)
+    else:
+        _number(value, at, path, bounds)
+
+
+def _round_rows(path: Path) -> list[dict[str, str]]:
+    """rounds.csv's rows as text, read whole (the csv module, strict): every line ends with a line end and has the
+    header's number of cells (a torn or cut last line is refused), the ``round`` cells increasing integers, the columns
+    ``FINAL_FROM_LAST_ROUND`` present and each cell what its column holds (``ROUND_CELLS``)."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+        if text and not text.endswith("\n"):
+            raise JobFolderError(f"{path}: its last line has no line end: the file is torn or cut (a job writes whole "
+                                 "lines)")
+        lines = list(csv.reader(io.StringIO(text, newline=""), strict=True))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise JobFolderError(f"{path}: not a readable CSV: {exc}") from exc
+    if not lines:
+        raise JobFolderError(f"{path}: empty (no header): the file is truncated")
+    columns = lines[0]
+    if "round" not in columns:
+        raise JobFolderError(f"{path}: no 'round' column (columns: {list(columns)})")
+    absent = [c for c in FINAL_FROM_LAST_ROUND if c not in columns]
+    if absent or len(set(columns)) != len(columns):
+        what = f"no {', '.join(absent)} column" if absent else "a column named twice"
+        raise JobFolderError(f"{path}: {what} (columns: {list(columns)}): not written by a job, or edited")
+    rows = []
+    for number, cells in enumerate(lines[1:], start=2):
+        if len(cells) != len(columns):
+            raise JobFolderError(f"{path}, line {number}: {len(cells)} cells, the header {len(columns)}: the line is "
+                                 "torn, cut or edited")
+        rows.append(dict(zip(columns, cells)))
+    rounds = [r["round"] for r in rows]
+    numbers = []
+    for cell in rounds:
+        try:
+            numbers.append(int(cell))
+        except ValueError:
+            raise JobFolderError(f"{path}: column 'round': bad cell {cell!r}") from None
+    if any(b <= a for a, b in zip(numbers, numbers[1:])) or (numbers and numbers[0] < 0):
+        raise JobFolderError(f"{path}: the rounds are not increasing ({numbers[:8]}...): rows repeated or out of order")
+    for number, row in enumerate(rows, start=2):
+        for column, cell in row.items():
+            if cell != "":
+                _check_cell(cell, column, f"line {number}", path)
+    return rows
 
 
 def _same(recorded: Any, cell: str | None) -> bool:
@@ -246,22 +434,50 @@ def _same(recorded: Any, cell: str | None) -> bool:
         return False
 
 
+def _shown(cell: str) -> str:
+    return cell if cell != "" else "nothing (an empty cell)"
+
+
+def _class_means(data: Mapping[str, Any], path: Path) -> None:
+    """JobFolderError unless ``final``'s Ac.M and majority accuracy are the means of ``final.per_class_acc`` over the
+    job's minority classes (``minority_classes`` of its config) and over the others (``metrics.evaluate``)."""
+    final = data["final"]
+    per_class = final["per_class_acc"]
+    minority = data["config"].get("minority_classes", JOB_DEFAULTS["minority_classes"])
+    if not isinstance(minority, list) or any(isinstance(q, bool) or not isinstance(q, int) or not 0 <= q < len(per_class)
+                                             for q in minority):
+        raise JobFolderError(f"{path}: config.minority_classes {minority!r} are not classes of final.per_class_acc "
+                             f"({len(per_class)} classes): edited or corrupt")
+    groups = (("acc_minority", sorted(set(minority))),
+              ("acc_majority", [q for q in range(len(per_class)) if q not in set(minority)]))
+    for key, classes in groups:
+        values = [per_class[q] for q in classes if per_class[q] is not None]
+        mean = math.fsum(values) / len(values) if values else None
+        recorded = final[key]
+        if (recorded is None) != (mean is None) or (mean is not None and not math.isclose(recorded, mean, rel_tol=1e-9,
+                                                                                           abs_tol=1e-12)):
+            raise JobFolderError(f"{path}: final.{key} is {recorded} but final.per_class_acc averages {mean} over "
+                                 f"classes {classes}: one of the two was edited")
+
+
 def check_recorded_twice(data: Mapping[str, Any], rows: Sequence[Mapping[str, str]], path: Path) -> None:
     """JobFolderError naming the key unless what metrics.json and rounds.csv both record agrees: ``final`` and the last
-    round's row (``FINAL_FROM_LAST_ROUND``), and each estimator's ``monitor.mean_cs`` and the mean of its column."""
+    round's row (``FINAL_FROM_LAST_ROUND``: every one, an empty cell only where ``final`` records null), Ac.M and the
+    majority accuracy and ``final.per_class_acc``, and each estimator's ``monitor.mean_cs`` and the mean of its column."""
     final = data["final"]
-    last = rows[-1] if rows else {}
-    for key in FINAL_FROM_LAST_ROUND:
-        if key in final and key in last and last[key] != "" and not _same(final[key], last[key]):
-            raise JobFolderError(f"{path}: final.{key} is {final[key]} but the last row of {ROUNDS} records {last[key]}: "
-                                 "one of the two files was edited or belongs to another job")
+    last = rows[-1] if rows else None
+    for key in FINAL_FROM_LAST_ROUND if last is not None else ():
+        if key in final and key in last and not _same(final[key], last[key]):
+            raise JobFolderError(f"{path}: final.{key} is {final[key]} but the last row of {ROUNDS} records "
+                                 f"{_shown(last[key])}: one of the two files was edited or belongs to another job")
+    if "per_class_acc" in final:
+        _class_means(data, path)
     mean_cs = (data.get("monitor") or {}).get("mean_cs") or {}
     for name, recorded in mean_cs.items():
         column = cs_column(name)
         if not rows or column not in rows[0]:
             continue
         values = [float(r[column]) for r in rows if r.get(column) not in (None, "")]
-        values = [v for v in values if math.isfinite(v)]
         mean = math.fsum(values) / len(values) if values else None
         if (recorded is None) != (mean is None) or (mean is not None and not math.isclose(recorded, mean, rel_tol=1e-9)):
             raise JobFolderError(f"{path}: monitor.mean_cs.{name} is {recorded} but {ROUNDS}'s {column} averages {mean}: "
@@ -270,7 +486,8 @@ def check_recorded_twice(data: Mapping[str, Any], rows: Sequence[Mapping[str, st
 
 def check(folder: str | Path) -> dict[str, Any]:
     """A finished job folder's metrics.json, after checking the folder as a whole (module docstring): JobFolderError
-    naming the file otherwise."""
+    naming the file otherwise. The one check of a job's files: every read (``read_metrics``, ``read_rounds``,
+    ``round_records``) and ``collect`` call it."""
     metrics_path = _file(folder, METRICS)
     data = _load_metrics(metrics_path)
     check_metrics(data, metrics_path)

@@ -268,6 +268,30 @@ def job_lock(out: Path) -> Iterator[None]:
             lock.release()
 
 
+def lock_holder(folder: str | Path) -> str | None:
+    """Who holds ``folder``'s job lock (``job_lock``: the holder's pid and host) while a running job holds it, else
+    None; creates and changes nothing (the lock file, when there is one, is opened read-only and probed with a shared
+    flock, as filelock takes an exclusive one on POSIX). Always None where flock is missing (Windows)."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    path = Path(folder) / LOCK
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.read(fd, 200).decode(errors="replace").strip() or "another process"
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return None
+
+
 def _locked(run: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
     """Run ``run(spec, out_dir, ...)`` holding ``job_lock(out_dir)``."""
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,19 +93,22 @@ class ReferenceSetError(ValueError):
     """A reference set that cannot be rendered; the message names the folder and what to do."""
 
 
-def render_jobs(cfg: Mapping[str, Any], root: str | Path) -> tuple[list[Job], dict[Job, Job]]:
+def render_jobs(cfg: Mapping[str, Any], root: str | Path, *,
+                notice: Callable[[str], None] | None = None) -> tuple[list[Job], dict[Job, Job]]:
     """``reference_jobs`` of a set about to be rendered, checked before any job starts.
 
     ReferenceSetError unless ``root`` is a folder holding at least one finished job of ``cfg``, its set's files are
-    those its manifest records (``seal.verify_if_sealed``) and each held job was trained with the spec ``cfg`` gives it now (a render copies jobs, it cannot retrain one);
-    JobFolderError naming the file when a held job's folder is not whole (``jobfolder.check``).
+    those its manifest records and, inside a git work tree, those of the commit (``seal.verify_if_sealed``; the config's
+    ``accept_uncommitted`` reads uncommitted ones, ``notice`` told so) and each held job was trained with the spec
+    ``cfg`` gives it now (a render copies jobs, it cannot retrain one); JobFolderError naming the file when a held job's
+    folder is not whole (``jobfolder.check``).
     """
     path = Path(root)
     if not path.is_dir():
         what = "is a file" if path.exists() else "does not exist"
         raise ReferenceSetError(f"reference_dir {root}: {what}; name the folder of a reference set (e.g. reference/mnist)")
     try:
-        verify_if_sealed(path, "reference_dir")
+        verify_if_sealed(path, "reference_dir", accept_uncommitted=bool(cfg.get("accept_uncommitted")), notice=notice)
     except SealError as exc:
         raise ReferenceSetError(str(exc)) from None
     held, copied = reference_jobs(cfg, path)
@@ -201,20 +204,22 @@ def verdict(ours: Mapping[int, float], ref: Mapping[int, float]) -> Verdict:
 
 
 def compare(ours: str | Path, reference: str | Path, metrics: list[str] | None = None, *,
-            across_protocols: bool = False) -> pd.DataFrame:
+            across_protocols: bool = False, accept_uncommitted: bool = False,
+            notice: Callable[[str], None] | None = None) -> pd.DataFrame:
     """Cell by cell (a cell: experiment, dataset, setting, loss, its seeds pooled), one row per metric: ours and the
     reference, mean ± std over seeds.
 
     Each side is every finished job folder under it (a reference set's seal checked first: ``seal.verify_if_sealed``,
-    SealError naming the files that differ from its manifest); cells held by one side only are rows with ``missing``.
+    SealError naming the files that differ from its manifest or, inside a git work tree, from the commit, unless
+    ``accept_uncommitted``, ``notice`` told so); cells held by one side only are rows with ``missing``.
     ``diff`` is ours − reference; ``protocol`` names the keys whose values differ between the sides' jobs of the
     cell (``protocol_differences``), empty when they were run alike. ``verdict``, ``test``, ``seeds_compared``,
     ``low`` and ``high`` are ``verdict``'s (the 95 % interval of ours − reference). Where the protocols differ the
     verdict is ``DIFFERENT_PROTOCOLS`` (the seeds say nothing across protocols), unless ``across_protocols``.
     """
     metrics = list(metrics or ["acc_minority", "acc_majority", "auc_hard"])
-    verify_if_sealed(ours, "--ours")
-    verify_if_sealed(reference, "--reference")
+    for side, what in ((ours, "--ours"), (reference, "--reference")):
+        verify_if_sealed(side, what, accept_uncommitted=accept_uncommitted, notice=notice)
     a = _cells(collect(ours)[0], metrics)
     b = _cells(collect(reference)[0], metrics)
     keys = ["experiment", "dataset", "setting", "loss", "metric"]

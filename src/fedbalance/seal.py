@@ -1,4 +1,5 @@
-"""Reference sets as sealed things: a marker at the root, a manifest of every file, one guard for every writer.
+"""Reference sets as sealed things: a marker at the root, a manifest of every file, the commit, one guard for every
+writer.
 
 A reference set (``reference/mnist``) is a folder of finished jobs kept as evidence. Its root holds
 
@@ -9,18 +10,28 @@ A reference set (``reference/mnist``) is a folder of finished jobs kept as evide
   (``scripts/reference_jobs.py``).
 
 Every route that writes job folders calls ``refuse_inside`` first: a path inside a set (found by walking up to the
-marker, after links and ``..`` are resolved) or holding one below it is refused before any work. Every read of a
-set calls ``verify``: a file changed, added or removed since the manifest was written is refused, naming the files.
-Standard library only: the workflow calls it while it parses.
+marker, after links and ``..`` are resolved) or holding one below it is refused before any work; the workflow also
+calls ``refuse_links_into_sets`` on its results folder while it parses, before Snakemake deletes or touches an output.
+Every read of a set calls ``verify_committed`` (through ``verify_if_sealed``): a file changed, added or removed since
+the manifest was written (``verify``) and, for a set inside a git work tree, since the commit checked out (``HEAD``:
+``uncommitted``) is refused, naming the files, unless uncommitted evidence is accepted on purpose, which is said. A set
+holds plain files only: a link, a pipe or a device in it is refused. The manifest is a checksum list beside the files
+it checks: it finds an accident or a careless edit; git's commit is what a consistent forgery (files and manifest
+rewritten together) must get past. Standard library only: the workflow calls it while it parses.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
-from collections.abc import Iterable, Mapping
+import stat
+import subprocess
+from collections.abc import Callable, Mapping
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 MARKER = "reference-set.json"
 MANIFEST = "MANIFEST.sha256"
@@ -30,6 +41,17 @@ SHOWN = 3
 BELOW = 3
 """How deep below a folder ``refuse_inside`` looks for a set's marker (results_dir=reference holds sets at depth 1)."""
 RESTORE = "restore it (git checkout -- {root}) or change a job on purpose with `scripts/reference_jobs.py collect --replace --reason TEXT`"
+ACCEPT_ENV = "FEDBALANCE_ACCEPT_UNCOMMITTED"
+"""Set to 1 to read a set whose files differ from the commit (``verify_committed``); what is read says so."""
+ACCEPT = (f"`fedbalance compare --accept-uncommitted`, the config's `accept_uncommitted: true` or {ACCEPT_ENV}=1 "
+          "(the reference commands)")
+"""How a read is told to accept uncommitted evidence on purpose, in words (the refusal names them)."""
+GIT_LOCATION_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_COMMON_DIR",
+                    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE", "GIT_REPLACE_REF_BASE", "GIT_CEILING_DIRECTORIES")
+"""Environment variables that would make git read another repository, index or objects than the set's own: dropped."""
+PLANNED_DEPTH = 7
+"""How deep below a results folder ``refuse_links_into_sets`` looks: below any output the workflow plans there (a job's
+file is 6 below it: ``<experiment>/<dataset>/<setting>/<loss>/seed<k>/metrics.json``)."""
 
 
 class SealError(ValueError):
@@ -82,12 +104,31 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def digests(root: str | Path) -> dict[str, str]:
-    """Relative path (POSIX) -> sha256 of every file below ``root`` but the manifest, sorted by path."""
+def set_files(root: str | Path) -> list[str]:
+    """The relative paths (POSIX, sorted) of every file below ``root``, the manifest included; SealError naming it when
+    one is a link (to a file or a folder, dangling or not), a pipe, a socket or a device: a set holds plain files only
+    (a link would make a read follow it out of the set, a pipe would make it wait forever)."""
     base = Path(root)
-    files = (p for p in base.rglob("*") if p.is_file() or p.is_symlink())
-    out = {p.relative_to(base).as_posix(): sha256(p) for p in files if p.relative_to(base).as_posix() != MANIFEST}
-    return dict(sorted(out.items()))
+    out = []
+    for folder, dirs, files in os.walk(base):
+        for name in sorted(dirs + files):
+            path = Path(folder) / name
+            mode = path.lstat().st_mode
+            if stat.S_ISDIR(mode) or (stat.S_ISREG(mode) and name in files):
+                if name in files:
+                    out.append(path.relative_to(base).as_posix())
+                continue
+            what = f"a link (to {os.readlink(path)})" if stat.S_ISLNK(mode) else "not a plain file (a pipe, socket or device)"
+            raise SealError(f"reference set {root}: {path.relative_to(base).as_posix()} is {what}; a set holds plain "
+                            "files only: remove it (only `scripts/reference_jobs.py collect` writes into a set)")
+    return sorted(out)
+
+
+def digests(root: str | Path) -> dict[str, str]:
+    """Relative path (POSIX) -> sha256 of every file below ``root`` but the manifest, sorted by path (``set_files``:
+    SealError when one is no plain file)."""
+    base = Path(root)
+    return {p: sha256(base / p) for p in set_files(base) if p != MANIFEST}
 
 
 def manifest_text(files: Mapping[str, str]) -> str:
@@ -145,7 +186,8 @@ def problems(root: str | Path) -> list[str]:
 
 
 def verify(root: str | Path) -> None:
-    """SealError naming the files unless every file of the set at ``root`` is the one its manifest records."""
+    """SealError naming the files unless every file of the set at ``root`` is the one its manifest records (what
+    ``collect`` checks before it writes; every read checks the commit too: ``verify_committed``)."""
     read_marker(root)
     found = problems(root)
     if found:
@@ -153,12 +195,111 @@ def verify(root: str | Path) -> None:
                         + RESTORE.format(root=root))
 
 
-def verify_if_sealed(path: str | Path, what: str) -> Path | None:
-    """``verify`` the set ``path`` is or lies in (None when it is in none). A folder of finished reference jobs
+def _git(where: Path, *args: str) -> bytes:
+    """git's output of ``args`` run in ``where``, reading that folder's own repository (``GIT_LOCATION_ENV`` dropped,
+    replacement objects ignored, pathspecs literal); SealError with git's first line when it fails."""
+    env = {k: v for k, v in os.environ.items() if k not in GIT_LOCATION_ENV} | {"GIT_NO_REPLACE_OBJECTS": "1"}
+    try:
+        proc = subprocess.run(["git", "--no-replace-objects", "--literal-pathspecs", "-C", str(where), *args],
+                              capture_output=True, env=env, timeout=300, check=False)
+    except FileNotFoundError:
+        raise SealError(f"{where} lies in a git work tree but git is not installed: the set cannot be checked against "
+                        f"its commit; install git, or accept uncommitted evidence on purpose ({ACCEPT})") from None
+    if proc.returncode != 0:
+        said = (proc.stderr.decode(errors="replace").strip().splitlines() or ["no message"])[0]
+        raise SealError(f"{where}: git {args[0]} failed ({said}): the set cannot be checked against its commit")
+    return proc.stdout
+
+
+def _work_tree(root: Path) -> bool:
+    """``root`` lies in a git work tree: a ``.git`` (folder or file) in it or above it."""
+    return any((folder / ".git").exists() for folder in (root, *root.parents))
+
+
+def _blob(path: Path, algorithm: str) -> str:
+    """git's object id of the file's bytes as a blob (``git hash-object --no-filters``)."""
+    h = hashlib.new(algorithm)
+    h.update(b"blob %d\0" % path.stat().st_size)
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def against_commit(root: str | Path) -> dict[str, list[str]] | None:
+    """How the files of the set at ``root`` differ from the commit checked out (git's ``HEAD``): {"changed": [...],
+    "extra": [...], "missing": [...]}, relative POSIX paths, the manifest and the marker included; None when the set
+    lies in no git work tree. Each file's bytes are hashed as git hashes them and compared with HEAD's tree, so git's
+    index and its stat cache (``update-index --assume-unchanged``, ``--skip-worktree``) cannot hide a change; SealError
+    when git cannot answer."""
+    where = _resolved(root)
+    if not _work_tree(where):
+        return None
+    top = Path(os.fsdecode(_git(where, "rev-parse", "--show-toplevel").strip())).resolve()
+    rel = where.relative_to(top).as_posix()
+    try:
+        algorithm = _git(where, "rev-parse", "--show-object-format").decode().strip() or "sha1"
+    except SealError:  # a git before 2.28: SHA-1 repositories only
+        algorithm = "sha1"
+    head: dict[str, tuple[str, str]] = {}
+    try:
+        _git(top, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
+        listing = _git(top, "ls-tree", "-r", "-z", "--full-tree", "HEAD", *(["--", rel] if rel != "." else []))
+    except SealError:  # no commit yet: every file is uncommitted
+        listing = b""
+    prefix = "" if rel == "." else rel + "/"
+    for record in filter(None, listing.split(b"\0")):
+        meta, _, name = record.partition(b"\t")
+        mode, _, obj = meta.decode().split(" ")
+        head[os.fsdecode(name)[len(prefix):]] = (mode, obj)
+    disk = set_files(where)
+    changed = [p for p in disk if p in head and (head[p][0] not in ("100644", "100755")
+                                                  or head[p][1] != _blob(where / p, algorithm))]
+    return {"changed": changed, "extra": [p for p in disk if p not in head],
+            "missing": sorted(set(head) - set(disk))}
+
+
+def uncommitted(root: str | Path) -> list[str]:
+    """The files of the set at ``root`` that differ from the commit checked out — changed, extra (not committed) or
+    missing (committed, deleted since) — as relative POSIX paths, sorted; empty when the set is the commit's or lies in
+    no git work tree (``against_commit``). What ``collect`` says it leaves uncommitted."""
+    found = against_commit(root) or {}
+    return sorted(p for paths in found.values() for p in paths)
+
+
+def accepted_by_env(environ: Mapping[str, str] | None = None) -> bool:
+    """``ACCEPT_ENV`` is set (1, true, yes): uncommitted evidence is read on purpose."""
+    value = (os.environ if environ is None else environ).get(ACCEPT_ENV, "")
+    return value.strip().lower() in ("1", "true", "yes")
+
+
+def verify_committed(root: str | Path, *, accept_uncommitted: bool = False,
+                     notice: Callable[[str], None] | None = None) -> list[str]:
+    """What every read of a set calls: ``verify`` (the manifest), then, for a set inside a git work tree, SealError
+    naming the files unless they are the commit's (``against_commit``). With ``accept_uncommitted`` (or ``ACCEPT_ENV``)
+    a set that differs from its commit is read anyway and ``notice`` (default: a warning logged) is told so in one line;
+    return the uncommitted files read (empty when there are none)."""
+    verify(root)
+    found = against_commit(root) or {}
+    named = [_named(kind, paths) for kind, paths in found.items() if paths]
+    if not named:
+        return []
+    what = f"reference set {root} differs from its commit (git HEAD): {'; '.join(named)}"
+    if not (accept_uncommitted or accepted_by_env()):
+        raise SealError(f"{what}; evidence is read as committed: commit collected jobs (git add {root} && git commit), "
+                        f"restore the set (git checkout -- {root}, git clean for extra files), or accept uncommitted "
+                        f"evidence on purpose ({ACCEPT})")
+    (notice or logger.warning)(f"accepting uncommitted evidence: {what}; the numbers read are not all committed")
+    return sorted(p for paths in found.values() for p in paths)
+
+
+def verify_if_sealed(path: str | Path, what: str, *, accept_uncommitted: bool = False,
+                     notice: Callable[[str], None] | None = None) -> Path | None:
+    """``verify_committed`` the set ``path`` is or lies in (None when it is in none). A folder of finished reference jobs
     (provenance.json) without a marker is refused: a set whose seal was removed, or one never sealed."""
     root = set_root(path)
     if root is not None:
-        verify(root)
+        verify_committed(root, accept_uncommitted=accept_uncommitted, notice=notice)
         return root
     folder = Path(path)
     if sets_below(folder):  # the parent of sets (reference/): its caller names the sets below it
@@ -168,6 +309,43 @@ def verify_if_sealed(path: str | Path, what: str) -> Path | None:
                         "set; restore its marker and manifest (git checkout), or seal it with "
                         "`scripts/reference_jobs.py collect --adopt`")
     return None
+
+
+def refuse_links_into_sets(folder: str | Path, what: str) -> None:
+    """SealError unless no output planned below ``folder`` (a results folder the workflow is about to write) can reach
+    a reference set: ``folder`` itself (``refuse_inside``), a set's marker at any depth below it, and every link below it
+    (to a folder or a file, dangling or not, at any depth to ``PLANNED_DEPTH``, followed into its target) whose target
+    lies in a set. Walks only what exists, each real folder once."""
+    refuse_inside(folder, what)
+    seen: set[tuple[int, int]] = set()
+    pending = [(Path(folder), 0)]
+    while pending:
+        here, depth = pending.pop()
+        try:
+            info = here.stat()
+            entries = sorted(os.scandir(here), key=lambda e: e.name)
+        except OSError:
+            continue
+        if (info.st_dev, info.st_ino) in seen:
+            continue
+        seen.add((info.st_dev, info.st_ino))
+        for entry in entries:
+            path = Path(entry.path)
+            if entry.name == MARKER and entry.is_file():
+                raise SealError(f"{what} {folder} holds the reference set {_resolved(here)} (its {MARKER} at {path}): "
+                                "the workflow's outputs could be written into it; choose a results folder of its own")
+            if entry.is_symlink():
+                try:
+                    target = path.resolve()
+                except (OSError, RuntimeError):
+                    raise SealError(f"{what} {folder}: {path} is a link that never ends (a loop); remove it") from None
+                root = set_root(target)
+                if root is not None:
+                    raise SealError(f"{what} {folder}: {path} is a link to {target}, in the reference set {root}: "
+                                    "Snakemake would delete or write the set's files through it before any job runs; "
+                                    "remove the link (a render copies a set, it never links to it)")
+            if depth + 1 < PLANNED_DEPTH and entry.is_dir():
+                pending.append((path, depth + 1))
 
 
 def seal(root: str | Path, config: str | Path | None = None) -> None:

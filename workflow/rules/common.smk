@@ -31,7 +31,7 @@ if REFERENCE_DIR is not None:
     from fedbalance.reference import ReferenceSetError, render_jobs  # pandas: a render needs the library's dependencies
 
     try:
-        _held, _twins = render_jobs(config, REFERENCE_DIR)
+        _held, _twins = render_jobs(config, REFERENCE_DIR, notice=lambda line: logger.warning(f"WARNING: {line}"))
     except (ReferenceSetError, JobFolderError) as exc:
         raise WorkflowError(f"invalid reference_dir: {exc}") from None
     JOBS = sorted([*_held, *_twins])

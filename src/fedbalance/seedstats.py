@@ -112,7 +112,7 @@ def ranged_interval(mean: float, std: float, n: int, lower: float = -math.inf, u
 
 UNLIKE = "unlike seeds"
 """What a rendered comparison of sides on different seeds says of itself, right after its mark (``seed_mark``)."""
-SEED_MARK = re.compile(r"<!-- seeds (?P<group>[^:>]+): (?P<sides>[0-9, /]*) -->(?P<after>[^\n]*)")
+SEED_MARK = re.compile(r"<!-- seeds (?P<group>[^:>]+): (?P<sides>[0-9, /]*) -->(?=(?P<after>[^\n]*))")
 
 
 def seed_span(seeds: Iterable[int]) -> str:

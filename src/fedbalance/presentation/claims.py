@@ -311,7 +311,7 @@ def _detail(d: Detail, adjust: int = 1) -> str:
 class Claim:
     """A headline claim of the paper and its verdict on our numbers: its number ("1"; "1r" the same claim on the
     released reading), the reading of the Ratio Loss it judges ("" for a claim not about it), the verdict, the
-    evidence and how the rule reached the verdict (``how``)."""
+    evidence, how the rule reached the verdict (``how``) and the tally of its comparisons."""
 
     text: str
     verdict: str
@@ -319,6 +319,7 @@ class Claim:
     number: str = ""
     reading: str = ""
     how: str = ""
+    tally: str = ""
 
     @property
     def sentence(self) -> Sentence:
@@ -354,7 +355,7 @@ class _Claims:
         if not comparisons and empty:
             evidence = empty
         self.out.append(Claim(text.format(cells=CELLS[q]), got, "; ".join(x for x in (evidence, how) if x), number,
-                              reading, how))
+                              reading, how, _tally(comparisons) if comparisons else ""))
 
 
 def _evidence(head: str, comparisons: Sequence[Comparison], details: Sequence[Detail], closest: int | None,
@@ -702,7 +703,7 @@ def rule_changes(final: pd.DataFrame, rounds: pd.DataFrame, estimator: str = DEF
     for b in claims(final, rounds, estimator, rule=QUANTIFIED):
         a = old[b.number]
         why = "" if a.verdict == b.verdict else (
-            f"the previous rule did not judge the {READING_NAME.get(b.reading, b.reading)} — now: {b.evidence}"
+            f"the previous rule did not judge the {READING_NAME.get(b.reading, b.reading)} — now: {b.tally}; {b.how}"
             if a.verdict == NOT_JUDGED else f"before: {a.how} — now: {b.evidence}")
         rows.append({"number": b.number, "text": b.text, "reading": b.reading, "before": a.verdict, "after": b.verdict,
                      "why": why})

@@ -303,8 +303,9 @@ def reproduction_markdown(frame: pd.DataFrame, unpublished: Mapping[str, int] | 
         seeds = sorted(set(run.n_seeds))
         parts = [f"{len(run)} of its {len(cells)} published cells run "
                  f"({seeds[0] if len(seeds) == 1 else f'{seeds[0]}–{seeds[-1]}'} seeds)"
-                 + (f"; its Ratio Loss cells are the {READING_NAME['ratio']} (`ratio`; the {READING_NAME['ratio_rel']}"
-                    " beside it is in the Fidelity table)" if _reads_ratio(str(table)) else "")]
+                 + (f"; its Ratio Loss cells are the {READING_NAME['ratio']} (`ratio`"
+                    + (f"; the {READING_NAME['ratio_rel']} beside it is in the Fidelity table"
+                       if table in TABLE_OF.values() else "") + ")" if _reads_ratio(str(table)) else "")]
         for verdict, say in REPRODUCTION_SAYS.items():
             k = int(counts.get(verdict, 0))
             if not k:

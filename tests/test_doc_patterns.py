@@ -27,10 +27,11 @@ def flat(text: str) -> str:
 
 
 def block(text: str, name: str) -> str:
-    """A generated block's body in a page's text."""
+    """A generated block's body in a page's text, as a reader sees it: without its seed marks (HTML comments that
+    tests/test_seed_marks.py checks)."""
     m = re.search(rf"<!-- {name}: scripts/reference_jobs.py docs -->\n(.*?)<!-- /{name} -->", text, re.S)
     assert m, name
-    return m.group(1)
+    return re.sub(r"<!-- seeds [^>]*-->", "", m.group(1))
 
 
 @pytest.fixture(scope="module")

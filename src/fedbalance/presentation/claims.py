@@ -26,7 +26,7 @@ own scale; the paper reading only): kept to set the two side by side once (``rul
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -112,7 +112,7 @@ _LOSSES = Sentence(331, "We can see that our method can effectively mitigate the
                    "outperform the previous methods in almost all cases.", ALMOST_ALL)
 _CENTRAL = Sentence(334, "Table Res_without_mismatch demonstrates that in these cases, our method still outperforms "
                     "the other three in most scenarios.", MOST)
-_DYNAMIC = Sentence(325, "We also conduct experiments when the Γ is dynamically changing during FL training, and our "
+_DYNAMIC = Sentence(327, "We also conduct experiments when the Γ is dynamically changing during FL training, and our "
                     "L_RL also performs the best.", ALL)
 _MISMATCH = Sentence(702, "Across all of these experiments, our approach with the Ratio Loss function L_RL performs "
                      "the best, with respect to the improvement on AUC score and accuracy on minority classes (Ac.M).",
@@ -124,7 +124,7 @@ _CLIENTS = Sentence(234, "We also carry out experiments with different numbers o
 _LOCAL = Sentence(234, "We also find that the local batch size and epochs have little impact on the performance of "
                   "the monitoring scheme.", ALL)
 _T_RA = Sentence(526, "We can see that T_Ra = 1.25 provides the largest mean and the smallest variance.", ALL)
-_AB = Sentence(212, "In our experiments, when α = 1.0 and β = 0.1, the mitigation results are the best", ALL)
+_AB = Sentence(212, "In our experiments, when α=1.0 and β=0.1, the mitigation results are the best", ALL)
 PAPER: dict[int, Sentence] = {
     **dict.fromkeys((1, 2, 3, 4), _LOSSES), 5: _CENTRAL, 6: _CENTRAL, 7: _DYNAMIC, 8: _DYNAMIC,
     **dict.fromkeys(range(9, 15), _MISMATCH),
@@ -626,7 +626,10 @@ SWEEPS = (("Sup_hyper_T_ra", "1.25", "cs_mean"), ("Sup_hyper_T_ra", "1.25", "cs_
 """The sweep claims: (table, the paper's best value, metric)."""
 
 
-def _sweep_claims(out: _Claims, values: dict[str, pd.DataFrame], seeds: dict[str, pd.DataFrame], read, readings) -> None:
+def _sweep_claims(out: _Claims, values: dict[str, pd.DataFrame], seeds: dict[str, pd.DataFrame],
+                  read: Callable[[str, str], tuple[pd.DataFrame, pd.DataFrame]],
+                  readings: Callable[..., list[str]]) -> None:
+    """Claims 26–31: early acknowledgment, the sweeps' best values (each reading of the Ratio Loss the sweep ran), MFE."""
     v = values["Importance_early"]
     acm = v[v.metric == "acm"].dropna(subset=["mean"])
     comps, ev, details = [], [], []

@@ -312,11 +312,15 @@ def test_render_from_the_reference_set(tmp_path: Path) -> None:
         assert row.n_seeds.iloc[0] == len(kept)
         checked += 1
     assert checked >= 1
-    fid = pd.read_csv(res / "tables" / "Fidelity.csv")
+    fid = pd.read_csv(res / "tables" / "Fidelity.csv", dtype={"seed_ids": str})
     assert len(fid) == len(cells)
     for (setting, loss), vals in cells.items():
-        got = fid[(fid.setting == setting) & (fid.loss == loss)].acm_final
-        assert got.iloc[0] == pytest.approx(sum(vals) / len(vals), abs=1e-9), (setting, loss)
+        # a Fidelity row is read on the seeds every loss of its Γ holds
+        common = set.intersection(*(set(v) for (s, _), v in by_seed.items() if s == setting))
+        got = fid[(fid.setting == setting) & (fid.loss == loss)].iloc[0]
+        kept = [v for seed, v in by_seed[(setting, loss)].items() if seed in common]
+        assert got.acm_final == pytest.approx(sum(kept) / len(kept), abs=1e-9), (setting, loss)
+        assert (got.seed_ids, got.held) == (",".join(map(str, sorted(common))), len(vals)), (setting, loss)
     assert (res / "claims.md").read_text().count("| ") > 30 and (res / "paper_tables.tex").is_file()
     assert all((res / "figures" / f).stat().st_size > 0 for f in ("fig_monitoring.png", "fig_monitoring.pdf"))
     # docs/fidelity.md and docs/claims-mnist.md hold this render of the committed set (regenerate: reference/README.md)

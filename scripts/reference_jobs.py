@@ -837,7 +837,7 @@ def docs_texts(rendered: Path, reference: Path, docs: Path) -> dict[Path, str]:
     reproduction = (rendered / "tables" / "Reproduction.md").read_text()
     every = held_summary(reference)
     blocks = [
-        (docs / "claims-mnist.md", "rule-change", f"Every claim under the rule used until 2026-11-29 and the rule now, "
+        (docs / "claims-mnist.md", "rule-change", f"Every claim under the rule used until 2026-12-01 and the rule now, "
                                                   f"from the render of the {every}:\n\n{rule_change_text(rendered)}"),
         (docs / "fidelity.md", "reproduction", f"`tables/Reproduction.md` of the render of the {every}:\n\n{reproduction}"),
         (docs / "fidelity.md", "fidelity", f"`tables/Fidelity.md` of the render of the {held_summary(reference, 'losses')}:"

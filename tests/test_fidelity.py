@@ -32,7 +32,7 @@ def test_fidelity_frame_by_hand() -> None:
     assert ce.acm_final == pytest.approx(100 * (0.85 + 0.86) / 2)
     assert (ce.acm_best, ce.best_round) == (pytest.approx(95.0), 3)
     assert ce.auc_last == pytest.approx(0.5 + ce.acm_last / 200)
-    assert ce.seeds == 2 and ce.wall_time_min == pytest.approx(15.0)
+    assert (ce.seeds, ce.held, ce.seed_ids) == (2, 2, "0,1") and ce.wall_time_min == pytest.approx(15.0)
     # published: Res_3_datasets, MNIST, 10:1; the variant is compared with the Ratio Loss's cell
     assert (ce.paper_acm, ce.paper_auc) == (90.19, 0.978)
     assert (f.loc["ratio_rel"].paper_acm, f.loc["ratio_rel"].paper_auc) == (92.05, 0.9815)
@@ -42,7 +42,9 @@ def test_fidelity_frame_by_hand() -> None:
     assert ce.acm_interval == "[79.15, 91.85]"
     assert ce.auc_std == pytest.approx(0.005 / 2**0.5)
     md = fidelity_markdown(f.reset_index()[list(fidelity_frame(final, rounds).columns)])
-    assert "| mnist | g10 | ce | 2 | 85.50 ± 0.71 | 90.19 | undetermined: ours spans [79.15, 91.85] |" in md
+    assert ("| mnist | g10 | ce | 2 (0, 1)<!-- seeds Fidelity mnist g10: 0,1 / 0,1 --> | 85.50 ± 0.71 | 90.19 | "
+            "undetermined: ours spans [79.15, 91.85] |") in md
+    assert "| mnist | g10 | ratio_rel (released reading) | 2 (0, 1)" in md
     assert "95.00 (3)" in md
 
 
@@ -63,6 +65,8 @@ def _interval(mean: float, std: float, n: int) -> tuple[float, float]:
     # CS variance: at most half our mean wide. std 50 of 1000 (5 seeds): 124 wide; std 400: 993 wide
     (1000.0, 50.0, 5, 1050.0, "cs_var", "inside"), (1000.0, 400.0, 5, 1100.0, "cs_var", "undetermined"),
     (80.0, float("nan"), 1, 80.0, "acm", "one seed"), (80.0, 3.0, 3, float("nan"), "acm", "not published"),
+    # every seed at one value: no interval, so no zero-width inside, above or below
+    (0.0, 0.0, 3, 0.60, "acm", "no spread"), (90.0, 0.0, 5, 90.0, "acm", "no spread"),
 ])
 def test_paper_verdict_by_hand(mean, std, seeds, paper, metric, want) -> None:
     from fedbalance.presentation.fidelity import paper_verdict
@@ -71,6 +75,29 @@ def test_paper_verdict_by_hand(mean, std, seeds, paper, metric, want) -> None:
     assert paper_verdict(mean, std, seeds, paper, metric) == want
     if seeds > 1 and std == std:
         assert mean_interval(mean, std, seeds) == pytest.approx(_interval(mean, std, seeds), abs=1e-3)
+
+
+def test_intervals_stay_in_the_metrics_range() -> None:
+    """An accuracy over two seeds: the t interval 50 ± 12.7062 · 60 / sqrt 2 = [-489.1, 589.1] is reported as
+    [0.00, 100.00], clipped and marked; an AUC's at 1. A CS variance's interval on the log scale,
+    mean · exp(± t · (std / mean) / sqrt n), by hand: 2000 ± 1500 over 3 seeds gives [310.4, 12886] where the linear
+    one, [-1727, 5727], ran below zero and held a published 4.2 (then "undetermined"): now it is "below"."""
+    import math
+
+    from fedbalance.presentation.fidelity import interval_text, our_interval, paper_verdict
+
+    assert interval_text(50.0, 60.0, 2, "acm") == "[0.00, 100.00] (clipped to 0–100)"
+    ci = our_interval(50.0, 60.0, 2, "acm")
+    assert (ci.low, ci.high, ci.clipped) == (0.0, 100.0, ("low", "high"))
+    from fedbalance.presentation.tables import fmt
+
+    assert interval_text(0.99, 0.01, 3, "auc") == f"[{fmt(0.99 - T975[2] * 0.01 / 3 ** 0.5, 'auc')}, 1.0000] (clipped to 0–1)"
+    half = T975[2] * 0.75 / math.sqrt(3)
+    log = our_interval(2000.0, 1500.0, 3, "cs_var")
+    assert (log.low, log.high) == pytest.approx((2000 * math.exp(-half), 2000 * math.exp(half)), rel=1e-4)
+    assert log.low > 0 and log.clipped == ()
+    assert paper_verdict(2000.0, 1500.0, 3, 4.2, "cs_var") == "below"
+    assert interval_text(0.0, 0.0, 3, "acm") == "0.00 on every seed"
 
 
 def test_rows_run_in_the_papers_order() -> None:
@@ -116,6 +143,8 @@ def _vs_rows() -> pd.DataFrame:
         ("T1", "acm", "mnist", "20:1", "ce", 80.0, 0.5, 5, 80.5),
         # one seed
         ("T1", "acm", "mnist", "B.", "ce", 97.0, nan, 1, 98.0),
+        # 0.00 on every seed: no interval (not "above" a zero-width one)
+        ("T1", "acm", "mnist", "B.", "focal", 0.0, 0.0, 3, 0.6),
         # published, no job
         ("T1", "acm", "mnist", "B.", "ratio", nan, nan, 0, 98.0),
         # another dataset: not in the MNIST summary
@@ -133,8 +162,8 @@ def test_reproduction_frame_by_hand() -> None:
     from fedbalance.presentation.fidelity import reproduction_frame
 
     f = reproduction_frame(_vs_rows(), "mnist")
-    assert list(f.verdict) == ["undetermined", "above", "above", "above", "below", "inside", "one seed", "not run",
-                               "not run", "not run"]
+    assert list(f.verdict) == ["undetermined", "above", "above", "above", "below", "inside", "one seed", "no spread",
+                               "not run", "not run", "not run"]
     assert list(f.gap.iloc[:6]) == pytest.approx([8.0, 10.0, 3.0, 45.0, 0.05, 0.5])
     assert set(reproduction_frame(_vs_rows(), "cifar10").verdict) == {"below"}
 
@@ -144,15 +173,29 @@ def test_reproduction_summary_by_hand() -> None:
 
     md = reproduction_summary(_vs_rows(), ["mnist"])
     t1 = next(line for line in md.splitlines() if line.startswith("- **T1**"))
-    assert t1.startswith("- **T1**: 7 of its 8 published cells run (1–5 seeds); ")
+    assert t1.startswith("- **T1**: 8 of its 9 published cells run (1–5 seeds); ")
     assert "inside our 95 % interval, which is narrow (reproduced): 1;" in t1
     assert "but it is too wide to tell (undetermined): 1;" in t1
     # the three cells where ours is lower, the largest gap in points first (45 points before 10, though 4.5 std < 10)
-    assert ("ours lower than the paper's (the published value above our 95 % interval): 3 — ratio 100:1 Ac.M "
-            "(ours 50.00 ± 10.00 vs 95.00); ratio 10:1 Ac.M (ours 80.00 ± 1.00 vs 90.00); ratio 50:1 Ac.M "
-            "(ours 80.00 ± 1.00 vs 83.00);") in t1
+    assert ("ours lower than the paper's (the published value above our 95 % interval): 3 — ratio (paper reading) "
+            "100:1 Ac.M (ours 50.00 ± 10.00 vs 95.00); ratio (paper reading) 10:1 Ac.M (ours 80.00 ± 1.00 vs 90.00); "
+            "ratio (paper reading) 50:1 Ac.M (ours 80.00 ± 1.00 vs 83.00);") in t1
     assert "ours higher than the paper's (the published value below our 95 % interval): 1 — ce 50:1 AUC (ours .9500 ± .0050 vs .9000);" in t1
-    assert "one seed, no interval: 1;" in t1 and t1.endswith("not run: 1.")
+    assert "one seed, no interval: 1; ours the same on every seed, no interval: 1;" in t1 and t1.endswith("not run: 1.")
     assert "- **T3**: 1 cells run; the paper publishes none of this dataset." in md
     assert "- **Not run at all** (published cells): T2 (2)." in md
     assert md.startswith("**MNIST**") and "cifar10" not in md.lower().split("within")[0]
+
+
+def test_reproduction_names_the_reading_of_the_ratio_loss() -> None:
+    """A table whose Ratio Loss cells read the `ratio` jobs says so; one without (Importance_early: CE) does not."""
+    from fedbalance.presentation.fidelity import reproduction_summary
+
+    cols = ["table", "metric", "dataset", "column", "row", "ours_mean", "ours_std", "n_seeds", "paper", "diff"]
+    rows = [("Res_3_datasets", "acm", "mnist", "10:1", "ratio", 92.0, 1.0, 5, 92.05, -0.05),
+            ("Importance_early", "acm", "mnist", "MNIST", "S", 97.5, 0.2, 5, 97.81, -0.31)]
+    md = reproduction_summary(pd.DataFrame(rows, columns=cols), ["mnist"])
+    res3 = next(line for line in md.splitlines() if line.startswith("- **Res_3_datasets**"))
+    early = next(line for line in md.splitlines() if line.startswith("- **Importance_early**"))
+    assert "its Ratio Loss cells are the paper reading (`ratio`; the released reading beside it is in the Fidelity table)" in res3
+    assert "Ratio Loss" not in early

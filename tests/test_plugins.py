@@ -353,14 +353,15 @@ def test_a_plugin_loss_gets_rows_in_the_loss_tables(tmp_path):
 
 
 def claim_one_count(final: pd.DataFrame) -> tuple[int, int]:
-    """(Γ columns where the Ratio Loss's mean Ac.M, as printed, is the best of all rows, columns), computed here from
-    the jobs' metrics: the count claim 1 of claims.md reports for Res_3_datasets (MNIST only in the quick study)."""
-    sel = final[(final.experiment == "losses") & (final.dataset == "mnist")]
+    """(Γ columns where the Ratio Loss's mean Ac.M is above that of every other row, columns), computed here from the
+    jobs' metrics: the count claim 1 of claims.md reports for Res_3_datasets ("ahead of the best other loss": every loss
+    of the quick study holds the same seeds, so on the seeds both hold; MNIST only in the quick study)."""
+    sel = final[(final.experiment == "losses") & (final.dataset == "mnist") & (final.loss != "ratio_rel")]
     best = total = 0
     for _, col in sel.groupby("setting"):
-        means = col.groupby("loss")["acc_minority"].mean().map(lambda v: round(100 * v, 2))
+        means = col.groupby("loss")["acc_minority"].mean()
         total += 1
-        best += int(means["ratio"] == means.max())
+        best += int(means["ratio"] > means.drop("ratio").max())
     return best, total
 
 
@@ -396,7 +397,7 @@ def test_the_quick_study_with_the_example_plugin_from_config_alone(site, tmp_pat
     final = pd.read_csv(res / "aggregate" / "final.csv")
     best, total = claim_one_count(final)
     claims = (res / "claims.md").read_text()
-    assert f"| 1 | Ratio Loss has the best Ac.M in most cells of Res_3_datasets | " in claims
+    assert f"| 1 | Ratio Loss has the best Ac.M in almost all cells of Res_3_datasets | paper reading | " in claims
     line = next(x for x in claims.splitlines() if x.startswith("| 1 |"))
     assert f"{best}/{total} cells" in line, line
     out = subprocess.run([sys.executable, "-m", "fedbalance", "compare", "--ours", str(res), "--reference", str(res),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -75,16 +76,39 @@ def test_compare_cells_by_hand(tmp_path: Path) -> None:
     assert row["diff"] == pytest.approx(-5.0) and row.verdict == "not distinguishable" and row.test == "Welch"
     assert frame[frame.setting == "g50"].iloc[0].verdict == "missing"
     md = compare_markdown(frame)
+    # two common seeds: Welch's t on every seed of each side, unlike seed sets, which the row says and marks
     assert md_rows(md) == [["losses", "mnist", "g10", "ratio", "acc_minority", "70.00 ± 10.00 (3)", "75.00 ± 1.41 (2)",
-                            f"-5.00 [{row.low:+.2f}, {row.high:+.2f}]", "Welch (5)",
+                            f"-5.00 [{row.low:+.2f}, {row.high:+.2f}]",
+                            "Welch (5)<!-- seeds losses/mnist/g10/ratio: 0,1,2 / 0,1 --> (unlike seeds: 0–2 against 0, 1)",
                             "not distinguishable"]]
     assert md.startswith("1 cell (experiment, dataset, setting, loss) both sides hold, 1 metric each (acc_minority);\n"
                          "0 cells only ours holds, 1 only the reference holds (not listed: --unmatched lists them).")
     assert "\n\n1 row: 1 not distinguishable.\n\nRule: ours − reference at 95 %." in md
-    assert max(map(len, md.splitlines())) < 200
+    assert max(len(re.sub(r"<!-- seeds [^>]*-->", "", line)) for line in md.splitlines()) < 200
     listed = compare_markdown(frame, unmatched=True)
     assert md_rows(listed)[0][:3] == ["losses", "mnist", "g10"] and md_rows(listed)[1][2::7] == ["g50", "missing"]
     assert "2 rows: 1 not distinguishable, 1 missing." in listed
+
+
+def test_compare_pairs_on_the_common_seeds_and_shows_them(tmp_path: Path) -> None:
+    """Ours at seeds 0-3, the reference at 0-2: paired on the three both hold; both sides and the difference are shown
+    on those seeds ("(3 of 4)"), not ours over its four beside the reference's three."""
+    from fedbalance.seedstats import seed_marks
+
+    ours, ref = tmp_path / "ours", tmp_path / "ref"
+    for seed, acm in enumerate([0.60, 0.62, 0.64, 0.20]):
+        write_job(ours, Job("losses", "mnist", "g10", "ce", seed), acm=acm)
+    for seed, acm in enumerate([0.50, 0.53, 0.55]):
+        write_job(ref, Job("losses", "mnist", "g10", "ce", seed), acm=acm)
+    row = compare(ours, ref, ["acc_minority"]).iloc[0]
+    assert (row.test, row.seeds_compared, row.seeds_common) == ("paired", 3, "0,1,2")
+    assert row.mean_ours == pytest.approx(51.5) and row.mean_ours_common == pytest.approx(62.0)
+    assert row["diff"] == pytest.approx(62.0 - 52.666667, abs=1e-4)  # on seeds 0-2, not 51.5 - 52.67
+    md = compare_markdown(compare(ours, ref, ["acc_minority"]))
+    cells = md_rows(md)[0]
+    assert cells[5] == "62.00 ± 2.00 (3 of 4)" and cells[6] == "52.67 ± 2.52 (3)"
+    assert cells[8] == "paired (3; seeds 0–2)<!-- seeds losses/mnist/g10/ce: 0,1,2 / 0,1,2 -->"
+    assert all(m.like for m in seed_marks(md))
 
 
 def md_rows(md: str) -> list[list[str]]:
@@ -288,11 +312,15 @@ def test_render_from_the_reference_set(tmp_path: Path) -> None:
         assert row.n_seeds.iloc[0] == len(kept)
         checked += 1
     assert checked >= 1
-    fid = pd.read_csv(res / "tables" / "Fidelity.csv")
+    fid = pd.read_csv(res / "tables" / "Fidelity.csv", dtype={"seed_ids": str})
     assert len(fid) == len(cells)
     for (setting, loss), vals in cells.items():
-        got = fid[(fid.setting == setting) & (fid.loss == loss)].acm_final
-        assert got.iloc[0] == pytest.approx(sum(vals) / len(vals), abs=1e-9), (setting, loss)
+        # a Fidelity row is read on the seeds every loss of its Γ holds
+        common = set.intersection(*(set(v) for (s, _), v in by_seed.items() if s == setting))
+        got = fid[(fid.setting == setting) & (fid.loss == loss)].iloc[0]
+        kept = [v for seed, v in by_seed[(setting, loss)].items() if seed in common]
+        assert got.acm_final == pytest.approx(sum(kept) / len(kept), abs=1e-9), (setting, loss)
+        assert (got.seed_ids, got.held) == (",".join(map(str, sorted(common))), len(vals)), (setting, loss)
     assert (res / "claims.md").read_text().count("| ") > 30 and (res / "paper_tables.tex").is_file()
     assert all((res / "figures" / f).stat().st_size > 0 for f in ("fig_monitoring.png", "fig_monitoring.pdf"))
     # docs/fidelity.md and docs/claims-mnist.md hold this render of the committed set (regenerate: reference/README.md)

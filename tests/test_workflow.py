@@ -321,7 +321,7 @@ def test_quick_dag_end_to_end(tmp_path):
 
     md = (res / "claims.md").read_text()
     rows = [line.split(" | ") for line in md.splitlines() if re.match(r"^\| \d+ \|", line)]
-    verdicts = {r[1]: r[2].strip("*") for r in rows}
+    verdicts = {r[1]: r[3].strip("*") for r in rows}  # | # | claim | reading | verdict | evidence |
     assert len(verdicts) >= 30 and set(verdicts.values()) <= set(VERDICTS), verdicts
     for text in ("Early acknowledgment helps: Ac.M S. > M. > E.", "Sup_hyper_a: 1.00 gives the best Ac.M",
                  "Sup_hyper_b: 0.10 gives the best Ac.M",

@@ -247,7 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="set your results beside a reference result set, cell by cell",
         description="For every cell (experiment, dataset, setting, loss) both folders hold: mean ± std over seeds "
         "of each metric on both sides, the difference and its 95 % interval (paired by seed on 3 common seeds or "
-        "more, else Welch's t) -- where both sides ran the cell alike. Prints Markdown, headed by "
+        "more, both sides then shown on those seeds; else Welch's t on every seed, the row saying 'unlike seeds') "
+        "-- where both sides ran the cell alike. Prints Markdown, headed by "
         "the keys (every configured key that acts on the cell's loss but the seed, the names and the output-only "
         "keys) whose values differ between the two sides' jobs of a cell; the cells one side alone holds are "
         "counted (--unmatched lists them); --csv also writes the table, every cell.",

@@ -28,7 +28,7 @@ from fedbalance.jobfolder import check, folder_job, job_folders, read_metrics
 from fedbalance.jobfolder import finished as folder_finished
 from fedbalance.reuse import twin_config
 from fedbalance.seal import SealError, verify_if_sealed
-from fedbalance.seedstats import MIN_SEEDS, paired_interval, welch_interval
+from fedbalance.seedstats import MIN_SEEDS, paired_interval, seed_mark, seed_span, welch_interval
 
 # metric (final.csv column) -> how it prints: Ac.M and accuracies in %, AUCs as fractions
 METRICS = {"acc_minority": 100.0, "acc_majority": 100.0, "acc": 100.0, "auc_hard": 1.0, "auc_micro": 1.0}
@@ -153,8 +153,9 @@ DIFFERENT_PROTOCOLS = "protocols differ"
 RULE = (
     f"Rule: ours − reference at 95 %. On {MIN_SEEDS} common seeds or more the two sides are paired seed by seed (one "
     "seed gives both the same partition, client selection, initial model and auxiliary data; 'identical' when every "
-    "seed's difference is zero), with fewer by Welch's t on every seed of each side (2 a side at least). "
-    "'differs' when the interval excludes zero, 'not distinguishable' when it holds it."
+    "seed's difference is zero; ours and the reference then shown on those seeds), with fewer by Welch's t on every "
+    "seed of each side (2 a side at least; the row says 'unlike seeds' and names them). 'differs' when the interval "
+    "excludes zero, 'not distinguishable' when it holds it."
 )
 """The rule under ``compare_markdown``'s table, in words (``verdict``)."""
 IDENTICAL = "identical"
@@ -212,7 +213,9 @@ def compare(ours: str | Path, reference: str | Path, metrics: list[str] | None =
     Each side is every finished job folder under it (a reference set's seal checked first: ``seal.verify_if_sealed``,
     SealError naming the files that differ from its manifest or, inside a git work tree, from the commit, unless
     ``accept_uncommitted``, ``notice`` told so); cells held by one side only are rows with ``missing``.
-    ``diff`` is ours − reference; ``protocol`` names the keys whose values differ between the sides' jobs of the
+    ``diff`` is ours − reference: on the common seeds where the verdict pairs them (``mean_*``, ``std_*`` and
+    ``n_*`` stay every seed's; ``mean_*_common``, ``std_*_common`` are on ``seeds_common``), else on every seed of each
+    side (``seeds_ours``, ``seeds_ref``: the seeds each side holds); ``protocol`` names the keys whose values differ between the sides' jobs of the
     cell (``protocol_differences``), empty when they were run alike. ``verdict``, ``test``, ``seeds_compared``,
     ``low`` and ``high`` are ``verdict``'s (the 95 % interval of ours − reference). Where the protocols differ the
     verdict is ``DIFFERENT_PROTOCOLS`` (the seeds say nothing across protocols), unless ``across_protocols``.
@@ -225,7 +228,12 @@ def compare(ours: str | Path, reference: str | Path, metrics: list[str] | None =
     keys = ["experiment", "dataset", "setting", "loss", "metric"]
     out = a.merge(b, on=keys, how="outer", suffixes=("_ours", "_ref"))
     out[["n_ours", "n_ref"]] = out[["n_ours", "n_ref"]].fillna(0).astype(int)
-    out["diff"] = out.mean_ours - out.mean_ref
+    common = [sorted(set(_values(a)) & set(_values(b))) for a, b in zip(out.values_ours, out.values_ref)]
+    out["seeds_common"] = [",".join(map(str, c)) for c in common]
+    for side in ("ours", "ref"):
+        on = [[_values(v)[s] for s in c] for v, c in zip(out[f"values_{side}"], common)]
+        out[f"mean_{side}_common"] = [sum(x) / len(x) if x else math.nan for x in on]
+        out[f"std_{side}_common"] = [float(pd.Series(x).std()) if len(x) > 1 else math.nan for x in on]
     differences = protocol_differences(ours, reference)
     out["protocol"] = [", ".join(differences.get(tuple(getattr(r, k) for k in CELL), {})) for r in out.itertuples()]
     verdicts = [Verdict(DIFFERENT_PROTOCOLS) if r.protocol and not across_protocols
@@ -235,6 +243,8 @@ def compare(ours: str | Path, reference: str | Path, metrics: list[str] | None =
     out["seeds_compared"] = [v.seeds for v in verdicts]
     out["low"] = [v.low for v in verdicts]
     out["high"] = [v.high for v in verdicts]
+    paired = out.test == PAIRED
+    out["diff"] = (out.mean_ours_common - out.mean_ref_common).where(paired, out.mean_ours - out.mean_ref)
     return out.drop(columns=["values_ours", "values_ref"]).sort_values(keys, ignore_index=True)
 
 
@@ -311,6 +321,30 @@ def _pm(mean: float, std: float, n: int, digits: int) -> str:
     return "–" if n == 0 else f"{plus_minus(mean, std, digits)} ({n})"
 
 
+def _side(r: Any, side: str, digits: int) -> str:
+    """One side of a row as the table prints it: on the common seeds where the verdict pairs them ("70.00 ± 1.00 (3
+    of 5)" when the side holds more), else on every seed it holds."""
+    n = getattr(r, f"n_{side}")
+    if r.test != PAIRED:
+        return _pm(getattr(r, f"mean_{side}"), getattr(r, f"std_{side}"), n, digits)
+    k = r.seeds_compared
+    return f"{plus_minus(getattr(r, f'mean_{side}_common'), getattr(r, f'std_{side}_common'), digits)} " + (
+        f"({k})" if k == n else f"({k} of {n})")
+
+
+def _test(r: Any) -> str:
+    """The test a row's verdict rests on, the seeds it read, and their mark (``seedstats.seed_mark``): paired on the
+    common seeds, or Welch's on unlike ones (named)."""
+    if not r.test:
+        return "–"
+    cell = "/".join(str(getattr(r, k)) for k in CELL)
+    ids = {side: [int(x) for x in str(getattr(r, f"seeds_{side}")).split(",") if x not in ("", "nan")]
+           for side in ("ours", "ref", "common")}
+    if r.test == PAIRED:
+        return f"{r.test} ({r.seeds_compared}; seeds {seed_span(ids['common'])}){seed_mark(cell, ids['common'], ids['common'])}"
+    return f"{r.test} ({r.seeds_compared}){seed_mark(cell, ids['ours'], ids['ref'])}"
+
+
 def _count(n: int, what: str) -> str:
     return f"{n} {what}{'' if n == 1 else 's'}"
 
@@ -337,11 +371,10 @@ def compare_markdown(frame: pd.DataFrame, header: str | None = None, *, unmatche
     for r in shown.itertuples():
         digits = 2 if METRICS[r.metric] == 100.0 else 4
         rows.append({"experiment": r.experiment, "dataset": r.dataset, "setting": r.setting, "loss": r.loss,
-                     "metric": r.metric, "ours": _pm(r.mean_ours, r.std_ours, r.n_ours, digits),
-                     "reference": _pm(r.mean_ref, r.std_ref, r.n_ref, digits),
+                     "metric": r.metric, "ours": _side(r, "ours", digits), "reference": _side(r, "ref", digits),
                      "ours − ref [95 %]": "–" if math.isnan(r.diff) else f"{r.diff:+.{digits}f}" + (
                          "" if math.isnan(r.low) else f" [{r.low:+.{digits}f}, {r.high:+.{digits}f}]"),
-                     "test (seeds)": f"{r.test} ({r.seeds_compared})" if r.test else "–", "verdict (95 %)": r.verdict})
+                     "test (seeds)": _test(r), "verdict (95 %)": r.verdict})
     table = pd.DataFrame(rows, columns=["experiment", "dataset", "setting", "loss", "metric", "ours", "reference",
                                         "ours − ref [95 %]", "test (seeds)", "verdict (95 %)"])
     counts = shown.verdict.value_counts()

@@ -2,12 +2,16 @@
 
 One seed fixes a job's partition, client selection, initial model and auxiliary data, so two jobs of one seed differ
 only in what the comparison is about: two sides that share seeds are compared seed by seed (``paired_interval``);
-sides without enough common seeds by Welch's unequal-variance t interval (``welch_interval``).
+sides without enough common seeds by Welch's unequal-variance t interval (``welch_interval``). A mean against a
+published value: ``ranged_interval``, inside the metric's range (a variance's on the log scale). What a rendered
+comparison was made on is written beside it, machine-readably (``seed_mark``, read back by ``seed_marks``).
 """
 
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -71,3 +75,85 @@ def mean_interval(mean: float, std: float, n: int, confidence: float = CONFIDENC
     """The Student-t ``confidence`` interval of a mean over ``n`` seeds with standard deviation ``std`` (ddof 1)."""
     half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * std / math.sqrt(n)
     return mean - half, mean + half
+
+
+@dataclass(frozen=True)
+class Ranged:
+    """A ``CONFIDENCE`` interval of a mean reported inside its metric's range: ``clipped`` names the ends cut to the
+    range ("low", "high"); ``spread`` is False when every seed holds the same value (no interval: ``low`` = ``high``)."""
+
+    low: float
+    high: float
+    clipped: tuple[str, ...] = ()
+    spread: bool = True
+
+
+def ranged_interval(mean: float, std: float, n: int, lower: float = -math.inf, upper: float = math.inf, *,
+                    log: bool = False, confidence: float = CONFIDENCE) -> Ranged:
+    """The Student-t interval of a mean over ``n`` seeds (``mean_interval``) reported inside ``[lower, upper]``: an end
+    past the range is clipped to it and named in ``clipped``. ``log``: a positive quantity (a variance), its interval
+    on the log scale, ``mean · exp(±t · (std/mean)/sqrt(n))`` (the delta method: the relative standard error of the
+    mean), never below zero and never clipped. Seeds without spread (``std`` 0) give no interval (``spread`` False)."""
+    if n < 2 or math.isnan(std):
+        raise ValueError(f"an interval of a mean needs 2 seeds or more with a spread, got {n} seeds, std {std}")
+    if std <= 1e-12 * max(1.0, abs(mean)):
+        return Ranged(mean, mean, (), spread=False)
+    if log:
+        if mean <= 0:
+            raise ValueError(f"a log-scale interval needs a positive mean, got {mean}")
+        half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * std / mean / math.sqrt(n)
+        return Ranged(mean * math.exp(-half), mean * math.exp(half))
+    low, high = mean_interval(mean, std, n, confidence)
+    clipped = tuple(end for end, cut in (("low", low < lower), ("high", high > upper)) if cut)
+    return Ranged(max(low, lower), min(high, upper), clipped)
+
+
+# ---------------------------------------------------------------- which seeds a rendered comparison was made on
+
+UNLIKE = "unlike seeds"
+"""What a rendered comparison of sides on different seeds says of itself, right after its mark (``seed_mark``)."""
+SEED_MARK = re.compile(r"<!-- seeds (?P<group>[^:>]+): (?P<sides>[0-9, /]*) -->(?=(?P<after>[^\n]*))")
+
+
+def seed_span(seeds: Iterable[int]) -> str:
+    """Seeds as printed: '0–2' for a run of three or more, else '0, 3' (none: '–')."""
+    s = sorted({int(x) for x in seeds})
+    if len(s) > 2 and s == list(range(s[0], s[-1] + 1)):
+        return f"{s[0]}–{s[-1]}"
+    return ", ".join(map(str, s)) or "–"
+
+
+def seed_mark(group: str, *sides: Iterable[int]) -> str:
+    """The mark a rendered comparison carries: the seeds each of its ``sides`` was read on, as an HTML comment (no
+    reader sees it; ``seed_marks`` reads it back), ``<!-- seeds GROUP: 0,1,2 / 0,1,2 -->`` (no pipe: it sits in
+    Markdown table cells). Sides on different seeds
+    get a visible note right after it, naming each set once: ' (unlike seeds: 0–3 against 0–2)'."""
+    sets = [tuple(sorted({int(x) for x in side})) for side in sides]
+    name = group.replace(":", " ").replace(">", " ").replace("|", " ")
+    mark = f"<!-- seeds {name}: {' / '.join(','.join(map(str, s)) for s in sets)} -->"
+    if len(set(sets)) > 1:
+        mark += f" ({UNLIKE}: {' against '.join(seed_span(s) for s in dict.fromkeys(sets))})"
+    return mark
+
+
+@dataclass(frozen=True)
+class SeedMark:
+    """One mark read back from a rendered text: its group, the seeds of each side, and whether the text right after
+    it says the sides are unlike (``UNLIKE``)."""
+
+    group: str
+    sides: tuple[frozenset[int], ...]
+    says_unlike: bool
+
+    @property
+    def like(self) -> bool:
+        return len(set(self.sides)) <= 1
+
+
+def seed_marks(text: str) -> list[SeedMark]:
+    """Every ``seed_mark`` in ``text``, in order."""
+    out = []
+    for m in SEED_MARK.finditer(text):
+        sides = tuple(frozenset(int(x) for x in side.split(",") if x.strip()) for side in m["sides"].split("/"))
+        out.append(SeedMark(m["group"].strip(), sides, m["after"].lstrip().startswith(f"({UNLIKE}")))
+    return out

@@ -15,14 +15,17 @@ from pathlib import Path
 import pandas as pd
 
 from fedbalance.records import plus_minus
-from fedbalance.seedstats import mean_interval
-from fedbalance.presentation.names import DATASET_NAME, DATASETS, GAMMAS, PLAIN_METRIC, Read, gamma_setting
-from fedbalance.presentation.tables import fmt, published
+from fedbalance.seedstats import Ranged, ranged_interval, seed_mark, seed_span
+from fedbalance.presentation.names import (
+    DATASET_NAME, DATASETS, GAMMAS, METRIC_RANGE, PLAIN_METRIC, READING_NAME, Read, gamma_setting,
+)
+from fedbalance.presentation.tables import TABLES, fmt, published
 
 TABLE_OF = {"mnist": "Res_3_datasets", "cifar10": "Res_3_datasets", "fer2013": "Res_3_datasets", "femnist": "FL_FEMNIST"}
 COLUMNS = [
-    "dataset", "setting", "loss", "seeds", "acm_final", "acm_std", "acm_last", "acm_best", "best_round", "paper_acm",
-    "acm_verdict", "acm_interval", "auc_final", "auc_std", "auc_last", "paper_auc", "auc_micro_final", "wall_time_min", "minutes",
+    "dataset", "setting", "loss", "seeds", "seed_ids", "held", "acm_final", "acm_std", "acm_last", "acm_best",
+    "best_round", "paper_acm", "acm_verdict", "acm_interval", "auc_final", "auc_std", "auc_last", "paper_auc",
+    "auc_micro_final", "wall_time_min", "minutes",
 ]
 READS: tuple[Read, ...] = (Read("losses", by="Fidelity"),)
 """The jobs the fidelity table reads (``fedbalance.presentation.contract``)."""
@@ -31,7 +34,11 @@ WIDTH = {"acm": 5.0, "acc_majority": 5.0, "auc": 0.02, "cs": 0.02, "cs_mean": 0.
 fractions) that can call a published value "inside": a wider one cannot tell it from values far away."""
 RELATIVE_WIDTH = {"cs_var": 0.5}
 """Metrics whose interval may be at most this share of our mean wide (the CS variance spans orders of magnitude)."""
+LOG_SCALE = frozenset({"cs_var"})
+"""Metrics whose interval is computed on the log scale (a variance: positive, multiplicative)."""
 UNDETERMINED = "undetermined"
+NO_SPREAD = "no spread"
+"""The verdict of a cell whose seeds all hold the same value: no interval, so no inside, above or below."""
 
 
 def widest(metric: str, mean: float) -> float:
@@ -39,27 +46,39 @@ def widest(metric: str, mean: float) -> float:
     return RELATIVE_WIDTH[metric] * abs(mean) if metric in RELATIVE_WIDTH else WIDTH[metric]
 
 
+def our_interval(mean: float, std: float, seeds: int, metric: str) -> Ranged:
+    """Our 95 % interval of a mean over ``seeds`` seeds, inside the metric's range (``names.METRIC_RANGE``; clipped
+    and marked), the CS variance's on the log scale (``seedstats.ranged_interval``)."""
+    lower, upper = METRIC_RANGE.get(metric, (-math.inf, math.inf))
+    return ranged_interval(mean, std, seeds, lower, upper, log=metric in LOG_SCALE)
+
+
 def paper_verdict(mean: float, std: float, seeds: int, paper: float, metric: str = "acm") -> str:
-    """Where the published value lies against our seeds' 95 % interval of the mean (``mean_interval``): "above" or
+    """Where the published value lies against our seeds' 95 % interval of the mean (``our_interval``): "above" or
     "below" it; "inside" it when the interval is also narrower than ``widest`` (else "undetermined": the interval is
-    too wide to tell); "one seed" without a spread."""
+    too wide to tell); "one seed" without a spread; ``NO_SPREAD`` when every seed holds the same value."""
     if math.isnan(paper):
         return "not published"
     if seeds < 2 or math.isnan(std):
         return "one seed"
-    low, high = mean_interval(mean, std, seeds)
-    if paper > high:
+    ci = our_interval(mean, std, seeds, metric)
+    if not ci.spread:
+        return NO_SPREAD
+    if paper > ci.high:
         return "above"
-    if paper < low:
+    if paper < ci.low:
         return "below"
-    return "inside" if high - low <= widest(metric, mean) else UNDETERMINED
+    return "inside" if ci.high - ci.low <= widest(metric, mean) else UNDETERMINED
 
 
 VERDICT_RULE = (
     "a published value is *inside* when it lies in the 95 % interval of our mean over seeds (Student t) and that "
     "interval is narrower than 5 points (Ac.M, Ac.), 0.02 (AUC, CS), 0.01 (mean CS) or half our mean (CS variance); "
     "*undetermined* when it lies in a wider one (the interval printed); *above* or *below* when it lies outside it; "
-    "'one seed' has no interval."
+    "'one seed' has no interval, nor has a cell whose seeds all hold the same value ('no spread': the value on every "
+    "seed is printed). An interval is reported inside the metric's range (0–100 % for an accuracy, 0–1 for AUC and "
+    "CS: an end cut there is marked 'clipped'); the CS variance's is computed on the log scale "
+    "(mean · exp(± t · std / (mean √n)), never below zero)."
 )
 """The fidelity and reproduction verdicts' rule, in the words the tables print under them (``paper_verdict``)."""
 
@@ -70,6 +89,7 @@ WHERE = {
     "above": "above the 95 % interval",
     "below": "below the 95 % interval",
     "one seed": "beside a single seed (no interval)",
+    NO_SPREAD: "beside a value the same on every seed (no interval)",
     "not published": "not published",
 }
 """A verdict (``paper_verdict``) as a sentence says where the published value lies: "the published cell is {WHERE} of
@@ -77,16 +97,44 @@ our mean"."""
 
 
 def verdict_text(verdict: str, interval: str) -> str:
-    """A verdict as the tables print it: an undetermined one with the interval that could not tell."""
-    return f"{verdict}: ours spans {interval}" if verdict == UNDETERMINED else verdict
+    """A verdict as the tables print it: an undetermined one with the interval that could not tell, a cell without
+    spread with its value on every seed."""
+    return f"{verdict}: ours spans {interval}" if verdict == UNDETERMINED else (
+        f"{verdict}: {interval}" if verdict == NO_SPREAD else verdict)
+
+
+def _range_text(metric: str) -> str:
+    lower, upper = METRIC_RANGE[metric]
+    return f"{lower:g}–{upper:g}"
 
 
 def interval_text(mean: float, std: float, seeds: int, metric: str) -> str:
-    """Our 95 % interval as printed ("[80.1, 93.4]"), or "–" without one."""
+    """Our 95 % interval as printed ("[80.10, 93.40]", "[0.00, 59.55] (clipped to 0–100)"), "0.00 on every seed"
+    without spread, or "–" without one."""
     if seeds < 2 or math.isnan(std):
         return "–"
-    low, high = mean_interval(mean, std, seeds)
-    return f"[{fmt(low, metric)}, {fmt(high, metric)}]"
+    ci = our_interval(mean, std, seeds, metric)
+    if not ci.spread:
+        return f"{fmt(mean, metric)} on every seed"
+    return f"[{fmt(ci.low, metric)}, {fmt(ci.high, metric)}]" + (f" (clipped to {_range_text(metric)})" if ci.clipped else "")
+
+
+def common_seeds(frame: pd.DataFrame, by: list[str], within: list[str]) -> tuple[pd.DataFrame, dict[tuple, list[int]]]:
+    """``frame`` (one row per job) kept, in each group of ``by``, to the seeds every group of ``within`` inside it
+    holds: the cells set side by side there are read on the same seeds. Also, per cell (``by`` + ``within``), the
+    seeds it holds that are not read."""
+    keep, dropped = [], {}
+    for _, group in frame.groupby(by, sort=False):
+        cells = {k if isinstance(k, tuple) else (k,): set(g.seed) for k, g in group.groupby(by + within, sort=False)}
+        common = set.intersection(*cells.values())
+        keep.append(group[group.seed.isin(common)])
+        dropped.update({k: sorted(v - common) for k, v in cells.items() if v - common})
+    return (pd.concat(keep) if keep else frame.iloc[:0]), dropped
+
+
+def reading_name(loss: str) -> str:
+    """A loss as the pages name it: a reading of the Ratio Loss with its reading ("ratio (paper reading)")."""
+    return f"{loss} ({READING_NAME[loss]})" if loss in READING_NAME else loss
 
 
 def fidelity_frame(
@@ -100,7 +148,8 @@ def fidelity_frame(
 ) -> pd.DataFrame:
     """One row per (dataset, setting, loss) of ``experiment``: Ac.M (%) and AUC (hard) beside the paper's.
 
-    ``final``/``rounds`` are ``fedbalance.aggregate`` frames; values are means over seeds. ``base``
+    ``final``/``rounds`` are ``fedbalance.aggregate`` frames; values are means over seeds, on the seeds every loss of
+    the (dataset, setting) holds (``common_seeds``: ``seed_ids``; ``held``, the seeds the cell holds). ``base``
     maps a loss variant (e.g. ``ratio_rel``) to the loss whose published number it is compared
     with. ``best_round`` is the round (0-based) of the best mean Ac.M. Rows run in the paper's order:
     dataset, then Γ (balanced first), then loss.
@@ -108,11 +157,13 @@ def fidelity_frame(
     base = dict(base or {})
     pub = published() if pub is None else pub
     column = {gamma_setting(g): label for label, g in GAMMAS}
-    f = final[final.experiment == experiment]
+    every = final[final.experiment == experiment]
+    held = every.groupby(["dataset", "setting", "loss"]).seed.nunique().to_dict()
+    f, _ = common_seeds(every, ["dataset", "setting"], ["loss"])
     r = rounds[rounds.experiment == experiment]
     out = []
     for (d, s, loss), grp in f.groupby(["dataset", "setting", "loss"], sort=True):
-        rr = r[(r.dataset == d) & (r.setting == s) & (r.loss == loss)]
+        rr = r[(r.dataset == d) & (r.setting == s) & (r.loss == loss) & r.seed.isin(set(grp.seed))]
         per_round = rr.groupby("round")[["acc_minority", "auc_hard"]].mean().sort_index()
         tail = per_round.tail(last)
         key = (TABLE_OF.get(d), d, column.get(s), base.get(loss, loss))
@@ -122,6 +173,7 @@ def fidelity_frame(
         paper_acm = float(paper["acm"].iloc[0]) if len(paper["acm"]) else float("nan")
         out.append({
             "dataset": d, "setting": s, "loss": loss, "seeds": len(grp),
+            "seed_ids": ",".join(str(int(x)) for x in sorted(grp.seed)), "held": int(held[(d, s, loss)]),
             "acm_final": 100 * grp.acc_minority.mean(), "acm_std": acm_std, "acm_last": 100 * tail.acc_minority.mean(),
             "acm_best": 100 * per_round.acc_minority.max(), "best_round": int(per_round.acc_minority.idxmax()),
             "paper_acm": paper_acm,
@@ -151,20 +203,39 @@ def _rank(known: list[str], value: str) -> tuple[int, str]:
     return (known.index(value), "") if value in known else (len(known), value)
 
 
+def _seeds_cell(row: object, common: str) -> str:
+    """A row's seeds as the table prints them: how many and which ("3 (0–2)"), its mark (``seedstats.seed_mark``:
+    the row's seeds beside those its Γ shares) and, where the cell holds more, how many are not read."""
+    ids = [int(x) for x in str(row.seed_ids).split(",") if x]
+    extra = row.held - row.seeds
+    note = f"; {extra} more held, not read: not every loss of this Γ holds {'it' if extra == 1 else 'them'}" if extra else ""
+    return (f"{row.seeds} ({seed_span(ids)}{note})"
+            + seed_mark(f"Fidelity {row.dataset} {row.setting}", ids, [int(x) for x in common.split(",") if x]))
+
+
 def fidelity_markdown(frame: pd.DataFrame) -> str:
-    """The frame as a Markdown table (Ac.M in %, two decimals, mean ± std over seeds; AUC four)."""
+    """The frame as a Markdown table (Ac.M in %, two decimals, mean ± std over seeds; AUC four), each reading of the
+    Ratio Loss named, each row's seeds listed."""
     head = ("| dataset | Γ | loss | seeds | Ac.M final | paper Ac.M | paper vs our 95 % interval | Ac.M last 5 | "
             "Ac.M best (round) | AUC (hard) final | paper AUC | AUC last 5 | score AUC | min/job |")
     lines = [head, "|" + "---|" * 14]
+    common = {k: ",".join(str(x) for x in sorted(set.intersection(*(set(int(y) for y in ids.split(",") if y)
+                                                                    for ids in g.seed_ids))))
+              for k, g in frame.groupby(["dataset", "setting"])} if len(frame) else {}
     for row in frame.itertuples(index=False):
         lines.append(
-            f"| {row.dataset} | {row.setting} | {row.loss} | {row.seeds} | {plus_minus(row.acm_final, row.acm_std, 2)} | "
+            f"| {row.dataset} | {row.setting} | {reading_name(row.loss)} | {_seeds_cell(row, common[(row.dataset, row.setting)])} | "
+            f"{plus_minus(row.acm_final, row.acm_std, 2)} | "
             f"{row.paper_acm:.2f} | {verdict_text(row.acm_verdict, row.acm_interval)} | {row.acm_last:.2f} | {row.acm_best:.2f} ({row.best_round}) | "
             f"{plus_minus(row.auc_final, row.auc_std, 4)} | {row.paper_auc:.4f} | {row.auc_last:.4f} | "
             f"{row.auc_micro_final:.4f} | {row.minutes} |"
         )
     return "\n".join(lines) + (
-        f"\n\nAc.M and AUC: mean ± std over seeds of the final round. 'paper vs our 95 % interval': {VERDICT_RULE} "
+        "\n\nEvery row of a Γ is read on the seeds every loss of that Γ holds (seeds: how many and which; a cell's "
+        "other seeds are named, not read), so the rows of a Γ are set side by side on like seeds. "
+        f"`ratio` is the {READING_NAME['ratio']} of the Ratio Loss (the paper's equation), `ratio_rel` the "
+        f"{READING_NAME['ratio_rel']} (the authors' code); both are set beside the published Ratio cell. "
+        f"Ac.M and AUC: mean ± std over seeds of the final round. 'paper vs our 95 % interval': {VERDICT_RULE} "
         "AUC (hard) is the micro AUC of one-hot predictions, score AUC that of the softmax scores: which of the two the "
         "paper prints is not established (docs/fidelity.md). min/job: mean minutes a job, per device where the seeds ran on "
         "several.\n"
@@ -178,6 +249,7 @@ REPRODUCTION_SAYS = {
     "above": "ours lower than the paper's (the published value above our 95 % interval)",
     "below": "ours higher than the paper's (the published value below our 95 % interval)",
     "one seed": "one seed, no interval",
+    NO_SPREAD: "ours the same on every seed, no interval",
     NOT_RUN: "not run",
 }
 """Where a published cell lies against our seeds (``paper_verdict``), or that no job of it was run, in the order the
@@ -200,10 +272,19 @@ def reproduction_frame(vs: pd.DataFrame, dataset: str = "mnist") -> pd.DataFrame
 
 
 def _cell(row: pd.Series, several_metrics: bool) -> str:
-    what = f"{row['row']} {row['column']}" + (f" {PLAIN_METRIC.get(row['metric'], row['metric'])}" if several_metrics else "")
+    what = f"{reading_name(str(row['row']))} {row['column']}" + (
+        f" {PLAIN_METRIC.get(row['metric'], row['metric'])}" if several_metrics else "")
     m = row["metric"]
-    ours = fmt(row["ours_mean"], m) + (f" ± {fmt(row['ours_std'], m)}" if row["n_seeds"] > 1 else "")
+    if row["verdict"] == NO_SPREAD:
+        ours = f"{fmt(row['ours_mean'], m)} on every seed"
+    else:
+        ours = fmt(row["ours_mean"], m) + (f" ± {fmt(row['ours_std'], m)}" if row["n_seeds"] > 1 else "")
     return f"{what} (ours {ours} vs {fmt(row['paper'], m)})"
+
+
+def _reads_ratio(table: str) -> bool:
+    """Whether a table's cells read the Ratio Loss (its ``ratio`` jobs: the paper reading)."""
+    return table in TABLES and any(c.loss == "ratio" for c in TABLES[table].cells)
 
 
 def reproduction_markdown(frame: pd.DataFrame, unpublished: Mapping[str, int] | None = None) -> str:
@@ -221,7 +302,10 @@ def reproduction_markdown(frame: pd.DataFrame, unpublished: Mapping[str, int] | 
         run = cells[cells.verdict != NOT_RUN]
         seeds = sorted(set(run.n_seeds))
         parts = [f"{len(run)} of its {len(cells)} published cells run "
-                 f"({seeds[0] if len(seeds) == 1 else f'{seeds[0]}–{seeds[-1]}'} seeds)"]
+                 f"({seeds[0] if len(seeds) == 1 else f'{seeds[0]}–{seeds[-1]}'} seeds)"
+                 + (f"; its Ratio Loss cells are the {READING_NAME['ratio']} (`ratio`"
+                    + (f"; the {READING_NAME['ratio_rel']} beside it is in the Fidelity table"
+                       if table in TABLE_OF.values() else "") + ")" if _reads_ratio(str(table)) else "")]
         for verdict, say in REPRODUCTION_SAYS.items():
             k = int(counts.get(verdict, 0))
             if not k:

@@ -21,6 +21,13 @@ ESTIMATORS: tuple[str, ...] = (*RECORDED, UNIFORM)
 FOUR_LOSSES: tuple[str, ...] = ("ce", "focal", "ghmc", "ratio")
 """The paper's loss comparison."""
 
+READINGS: tuple[str, ...] = ("ratio", "ratio_rel")
+"""The two readings of the Ratio Loss a study can run: the paper's equation (``ratio``) and the released code's
+(``ratio_rel``, the code the published numbers came from); each claim about the Ratio Loss is judged for each."""
+
+READING_NAME = {"ratio": "paper reading", "ratio_rel": "released reading"}
+"""How the tables, claims and pages name each reading of the Ratio Loss (``READINGS``)."""
+
 BEYOND_LOSSES: tuple[str, ...] = ("ce", "ratio", "ratio_median", "la", "la_local", "fedlc", "fedrs")
 """The beyond-the-paper comparison (experiment family ``beyond``)."""
 
@@ -44,6 +51,11 @@ BEYOND_NAME = {"ce": "CE", "ratio": "Ratio (paper)", "ratio_median": "Ratio, med
                "fedlc": "FedLC", "fedrs": "FedRS"}
 """Plain name of each loss in the beyond-the-paper figure."""
 
+
+METRIC_RANGE = {"acm": (0.0, 100.0), "acc_majority": (0.0, 100.0), "auc": (0.0, 1.0), "cs": (0.0, 1.0),
+                "cs_mean": (0.0, 1.0), "cs_var": (0.0, float("inf"))}
+"""The range of each table metric in its printed units (accuracies in %, AUC and CS as fractions, a variance >= 0):
+an interval of it is reported inside it (``fedbalance.seedstats.ranged_interval``; the CS variance on the log scale)."""
 
 PLAIN_METRIC = {"acm": "Ac.M", "auc": "AUC", "acc_majority": "Ac.", "cs": "CS", "cs_mean": "mean CS",
                 "cs_var": "CS variance"}

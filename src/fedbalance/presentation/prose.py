@@ -19,8 +19,10 @@ import pandas as pd
 
 from fedbalance.aggregate import collect
 from fedbalance.records import UNIFORM, cs_column, plus_minus, setting_name, setting_value
-from fedbalance.presentation.fidelity import VERDICT_RULE, WHERE, paper_verdict
-from fedbalance.presentation.names import FOUR_LOSSES, GAMMAS, PROSE_LOSS_NAME, gamma_setting
+from fedbalance.presentation.claims import YES, paired_comparison
+from fedbalance.presentation.fidelity import VERDICT_RULE, WHERE, common_seeds, paper_verdict
+from fedbalance.presentation.names import FOUR_LOSSES, GAMMAS, PROSE_LOSS_NAME, READINGS, gamma_setting
+from fedbalance.seedstats import seed_mark, seed_span
 from fedbalance.presentation.tables import CS_LEVELS
 from fedbalance.presentation.tables import TEMPLATES as TABLE_TEMPLATES
 from fedbalance.presentation.tables import published
@@ -39,7 +41,6 @@ MINORITY = {"mnist": 3, "cifar10": 3, "fer2013": 3, "femnist": 7}
 """Minority classes of each dataset (config/config.yaml, ``minority_classes``)."""
 RELEASED_Q = 26
 """The released code's ``label_binarize(..., range(26))``: Q hard-coded to 26."""
-READINGS = ("ratio", "ratio_rel")
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class Cell:
     paper: float
     paper_auc: float
     gamma_realised: float
+    extra: tuple[int, ...] = ()
+    """The seeds the cell holds beyond those every loss of its setting holds: not read."""
 
     @property
     def n(self) -> int:
@@ -93,7 +96,11 @@ class Cell:
         """The cell over its other seeds."""
         keep = [i for i, s in enumerate(self.seeds) if s not in seeds]
         return Cell(*(tuple(getattr(self, f)[i] for i in keep) for f in ("seeds", "acm", "maj", "acc", "auc")),
-                    self.paper, self.paper_auc, self.gamma_realised)
+                    self.paper, self.paper_auc, self.gamma_realised, self.extra)
+
+    def series(self, values: str = "maj") -> pd.Series:
+        """One of the cell's values by seed (``maj``: the majority classes' accuracy, %)."""
+        return pd.Series(getattr(self, values), index=list(self.seeds), dtype=float)
 
     @property
     def lo(self) -> float:
@@ -130,11 +137,14 @@ def reference_frames(reference: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]
 
 
 def cells(final: pd.DataFrame, experiment: str = "losses", dataset: str = "mnist") -> dict[str, dict[str, Cell]]:
-    """{setting: {loss: Cell}} of ``experiment``, beside the published Res_3_datasets cell of the loss (or its base)."""
+    """{setting: {loss: Cell}} of ``experiment``, beside the published Res_3_datasets cell of the loss (or its base),
+    each on the seeds every loss of its setting holds (``fidelity.common_seeds``; the others in ``Cell.extra``), as
+    the Fidelity table reads them."""
     pub = published()
     column = {gamma_setting(g): label for label, g in GAMMAS}
     out: dict[str, dict[str, Cell]] = {}
-    f = final[(final.experiment == experiment) & (final.dataset == dataset)].sort_values("seed")
+    f, dropped = common_seeds(final[(final.experiment == experiment) & (final.dataset == dataset)], ["setting"], ["loss"])
+    f = f.sort_values("seed")
     for (setting, loss), g in f.groupby(["setting", "loss"]):
         row = "ratio" if loss in READINGS else loss
         sel = pub[(pub.table == "Res_3_datasets") & (pub.dataset == dataset) & (pub.column == column.get(setting))
@@ -143,7 +153,8 @@ def cells(final: pd.DataFrame, experiment: str = "losses", dataset: str = "mnist
                  for m in ("acm", "auc")}
         out.setdefault(setting, {})[loss] = Cell(
             tuple(int(s) for s in g.seed), tuple(100 * g.acc_minority), tuple(100 * g.acc_majority),
-            tuple(100 * g.acc), tuple(g.auc_hard), value["acm"], value["auc"], float(g.gamma_realised.mean()))
+            tuple(100 * g.acc), tuple(g.auc_hard), value["acm"], value["auc"], float(g.gamma_realised.mean()),
+            tuple(dropped.get((setting, loss), ())))
     return {s: out[s] for s in sorted(out, key=lambda s: float(s.lstrip("g")))}
 
 
@@ -242,6 +253,18 @@ def _fmt(value: float, digits: int = 2) -> str:
     return f"{value:.{digits}f}"
 
 
+def mark(group: str, *sides: Any) -> str:
+    """``seedstats.seed_mark`` of ``sides``: cells (their seeds), comparisons (theirs) or seed lists."""
+    return seed_mark(group, *(getattr(x, "seeds", x) for x in sides))
+
+
+def like_seeds(f: pd.DataFrame, cell: list[str]) -> tuple[pd.DataFrame, list[int], dict[tuple, list[int]]]:
+    """A block's jobs (``f``) kept to the seeds every one of its cells (``cell`` keys) holds, those seeds, and the
+    seeds a cell holds beyond them (not read): a block whose rows are set side by side reads them on like seeds."""
+    kept, dropped = common_seeds(f.assign(_block=0), ["_block"], cell)
+    return kept.drop(columns="_block"), sorted(int(x) for x in set(kept.seed)), {k[1:]: v for k, v in dropped.items()}
+
+
 def _gap_range(cs: dict[str, dict[str, Cell]], loss: str) -> tuple[float, float, str]:
     """The smallest and largest |mean - published| of ``loss`` over the settings, and the common sign of our mean
     against the published ('above', 'below' or 'both')."""
@@ -286,8 +309,13 @@ def seeds_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
     kept = [s for s in ("g10", "g50", "g100")]
     maj_ratio = [majority[s][loss] for s in kept for loss in READINGS]
     maj_ce = [majority[s]["ce"] for s in kept]
-    misses = [s for s in cs if majority[s]["ratio"] < majority[s]["ce"] - MAJORITY_MARGIN]
-    passes = [s for s in cs if s not in misses]
+    # claims 15 and 15r: each reading within MAJORITY_MARGIN of CE's majority accuracy, paired on the common seeds
+    kept_by = {reading: {s: paired_comparison(c[reading].series(), c["ce"].series(), -MAJORITY_MARGIN)
+                         for s, c in cs.items() if reading in c and "ce" in c} for reading in READINGS}
+    keeps = {reading: {"clear": [s for s, x in by.items() if x.outcome == YES],
+                       "not": [s for s, x in by.items() if x.outcome != YES and x.diff >= 0],
+                       "misses": [s for s, x in by.items() if x.outcome != YES and x.diff < 0]}
+             for reading, by in kept_by.items()}
     g20_collapsed = {k["seed"] for k in col.to_dict("records") if k["setting"] == "g20" and k["loss"] == "ratio"}
     ce_gap = {s: c["ce"].paper - c["ce"].mean for s, c in cs.items()}
     focal = {}
@@ -304,9 +332,9 @@ def seeds_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
         "interpolated": interpolated, "realised": realised, "r100_low": r100_detail,
         "ghmc": {"lo": ghmc_lo, "hi": ghmc_hi, "sign": ghmc_sign},
         "majority": majority, "maj_ratio": (min(maj_ratio), max(maj_ratio)), "maj_ce": (min(maj_ce), max(maj_ce)),
-        "misses": misses, "passes": passes, "margin": MAJORITY_MARGIN,
+        "keeps": keeps, "kept_by": kept_by, "margin": MAJORITY_MARGIN, "mark": mark, "span": seed_span,
         "monitor_cs": {"pooled": float(mon_cs.cs_pooled), "uniform": float(mon_cs.cs_uniform),
-                       "seeds": int(mon.seed.nunique())},
+                       "seeds": int(mon.seed.nunique()), "seed_ids": sorted(int(x) for x in mon.seed.unique())},
         "gamma": {s: int(s[1:]) for s in cs}, "fmt": _fmt, "COLLAPSE": 100 * COLLAPSE, "rule": VERDICT_RULE,
         "g20_collapsed": sorted(g20_collapsed), "g20_without": cs["g20"]["ratio"].without(g20_collapsed),
         "ce_gap": ce_gap, "ce_largest": max(ce_gap, key=lambda s: abs(ce_gap[s])), "focal": focal, "where": WHERE,
@@ -437,7 +465,11 @@ def sweep_slope_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, 
             return float(np.mean([j[key] for j in r["jobs"] if j["seed"] in common]))
         pair = {"seeds": common, "label": a5["label"], "early": (mean(a5, "early"), mean(a1, "early")),
                 "last5": (mean(a5, "last5"), mean(a1, "last5"))}
+    common = sorted(set.intersection(*(set(r["seeds"]) for r in rows))) if rows else []
+    for r in rows:
+        r["mark"] = seed_mark("slopes", r["seeds"], common)
     return {"rows": rows, "by_state": state_groups(jobs, "label"), "pair": pair, "late": LATE, "rising": RISING,
+            "mark": mark,
             "settled": SETTLED, "early_round": EARLY_ROUND, "gamma": SLOPE_GAMMA, "seed_words": seed_words}
 
 
@@ -451,6 +483,7 @@ def early_context(final: pd.DataFrame, rounds: pd.DataFrame, reference: str | Pa
     pub = published()
     pub = pub[(pub.table == "Importance_early") & (pub.dataset == "mnist") & (pub.metric == "acm")]
     f = final[(final.experiment == "early") & (final.dataset == "mnist")].sort_values("seed")
+    f, common, dropped = like_seeds(f, ["setting"])
     out = []
     for setting in [s for s in EARLY if s in set(f.setting)]:
         g = f[f.setting == setting]
@@ -463,6 +496,7 @@ def early_context(final: pd.DataFrame, rounds: pd.DataFrame, reference: str | Pa
         before = [100 * j.acc_minority[j["round"] == s - 1].iloc[0] for j, s in zip(jobs, switch)]
         after = [100 * j.acc_minority[j["round"] == s].iloc[0] for j, s in zip(jobs, switch)]
         out.append({"setting": setting, "seeds": len(acm), "pm": plus_minus(float(acm.mean()), std, 2),
+                    "mark": seed_mark("early", g.seed, common),
                     "mean": float(acm.mean()), "paper": paper,
                     "verdict": paper_verdict(float(acm.mean()), std, len(acm), paper),
                     "switch": sorted(set(switch)), "rounds": int(jobs[0]["round"].max()) + 1,
@@ -470,7 +504,8 @@ def early_context(final: pd.DataFrame, rounds: pd.DataFrame, reference: str | Pa
     res = published()
     res = res[(res.table == "Res_3_datasets") & (res.dataset == "mnist") & (res.column == "100:1") & (res.row == "ce")
               & (res.metric == "acm")]
-    return {"rows": out, "ce100": float(res.value.iloc[0]), "fmt": _fmt, "isnan": math.isnan}
+    return {"rows": out, "ce100": float(res.value.iloc[0]), "fmt": _fmt, "isnan": math.isnan, "common": common,
+            "dropped": dropped, "span": seed_span}
 
 
 T_RA_ESTIMATOR = "paper"
@@ -520,7 +555,7 @@ def t_ra_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
             "best": best, "default": T_RA_DEFAULT[2], "rank": rank, "estimator": T_RA_ESTIMATOR,
             "job_max": max(x for d in cs.values() for x in d.values()), "pub_min": float(pub.value.min()),
             "uniform_min": min(uniform), "other_spread": spread, "seed_words": seed_words,
-            "blind": ", ".join(f"`{e}`" for e in T_RA_BLIND[:-1]) + f" and `{T_RA_BLIND[-1]}`"}
+            "blind": ", ".join(f"`{e}`" for e in T_RA_BLIND[:-1]) + f" and `{T_RA_BLIND[-1]}`", "mark": mark}
 
 
 MISMATCH_GAMMA = 10
@@ -572,6 +607,7 @@ def mismatch_context(final: pd.DataFrame, rounds: pd.DataFrame, gamma: int = MIS
     the round-to-round swing, whether Ac.M falls with the classes per client, and the collapsed Ratio rounds."""
     f = final[(final.experiment == "mismatch") & (final.dataset == "mnist")
               & final.setting.map(lambda s: setting_value(s, "g") == gamma)].sort_values("seed")
+    f, common, dropped = like_seeds(f, ["setting", "loss"])
     r = rounds[(rounds.experiment == "mismatch") & rounds.setting.isin(set(f.setting))]
     pub = published()
     pub = pub[(pub.table == "Sup_data_MNIST") & (pub.metric == "acm")]
@@ -591,6 +627,7 @@ def mismatch_context(final: pd.DataFrame, rounds: pd.DataFrame, gamma: int = MIS
             paper = float(sel.value.iloc[0]) if len(sel) else math.nan
             jobs = [job_rounds(r, "mismatch", setting, loss, int(s)) for s in g.seed]
             rows.append({"loss": loss, "seeds": len(acm), "mean": float(acm.mean()), "std": std,
+                         "mark": seed_mark(f"mismatch {c}", g.seed, common),
                          "pm": plus_minus(float(acm.mean()), std, 2), "values": ", ".join(_fmt(float(v)) for v in acm),
                          "last5": float(np.mean([100 * j.acc_minority.tail(5).mean() for j in jobs])),
                          "swing": float(np.mean([swing(j.acc_minority) for j in jobs])),
@@ -645,6 +682,7 @@ def mismatch_context(final: pd.DataFrame, rounds: pd.DataFrame, gamma: int = MIS
         return [PROSE_LOSS_NAME[k] for k in FOUR_LOSSES if d.get(k) is value]
 
     return {"gamma": gamma, "label": label, "levels": levels, "names": PROSE_LOSS_NAME, "judged": bool(falls),
+            "common": common, "dropped": dropped, "span": seed_span,
             "ALTERNATION": ALTERNATION, "seed_words": seed_words,
             "falls": named(falls, True), "rises": named(falls, False), "falls5": named(falls5, True), "jobs": len(f), "collapses": by_job,
             "losses_swing": float(np.mean(ref_swing)) if ref_swing else math.nan, "losses_jobs": len(ref_swing),
@@ -661,6 +699,7 @@ def mfe_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
     Sup_MFE cell, the state of each job's last LATE rounds (``late_state``), the first round whose Ac.M reaches AT_ZERO,
     and the std over seeds of the final Ac.M."""
     f = final[(final.experiment == "mfe") & (final.dataset == "mnist")].sort_values("seed")
+    f, common, dropped = like_seeds(f, ["setting", "loss"])
     pub = published()
     pub = pub[(pub.table == "Sup_MFE") & (pub.dataset == "mnist") & (pub.metric == "acm")]
     paper_cs = dict(CS_LEVELS[OWN_Q["mnist"]])
@@ -685,6 +724,7 @@ def mfe_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
                 jobs.append(st)
             window = job_rounds(rounds, "mfe", setting, loss, int(g.seed.iloc[0]))["round"]
             rows.append({"loss": loss, "seeds": len(acm), "mean": float(acm.mean()), "std": std,
+                         "mark": seed_mark(f"mfe {c}", g.seed, common),
                          "pm": plus_minus(float(acm.mean()), std, 2), "values": ", ".join(_fmt(float(v)) for v in acm),
                          "paper": paper, "gap": float(acm.mean()) - paper, "states": states})
         levels.append({"c": c, "paper_cs": paper_cs[c], "rows": rows, "rounds": (int(window.iloc[-LATE]), int(window.iloc[-1]))})
@@ -692,7 +732,7 @@ def mfe_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
     std = {lv["c"]: {row["loss"]: row["std"] for row in lv["rows"]} for lv in levels}
     both = [c for c in std if all(x in std[c] for x in MFE_LOSSES)]
     paper_gap = [abs(lv["rows"][0]["paper"] - lv["rows"][1]["paper"]) for lv in levels if len(lv["rows"]) == 2]
-    return {"levels": levels, "names": MFE_NAME, "by_state": by, "late": LATE, "settled": SETTLED, "at_zero": AT_ZERO,
+    return {"levels": levels, "names": MFE_NAME, "by_state": by, "common": common, "dropped": dropped, "span": seed_span, "late": LATE, "settled": SETTLED, "at_zero": AT_ZERO,
             "rising": RISING, "wider": [c for c in both if std[c]["mse"] > std[c]["mfe"]],
             "narrower": [c for c in both if std[c]["mse"] <= std[c]["mfe"]], "std": std,
             "paper_gap": max(paper_gap) if paper_gap else math.nan, "fmt": _fmt, "isnan": math.isnan,

@@ -28,7 +28,7 @@ def flat(text: str) -> str:
 
 def block(text: str, name: str) -> str:
     """A generated block's body in a page's text."""
-    m = re.search(rf"<!-- {name}: scripts/reference_jobs.py docs -->\n(.*?)<!-- /{name} -->", text, re.S)
+    m = re.search(rf"<!-- {name}: fedbalance reference docs -->\n(.*?)<!-- /{name} -->", text, re.S)
     assert m, name
     return m.group(1)
 

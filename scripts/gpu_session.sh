@@ -66,7 +66,7 @@ if [ "$left" -gt 0 ]; then
   watch=$!
   mapfile -t targets <"$out/targets.txt"
   timeout "$left" python3 -m snakemake --cores "$workers" --resources gpu_slots="$workers" --configfile "$config" \
-    --config results_dir="$runs" device="${DEVICE:-cuda}" ${CAPTURE:+capture=true} --rerun-incomplete --keep-going \
+    --config results_dir="$runs" device="${DEVICE:-cuda}" ${CAPTURE:+capture=True} --rerun-incomplete --keep-going \
     -- "${targets[@]}" >"$out/snakemake.log" 2>&1
   rc=$?
   kill $watch 2>/dev/null

@@ -41,7 +41,7 @@ def test_the_session_trains_its_jobs_with_the_workflow_and_archives_them(tmp_pat
         derived = json.load(tar.extractfile("./t_ra/mnist/t2/ce/seed0/provenance.json"))
     assert {"./monitor/mnist/default/ce/seed0/metrics.json", "./monitor/mnist/default/ce/seed0/rounds.csv"} <= names
     assert record["commit"] == _head() and record["runner"] == "snakemake" and record["runtime"]["device"] == "cpu"
-    assert "--config results_dir=RUNS device=cpu capture=true" in record["command"] and record["rule"] == "train"
+    assert "--config results_dir=RUNS device=cpu capture=True" in record["command"] and record["rule"] == "train"
     assert derived["derived_from"] == "monitor/mnist/default/ce/seed0" and derived["rule"] == "derive"
     assert not any(n.endswith("trajectory.pt") or n.endswith(".lock") for n in names)
     assert (out / "targets.txt").read_text().splitlines() == [

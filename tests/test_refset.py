@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import seal_set, write_job
-from fedbalance import refset, seal
+from fedbalance import provenance, refset, seal
 from fedbalance.records import Job
 
 REPO = Path(__file__).resolve().parents[1]
@@ -568,3 +568,36 @@ def test_a_moved_set_says_why_and_is_collected_into_with_its_config(tmp_path: Pa
         assert seal.marker_config(where).resolve() == MNIST.resolve() and (where / "losses/mnist/g10/ce/seed1").is_dir()
     (moved / "losses/mnist/g10/ce/seed0/metrics.json").write_text("{}")
     _one_line(_ref("collect", str(runs), "--into", str(moved)), "1 changed")
+
+
+def test_a_record_says_how_its_job_was_made(tmp_path: Path) -> None:
+    """fedbalance.provenance: the run's command with the results folder written RUNS and the config relative to the
+    checkout; the commit (HEAD, or FEDBALANCE_COMMIT for a copy without git, checked); a branched job's source and the
+    training's wall time, none for a copy; an old runner's record (no runner) is a set's."""
+    runs = tmp_path / "runs"
+    context = provenance.run_context(
+        ["/venv/bin/snakemake", "--cores", "2", "--config", f"results_dir={runs}", "--", f"{runs}/a/b/c/d/seed0/x"],
+        [QUICK], runs, REPO, env={})
+    assert json.loads(context) == {"command": "snakemake --cores 2 --config results_dir=RUNS -- RUNS/a/b/c/d/seed0/x",
+                                   "config": "config/quick.yaml"}
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    assert provenance.code_state(REPO, env={})[0] == head
+    assert provenance.code_state(tmp_path, env={provenance.COMMIT_ENV: "abc1234"}) == ("abc1234", None)
+    assert provenance.code_state(None, env={}) == (None, None)
+    for bad, words in (("xyz", "not a commit"), ("abc1234", "unset it on a git checkout")):
+        with pytest.raises(provenance.ProvenanceError, match=words):
+            provenance.code_state(REPO, env={provenance.COMMIT_ENV: bad})
+    metrics = json.loads((write_job(tmp_path, Job.from_path("early/mnist/S/ce/seed4")) / "metrics.json").read_text())
+    metrics["branched_from"] = {"folder": "early/mnist/E/ce/seed4", "round": 10}
+    how = {"runner": "snakemake", "runner_version": "9", "rule": "train", "wildcards": {"seed": "4"}}
+    env = {provenance.RUN_ENV: context, provenance.COMMIT_ENV: "abc1234"}
+    record = provenance.job_record(metrics, how=how, code=tmp_path, started=0.0, env=env)
+    assert record["job"] == "early/mnist/S/ce/seed4" and record["commit"] == "abc1234" and record["checkout_dirty"] is None
+    assert record["command"].startswith("snakemake --cores 2") and record["config"] == "config/quick.yaml"
+    assert record["branched_from"] == "early/mnist/E/ce/seed4" and record["wall_s_job"] == metrics["wall_time_s"] == 1.5
+    assert record["started"] == "1970-01-01T00:00:00Z" and record["runtime"]["device"] == "cpu"
+    copy = provenance.job_record(metrics, how={**how, "rule": "reuse"}, code=tmp_path, started=0.0, trained=False,
+                                 extra={"reused_from": "x/y/z/w/seed4"}, env=env)
+    assert copy["wall_s_job"] is None and "branched_from" not in copy and not provenance.trained(copy)
+    assert provenance.runner({"commit": "a"}) == provenance.OLD_RUNNER and provenance.in_a_set({"commit": "a"})
+    assert not provenance.in_a_set(record) and provenance.in_a_set({**record, "collected": "now"})

@@ -30,7 +30,7 @@ OLD_FIELDS = {"job", "commit", "checkout_dirty", "command", "config", "host", "s
               "wall_s_this_process", "wall_s_job", "finished"}
 """The fields of every provenance.json scripts/reference_jobs.py wrote (reference/mnist)."""
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("snakemake") is None, reason="no snakemake")]
+pytestmark = pytest.mark.skipif(shutil.which("snakemake") is None, reason="no snakemake")
 
 
 def _snakemake(runs: Path, *targets: str, extra: tuple[str, ...] = (), env: dict | None = None,
@@ -93,6 +93,7 @@ def _same_job(a: Path, b: Path) -> None:
     assert {k: v for k, v in ma.items() if k != "wall_time_s"} == {k: v for k, v in mb.items() if k != "wall_time_s"}
 
 
+@pytest.mark.slow
 def test_a_job_made_by_the_workflow_and_collected_equals_the_old_runners(made, tmp_path: Path) -> None:
     """Collected into a new set each, the workflow's reference job and the old runner's are the same cell for cell;
     the workflow's record holds every field the old runner's does, and says how it was made."""
@@ -119,6 +120,7 @@ def test_a_job_made_by_the_workflow_and_collected_equals_the_old_runners(made, t
     assert not (new_set / TWIN).exists()
 
 
+@pytest.mark.slow
 def test_branched_and_derived_jobs_equal_their_runner_made_twins(made) -> None:
     runs, old = made["runs"], made["old"]
     for job in (SOURCE, BRANCHED, DERIVED):
@@ -133,6 +135,7 @@ def test_branched_and_derived_jobs_equal_their_runner_made_twins(made) -> None:
     assert twin["rule"] == "reuse" and twin["reused_from"] == MONITOR and twin["wall_s_job"] is None
 
 
+@pytest.mark.slow
 def test_nothing_is_trained_twice(made) -> None:
     """The source's first 3 rounds were trained by rule keep, the rest by rule train resuming its checkpoint; the
     branched job trained its rounds after the branch only; the twin and the derived job trained nothing."""
@@ -147,6 +150,7 @@ def test_nothing_is_trained_twice(made) -> None:
     assert not (logs / "train" / f"{DERIVED}.log").exists() and not (logs / "train" / f"{TWIN}.log").exists()
 
 
+@pytest.mark.slow
 def test_a_killed_job_resumes_from_its_checkpoint_under_rerun_incomplete(made, tmp_path: Path) -> None:
     """Snakemake and its job killed (SIGKILL, as a machine going down) once the job checkpointed a round: after
     `snakemake --unlock`, the same command with --rerun-incomplete resumes the job and writes the job of one run."""

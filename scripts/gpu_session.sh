@@ -1,28 +1,43 @@
 #!/usr/bin/env bash
-# One GPU session in one call: the GPU suite, then reference jobs on CUDA until a deadline.
+# One GPU session in one call: the GPU suite, then reference jobs trained by the workflow on CUDA until a deadline.
 #
-#   scripts/gpu_session.sh OUT COMMIT WINDOW_S WORKERS SUITE_S JOBSPEC...
+#   scripts/gpu_session.sh OUT COMMIT WINDOW_S JOBS SUITE_S [JOB ...]
 #
-# OUT: a folder for what comes back (gpu_suite.json, logs, refruns.tgz: every job folder without its
-# trajectory; an unfinished job keeps checkpoint.pt, so a later run on a GPU resumes it).
-# COMMIT: the commit of this checkout (a copy without git; on a git checkout it must be its HEAD). WINDOW_S: seconds from the start to the end
-# of everything, the archive included. WORKERS: reference jobs at once. SUITE_S: the suite's budget
-# (0 skips it). JOBSPEC: experiment:settings:losses:seeds, as `scripts/reference_jobs.py run --jobs`; none: the
+# OUT: a folder for what comes back (gpu_suite.json, logs, targets.txt, refruns.tgz: the results folder's job folders
+# without trajectories; an unfinished job keeps checkpoint.pt, so a later run on a GPU resumes it).
+# COMMIT: the commit of this checkout (a copy without git; on a git checkout it must be its HEAD), recorded in every
+# job's provenance.json (FEDBALANCE_COMMIT). WINDOW_S: seconds from the start to the end of everything, the archive
+# included. JOBS: training jobs at once on the GPU (Snakemake's --cores and gpu_slots). SUITE_S: the suite's budget
+# (0 skips it). JOB: experiment/dataset/setting/loss/seed<k>, as `python -m fedbalance jobs` prints them; none: the
 # jobs the reference set REFERENCE (default reference/mnist) lacks, in the evidence order
-# (`scripts/reference_jobs.py missing`; the runner starts them in that order until the window closes).
+# (`python -m fedbalance reference missing --targets`).
+# The jobs are the workflow's (snakemake --configfile CONFIG --config results_dir=RUNS device=DEVICE -- TARGETS), so
+# twins are copied, derived jobs derived and branched ones branched as everywhere else; at the deadline Snakemake and
+# its jobs are stopped (their checkpoints stay). Collect the archive's jobs with `fedbalance reference collect`.
 # DEVICE (default cuda) and CONFIG (default config/mnist.yaml) override the jobs' device and config, RUNS
-# (default /tmp/refruns) the folder the jobs run in; CAPTURE=1 trains the jobs with the captured step (the
-# suite's round section times it beside the eager step either way).
+# (default /tmp/refruns) the folder the jobs run in; CAPTURE=1 trains the jobs with the captured step (the suite's
+# round section times it beside the eager step either way).
+# A machine without Snakemake: wheels in WHEELS (default .whl/, e.g. `pip download snakemake mlxtend --only-binary
+# :all: --python-version 3.12 --platform manylinux2014_x86_64 -d .whl`) are installed into SITE (default
+# /tmp/fedbalance-site) with `pip install --no-index --no-deps --target`, and SITE goes first on PYTHONPATH.
 # MNIST comes from data/MNIST/raw or, gzipped, from data/mnist-gz (a machine without network).
-# Exit status: the runner's (0: every job it started finished or stopped at the window; 1: a job failed; 2: it refused
-# its arguments); the archive is written either way.
+# Exit status: Snakemake's (0: every job it started finished, or the window closed on them; 1: a job failed or a
+# target is no job of the config; 2: bad arguments); the archive is written either way.
 set -u
 out=$1 commit=$2 window=$3 workers=$4 suite=$5
 shift 5
 start=$(date +%s)
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+site=${SITE:-/tmp/fedbalance-site}
+export PYTHONUNBUFFERED=1 PYTHONPATH="$site:$PWD/src${PYTHONPATH:+:$PYTHONPATH}" FEDBALANCE_COMMIT="$commit"
 runs=${RUNS:-/tmp/refruns}
 mkdir -p "$out"
+wheels=(${WHEELS:-.whl}/*.whl)
+if [ -e "${wheels[0]}" ]; then
+  python3 -m pip install --quiet --no-index --no-deps --target "$site" "${wheels[@]}" >"$out/wheels.log" 2>&1 \
+    || { echo "FAILED: installing the wheels of ${WHEELS:-.whl} (wheels.log)" >&2; exit 2; }
+  echo "installed ${#wheels[@]} wheels from ${WHEELS:-.whl} into $site"
+fi
+python3 -c "import snakemake" 2>/dev/null || { echo "FAILED: no snakemake here: carry its wheels in ${WHEELS:-.whl}/ (see the header)" >&2; exit 2; }
 for f in data/mnist-gz/*.gz; do
   [ -e "$f" ] || continue
   mkdir -p data/MNIST/raw
@@ -35,32 +50,38 @@ if [ "$suite" != 0 ]; then
     --out "$out/gpu_suite.json" >"$out/gpu_suite.log" 2>&1
   echo "suite rc=$? after $(($(date +%s) - start)) s"
 fi
+config=${CONFIG:-config/mnist.yaml}
 if [ $# -eq 0 ]; then
-  mapfile -t missing < <(python3 scripts/reference_jobs.py missing --config "${CONFIG:-config/mnist.yaml}" \
-    --reference "${REFERENCE:-reference/mnist}" 2>>"$out/missing.log")
-  set -- "${missing[@]}"
-  echo "no JOBSPEC: the ${#missing[@]} specs that ${REFERENCE:-reference/mnist} lacks, in the evidence order"
+  python3 -m fedbalance reference missing --config "$config" --reference "${REFERENCE:-reference/mnist}" \
+    --targets "$runs" >"$out/targets.txt" 2>>"$out/missing.log"
+  echo "no JOB: the $(wc -l <"$out/targets.txt") jobs that ${REFERENCE:-reference/mnist} lacks, in the evidence order"
+else
+  for job in "$@"; do echo "$runs/$job/metrics.json"; done >"$out/targets.txt"
 fi
-specs=()
-for s in "$@"; do specs+=(--jobs "$s"); done
 left=$((window - ($(date +%s) - start) - 30))
-[ "$left" -ge 0 ] || left=0   # a window already spent: the runner starts what it must to archive it, nothing runs on
-echo "jobs: $left s, $workers at once"
-(while sleep 20; do nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader; done) >"$out/gpu_util.txt" 2>&1 &
-watch=$!
-python3 scripts/reference_jobs.py run --checkout . --commit "$commit" --out "$runs" --device "${DEVICE:-cuda}" --config "${CONFIG:-config/mnist.yaml}" \
-  --workers "$workers" --deadline-s "$left" ${CAPTURE:+--capture} "${specs[@]}" >"$out/runner.log" 2>&1
-rc=$?
-kill $watch 2>/dev/null
+rc=0
+if [ "$left" -gt 0 ]; then
+  echo "jobs: $left s, $workers at once"
+  (while sleep 20; do nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader; done) >"$out/gpu_util.txt" 2>&1 &
+  watch=$!
+  mapfile -t targets <"$out/targets.txt"
+  timeout "$left" python3 -m snakemake --cores "$workers" --resources gpu_slots="$workers" --configfile "$config" \
+    --config results_dir="$runs" device="${DEVICE:-cuda}" ${CAPTURE:+capture=True} --rerun-incomplete --keep-going \
+    -- "${targets[@]}" >"$out/snakemake.log" 2>&1
+  rc=$?
+  kill $watch 2>/dev/null
+  [ "$rc" -eq 124 ] && { echo "the window closed: running jobs stopped, their checkpoints kept"; rc=0; }
+else
+  echo "the window is spent: no job starts"   # the archive is still written
+fi
 if [ -d "$runs" ]; then
   tar czf "$out/refruns.tgz" -C "$runs" --exclude='*.pt.tmp' --exclude='trajectory*' --exclude='.lock' .
 else
   tar czf "$out/refruns.tgz" -T /dev/null   # no job started: an empty archive
 fi
-tail -n 40 "$out/runner.log"
+[ -f "$out/snakemake.log" ] && tail -n 40 "$out/snakemake.log"
 if [ "$rc" -ne 0 ]; then
-  # the runner refused its arguments (2) or a job failed (1): say so and fail, whatever the archive holds
-  echo "FAILED: the runner exited with status $rc after $(($(date +%s) - start)) s (runner.log above)" >&2
+  echo "FAILED: snakemake exited with status $rc after $(($(date +%s) - start)) s (snakemake.log above)" >&2
   exit "$rc"
 fi
 echo "done after $(($(date +%s) - start)) s"

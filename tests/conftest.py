@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -71,9 +72,17 @@ def write_job(
 
 
 def _spec(config: str | Path, job: Job) -> dict:
-    from fedbalance.config import load_config, resolve_job
+    from fedbalance.config import resolve_job
 
-    return resolve_job(load_config(config), job).as_dict()
+    return resolve_job(_study(str(Path(config).resolve())), job).as_dict()
+
+
+@functools.cache
+def _study(config: str) -> dict:
+    """A study config, loaded and validated once per test process (``write_job(spec_of=...)`` asks for it per job)."""
+    from fedbalance.config import load_config
+
+    return load_config(config)
 
 
 def seal_set(root: Path, config: str | Path) -> None:

@@ -189,3 +189,35 @@ def test_a_source_killed_before_keeping_its_round_keeps_it_when_resumed(quick, t
     branched = run_job(s, tmp_path / "S", device="cpu", progress=False, branch_from=tmp_path / "E")
     _same_run(alone, branched)
     assert _rows(tmp_path / "S") == _rows(tmp_path / "S-alone")
+
+
+def test_a_source_stopped_after_its_kept_round_resumes_to_the_run_from_round_0(quick, tmp_path):
+    """``until``: the workflow's rule keep trains a branch source to the round it keeps and stops, keeping the
+    checkpoint; the next run resumes it (nothing retrained) and writes what one run from round 0 writes. A stop at a
+    round the checkpoint holds already trains nothing."""
+    s, e = tiny(quick, "S", switch_round=2), tiny(quick, "E", switch_round=4)
+    alone = run_job(e, tmp_path / "alone", device="cpu", progress=False)
+    trained: list[int] = []
+
+    def count(state, row):
+        trained.append(row["round"])
+
+    assert run_job(e, tmp_path / "E", device="cpu", progress=False, keep_rounds=[2], until=2, on_round=count) is None
+    assert sorted(branch_files(tmp_path / "E")) == [2] and (tmp_path / "E" / CHECKPOINT).exists()
+    assert not (tmp_path / "E" / "metrics.json").exists() and len(trained) == 2
+    assert run_job(e, tmp_path / "E", device="cpu", progress=False, keep_rounds=[2], until=2, on_round=count) is None
+    assert len(trained) == 2  # the checkpoint holds those rounds: nothing trained
+    branched = run_job(s, tmp_path / "S", device="cpu", progress=False, branch_from=tmp_path / "E")
+    assert branched["branched_from"]["round"] == 2 and _rows(tmp_path / "S") == _rows_of(s, tmp_path / "S-alone")
+    done = run_job(e, tmp_path / "E", device="cpu", progress=False, keep_rounds=[2], on_round=count)
+    assert len(trained) == 2 + (e["rounds"] - 2)  # resumed after round 2
+    _same_run(alone, done)
+    assert _rows(tmp_path / "E") == _rows(tmp_path / "alone") and not (tmp_path / "E" / CHECKPOINT).exists()
+    with pytest.raises(JobError, match="keep_rounds"):
+        run_job(e, tmp_path / "bad", device="cpu", progress=False, until=e["rounds"])
+
+
+def _rows_of(spec: dict, out) -> list[dict]:
+    """The rounds of ``spec`` run from round 0 in ``out``."""
+    run_job(spec, out, device="cpu", progress=False)
+    return _rows(out)

@@ -35,7 +35,7 @@ def v_span(seeds) -> str:
 def block(text: str, name: str) -> str:
     """A generated block's body in a page's text, as a reader sees it: without its seed marks (HTML comments that
     tests/test_seed_marks.py checks)."""
-    m = re.search(rf"<!-- {name}: scripts/reference_jobs.py docs -->\n(.*?)<!-- /{name} -->", text, re.S)
+    m = re.search(rf"<!-- {name}: fedbalance reference docs -->\n(.*?)<!-- /{name} -->", text, re.S)
     assert m, name
     return re.sub(r"<!-- seeds [^>]*-->", "", m.group(1))
 

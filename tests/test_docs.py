@@ -20,7 +20,7 @@ from fedbalance.replay import recorded
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "reference" / "mnist"
 DOCS = REPO / "docs"
-SOURCE = "scripts/reference_jobs.py docs"
+SOURCE = "fedbalance reference docs"
 RENDERED = {"fidelity", "claims", "reproduction", "rule-change"}  # spliced from a render (tests/test_reference.py checks them)
 
 
@@ -50,13 +50,13 @@ def jobs() -> pd.DataFrame:
 
 
 def test_every_generated_block_is_current(blocks) -> None:
-    """Each prose block in its page equals what the set generates now (regenerate: scripts/reference_jobs.py docs)."""
+    """Each prose block in its page equals what the set generates now (regenerate: python -m fedbalance reference docs)."""
     for name, (page, body) in blocks.items():
         assert block(DOCS / page, name) == body, f"docs/{page} block {name} is stale: run {SOURCE}"
 
 
 def test_every_marked_block_is_generated(blocks) -> None:
-    """No mark of ``reference_jobs.py docs`` in docs/ is left without a generator."""
+    """No mark of ``fedbalance reference docs`` in docs/ is left without a generator."""
     marked = {m for p in DOCS.glob("*.md") for m in re.findall(rf"<!-- ([\w-]+): {re.escape(SOURCE)} -->", p.read_text())}
     assert marked == set(blocks) | RENDERED
 
@@ -333,14 +333,11 @@ def test_cuda_against_cpu_prediction_intervals() -> None:
 def test_reference_readme_status_is_current() -> None:
     """reference/README.md's status table is what the set holds now (``status_text``), recounted here from the job
     folders: every (experiment, setting, loss) with its seeds, and the number of jobs."""
-    import importlib.util
+    from fedbalance.refset import STATUS_SOURCE, status_text
 
-    spec = importlib.util.spec_from_file_location("reference_jobs", REPO / "scripts" / "reference_jobs.py")
-    runner = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(runner)
     text = (REPO / "reference" / "README.md").read_text()
-    m = re.search(rf"<!-- status: {re.escape(runner.STATUS_SOURCE)} -->\n(.*?)<!-- /status -->", text, re.S)
-    assert m and m.group(1) == runner.status_text(REFERENCE), "stale: run scripts/reference_jobs.py docs (or status --readme)"
+    m = re.search(rf"<!-- status: {re.escape(STATUS_SOURCE)} -->\n(.*?)<!-- /status -->", text, re.S)
+    assert m and m.group(1) == status_text(REFERENCE), "stale: run python -m fedbalance reference docs (or status --readme)"
     held: dict[tuple[str, str, str], set[int]] = {}
     for p in REFERENCE.glob("*/*/*/*/seed*/provenance.json"):
         exp, _, setting, loss, seed = p.parent.relative_to(REFERENCE).parts

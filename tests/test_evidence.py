@@ -43,8 +43,8 @@ def _cli(*args: str, cwd: Path = REPO, **env: str) -> subprocess.CompletedProces
 
 
 def _script(*args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "scripts" / "reference_jobs.py"), *args], cwd=REPO, env=_env(**env),
-                          capture_output=True, text=True, timeout=600)
+    """``fedbalance reference ARGS`` in a process of its own."""
+    return _cli("reference", *args, **env)
 
 
 def _snakemake(*args: str) -> subprocess.CompletedProcess:
@@ -518,7 +518,7 @@ def test_impossible_values_are_refused_by_compare_adopt_and_the_tidy_frames(tmp_
         collect_tidy(res)
     _one_line(_cli("compare", "--ours", str(res), "--reference", "reference/cuda-vs-cpu"), "holds Infinity")
     shutil.copyfile(REPO / "reference" / "mnist" / FORGED / "provenance.json", folder / "provenance.json")
-    _one_line(_script("collect", "--reference", str(res), "--adopt", "--config", str(MNIST)), "holds Infinity")
+    _one_line(_script("collect", "--into", str(res), "--adopt", "--config", str(MNIST)), "holds Infinity")
     assert not (res / seal.MARKER).exists() and not (res / seal.MANIFEST).exists()
 
 

@@ -192,3 +192,31 @@ def test_readme_slurm_commands_plan_the_train_jobs(kind, tmp_path):
     assert all(gpu in r and "slurm_account=acc" in r for r in res), res[:2]
     if kind == "gpu":
         assert all("slurm_partition=gpupart" in r for r in res), res[:2]
+
+
+@pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
+def test_the_slurm_profile_plans_a_batch_of_the_sets_missing_jobs(tmp_path):
+    """reference/README.md's cluster command, dry: the first 40 jobs `reference missing` lists for the committed set
+    are planned through profiles/slurm, each a training job (or the rule keep of a branch source, a derive) of the
+    paper's protocol on the queue, each target once."""
+    runs = tmp_path / "runs"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    listed = subprocess.run([sys.executable, "-m", "fedbalance", "reference", "missing", "--reference",
+                             "reference/mnist", "--targets", str(runs)], cwd=REPO, env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert listed.returncode == 0, listed.stderr
+    targets = listed.stdout.splitlines()[:40]
+    assert len(targets) == 40 and all(t.startswith(f"{runs}/") and t.endswith("/metrics.json") for t in targets)
+    argv = filled(readme_commands()["cpu"])
+    cmd = [sys.executable, "-m", "snakemake", "-n", *argv[:-1], "--configfile", "config/mnist.yaml", "--config",
+           "device=cpu", f"results_dir={runs}", "--", *targets]
+    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    assert "Using workflow specific profile profiles/slurm" in out
+    planned = re.findall(r"^rule (train|derive|keep):\n((?:[ \t]+.*\n?)*)", out, flags=re.M)
+    outputs = {line.split("output: ")[1].split(",")[0] for _, block in planned for line in block.splitlines()
+               if "output: " in line}
+    assert set(targets) <= outputs
+    assert all("slurm_account=acc" in block for rule, block in planned if rule != "derive")
+    assert not (runs / "aggregate").exists() and not runs.exists()

@@ -44,6 +44,10 @@ COVERED = {
     "snakemake --cores all --configfile config/mnist.yaml --config reference_dir=reference/mnist":
         "test_reference::test_render_from_the_reference_set",
     "python -m fedbalance compare --ours results --reference reference/mnist": "test_reference::test_compare_cli",
+    "snakemake --cores 2 --configfile config/mnist.yaml --config results_dir=RUNS --":
+        "test_reference_batch_command_plans + test_profiles::test_the_slurm_profile_plans_a_batch_of_the_sets_missing_jobs",
+    "python -m fedbalance reference collect RUNS --into reference/mnist":
+        "test_refset (collect RUNS --into SET) + test_refset_workflow (a workflow's jobs collected)",
 }
 
 
@@ -107,6 +111,25 @@ def test_mnist_command_plans(tmp_path: Path) -> None:
     assert len(br) == 10 and {j.experiment for j in br} == {"early"}  # S and M x 5 seeds, trained after their E
     assert {j.experiment for j in der} == {"t_ra"} and len(der) == 50  # 10 of the 11 thresholds x 5 seeds
     assert {j.dataset for j in planned} == {"mnist"} and any(j.loss == "ratio_rel" for j in planned)
+
+
+@pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
+def test_reference_batch_command_plans(tmp_path: Path) -> None:
+    """The README's command that trains the reference set's next batch, as a dry run with RUNS a folder of its own:
+    the 40 jobs `reference missing` lists first, each planned (trained, derived from a planned source, or its source's
+    kept round first)."""
+    command = _command("snakemake --cores 2 --configfile config/mnist.yaml --config results_dir=RUNS --")
+    inner = re.search(r"\$\((.*)\)", command).group(1).replace("RUNS", str(tmp_path / "runs"))
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    listed = subprocess.run(inner, shell=True, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    targets = listed.stdout.split()
+    assert len(targets) == 40 and inner.startswith("python -m fedbalance reference missing --reference reference/mnist")
+    args = shlex.split(command.split(" -- ")[0].replace("RUNS", str(tmp_path / "runs")))
+    r = subprocess.run([*args, "-n", "--", *targets], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    planned = set(re.findall(r"output: (\S+?),", out))
+    assert set(targets) <= planned, sorted(set(targets) - planned)[:3]
 
 
 def test_cost_command_prints_a_table(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import copy
 import json
 import math
 import re
+import os
 import shutil
 import subprocess
 import sys
@@ -324,9 +325,10 @@ def test_render_from_the_reference_set(tmp_path: Path) -> None:
     assert (res / "claims.md").read_text().count("| ") > 30 and (res / "paper_tables.tex").is_file()
     assert all((res / "figures" / f).stat().st_size > 0 for f in ("fig_monitoring.png", "fig_monitoring.pdf"))
     # docs/fidelity.md and docs/claims-mnist.md hold this render of the committed set (regenerate: reference/README.md)
-    check = subprocess.run([sys.executable, str(REPO / "scripts" / "reference_jobs.py"), "docs", "--check",
+    check = subprocess.run([sys.executable, "-m", "fedbalance", "reference", "docs", "--check",
                             "--rendered", "results_reference", "--reference", str(REFERENCE.relative_to(REPO)),
-                            "--docs", str(REPO / "docs")], capture_output=True, text=True, cwd=tmp_path)
+                            "--docs", str(REPO / "docs")], capture_output=True, text=True, cwd=tmp_path,
+                           env={**os.environ, "PYTHONPATH": str(REPO / "src")})
     assert check.returncode == 0, check.stdout + check.stderr
 
 

@@ -43,9 +43,8 @@ def _cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
 
 
 def _script(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    return subprocess.run([sys.executable, str(REPO / "scripts" / "reference_jobs.py"), *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
+    """``python -m fedbalance reference ARGS`` (the set's commands)."""
+    return _cli("reference", *args)
 
 
 def _one_line(proc: subprocess.CompletedProcess, words: str) -> None:
@@ -119,8 +118,8 @@ def test_a_hand_edit_of_final_is_detected_by_render_compare_and_docs(copy: Path,
 
 
 def test_every_writer_refuses_a_path_in_a_set_however_spelled(copy: Path, tmp_path: Path) -> None:
-    """H1: train --out, pack --results, derive --out and the runner's --out into the set (by a link, by '..', relative
-    and absolute) are refused in one line with exit status 2, and nothing is written."""
+    """H1: train --out, pack --results and derive --out into the set (by a link, by '..', relative and absolute) are
+    refused in one line with exit status 2, and nothing is written (the workflow's results_dir: below)."""
     link = tmp_path / "link"
     link.symlink_to(copy)
     before = seal.digests(copy)
@@ -132,8 +131,6 @@ def test_every_writer_refuses_a_path_in_a_set_however_spelled(copy: Path, tmp_pa
     _one_line(_cli("pack", "--config", str(MNIST), "--results", str(link), "--job", "losses/mnist/g10/ce/seed3"),
               "--results")
     _one_line(_cli("derive", *job[:-2], "--seed", "0", "--source", str(copy / JOBS[0]), "--out", str(copy / "t")),
-              "lies in the reference set")
-    _one_line(_script("run", "--checkout", str(REPO), "--out", str(link / "runs"), "--jobs", "losses:g10:ce:3"),
               "lies in the reference set")
     assert seal.digests(copy) == before
     with pytest.raises(seal.SealError, match="lies in the reference set"):
@@ -160,24 +157,6 @@ def test_a_study_whose_results_dir_is_in_a_set_is_refused_before_the_dag(copy: P
                           timeout=300)
     assert proc.returncode != 0 and "lies in the reference set" in proc.stdout + proc.stderr
     seal.verify(copy)
-
-
-def test_collect_refuses_a_job_of_another_protocol_naming_the_keys(copy: Path, tmp_path: Path) -> None:
-    """M4: a quick.yaml job into a set of config/mnist.yaml's protocol."""
-    runs = tmp_path / "runs"
-    job = write_job(runs, Job("losses", "mnist", "g10", "ce", 5), spec_of=QUICK)
-    (job / "provenance.json").write_text(json.dumps({"commit": "a" * 40, "runtime": {"device": "cpu"}}))
-    before = seal.digests(copy)
-    proc = _script("collect", "--out", str(runs), "--reference", str(copy))
-    _one_line(proc, "another protocol than the set's config")
-    assert "rounds" in proc.stderr and "local_epochs" in proc.stderr and "(the set's config: " in proc.stderr
-    assert seal.digests(copy) == before
-    # the same job at the set's protocol is collected, and the set sealed again
-    job = write_job(runs, Job("losses", "mnist", "g10", "ce", 5), spec_of=MNIST)
-    proc = _script("collect", "--out", str(runs), "--reference", str(copy))
-    assert proc.returncode == 0, proc.stderr
-    seal.verify(copy)
-    assert "losses/mnist/g10/ce/seed5/metrics.json" in seal.read_manifest(copy)
 
 
 def test_derive_checks_its_source_trajectory_and_folders(tmp_path: Path) -> None:
@@ -211,24 +190,6 @@ def test_derive_checks_its_source_trajectory_and_folders(tmp_path: Path) -> None
     with job_lock(out), pytest.raises(JobError, match="in use"):
         derive_job(source, resolve_job(cfg, target), out)
     assert not (out / "metrics.json").exists() and (source / "metrics.json").read_text() == json.dumps(metrics)
-
-
-def test_a_commit_that_is_not_one_is_refused_and_a_git_checkout_records_its_own(tmp_path: Path) -> None:
-    """L3: --commit must look like a commit; on a git checkout it must be its HEAD (whose dirty state is recorded)."""
-    for commit, words in (("not-a-commit", "not a commit"), ("abc1234", "leave --commit out for a git checkout")):
-        proc = _script("run", "--checkout", str(REPO), "--out", str(tmp_path / "runs"), "--config", "config/quick.yaml",
-                       "--commit", commit, "--jobs", "losses:g10:ce:0")
-        _one_line(proc, words)
-    assert not (tmp_path / "runs").exists()
-
-
-def test_status_names_a_provenance_whose_wall_time_is_not_a_number(tmp_path: Path) -> None:
-    """L4: one line naming the file, not a TypeError."""
-    root = tmp_path / "set"
-    job = write_job(root, Job("losses", "mnist", "g10", "ce", 0), spec_of=MNIST)
-    (job / "provenance.json").write_text(json.dumps({"commit": "a" * 40, "wall_s_job": "twelve minutes"}))
-    seal.seal(root, MNIST)
-    _one_line(_script("status", "--reference", str(root)), "wall_s_job 'twelve minutes' is not a number")
 
 
 def test_a_pack_refuses_a_job_finished_on_the_other_path_and_leaves_no_folder_when_refused(tmp_path: Path) -> None:
@@ -272,37 +233,9 @@ def test_a_branch_of_another_training_names_the_keys_that_differ(tmp_path: Path)
         load_branch(source, spec, {}, {})
 
 
-def test_collect_notes_uncommitted_changes_of_the_set(copy: Path, tmp_path: Path) -> None:
-    """A nit: collecting into a set whose earlier collected jobs are not committed says so."""
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
-    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "set"]):  # the set in a repository, as reference/
-        subprocess.run(["git", *cmd], cwd=tmp_path, env=env, check=True)
-    runs = tmp_path.parent / f"{tmp_path.name}-runs"
-    for seed in (5, 6):
-        job = write_job(runs / str(seed), Job("losses", "mnist", "g10", "ce", seed), spec_of=MNIST)
-        (job / "provenance.json").write_text(json.dumps({"commit": "a" * 40, "runtime": {"device": "cpu"}}))
-    first = _script("collect", "--out", str(runs / "5"), "--reference", str(copy))
-    assert first.returncode == 0 and "uncommitted" not in first.stderr, first.stderr
-    second = _script("collect", "--out", str(runs / "6"), "--reference", str(copy))
-    assert second.returncode == 0 and "uncommitted change(s)" in second.stderr
-    seal.verify(copy)
-
-
-def test_the_gpu_session_fails_when_its_runner_refuses(tmp_path: Path) -> None:
-    """L1: a runner that refuses its jobs (exit 2) makes the session fail with its status, the archive written anyway."""
-    env = {**os.environ, "DEVICE": "cpu", "CONFIG": "config/quick.yaml", "RUNS": str(tmp_path / "runs"),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    proc = subprocess.run(["bash", "scripts/gpu_session.sh", str(tmp_path / "out"), commit, "60", "1", "0",
-                           "losses:g10:no_such_loss:0"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2 and "FAILED: the runner exited with status 2" in proc.stderr
-    assert "done after" not in proc.stdout and (tmp_path / "out" / "refruns.tgz").is_file()
-
-
 def test_a_source_named_by_a_machine_path_is_rewritten_as_its_job_path() -> None:
     """The migration `collect --adopt` ran on the committed sets: the path is dropped, the change recorded."""
-    from fedbalance.reference import relative_sources
+    from fedbalance.refset import relative_sources
 
     metrics = {"derived_from": "/work/refruns/mnist/monitor/mnist/default/ce/seed0",
                "branched_from": {"folder": "early/mnist/E/ce/seed1", "round": 3}}
@@ -310,40 +243,3 @@ def test_a_source_named_by_a_machine_path_is_rewritten_as_its_job_path() -> None
     assert fixed == {"derived_from": "monitor/mnist/default/ce/seed0",
                      "branched_from": {"folder": "early/mnist/E/ce/seed1", "round": 3}}
     assert changes == [{"key": "derived_from", "to": "monitor/mnist/default/ce/seed0"}] and "/work" not in str(changes)
-
-
-def test_collect_names_a_source_by_its_job_path_and_records_the_change(copy: Path, tmp_path: Path) -> None:
-    """A branched job whose metrics.json names its source by the machine's path (a runner of an older commit) is
-    collected with the job path instead, the change in its provenance; collecting it again changes nothing."""
-    from fedbalance.seal import sha256
-
-    runs = tmp_path / "runs"
-    job = write_job(runs, Job("early", "mnist", "S", "ce", 7), spec_of=MNIST)
-    metrics = json.loads((job / "metrics.json").read_text())
-    source = runs.resolve() / "early" / "mnist" / "E" / "ce" / "seed7"
-    metrics["branched_from"] = {"folder": str(source), "round": 10}
-    (job / "metrics.json").write_text(json.dumps(metrics, indent=1))
-    (job / "provenance.json").write_text(json.dumps({"commit": "a" * 40, "runtime": {"device": "cpu"}}))
-    before = sha256(job / "metrics.json")
-    for _ in range(2):
-        proc = _script("collect", "--out", str(runs), "--reference", str(copy))
-        assert proc.returncode == 0 and "(0 replaced)" in proc.stdout, proc.stdout + proc.stderr
-    dst = copy / "early" / "mnist" / "S" / "ce" / "seed7"
-    text = (dst / "metrics.json").read_text()
-    assert '"/' not in text and json.loads(text)["branched_from"] == {"folder": "early/mnist/E/ce/seed7", "round": 10}
-    assert {k: v for k, v in json.loads(text).items() if k != "branched_from"} == {
-        k: v for k, v in metrics.items() if k != "branched_from"}
-    record = json.loads((dst / "provenance.json").read_text())
-    assert record["migrated"] == [{
-        "file": "metrics.json", "changed": [{"key": "branched_from.folder", "to": "early/mnist/E/ce/seed7"}],
-        "previous_sha256": before,
-        "why": "a source named by its job path relative to the results root, not by a machine's absolute path"}]
-    assert sha256(job / "metrics.json") == before  # the run's own folder is left as it was
-    seal.verify(copy)
-    # a set that holds the job as the runner wrote it: collecting names what would change, the path among it
-    shutil.copyfile(job / "metrics.json", dst / "metrics.json")
-    seal.seal(copy, MNIST)
-    proc = _script("collect", "--out", str(runs), "--reference", str(copy))
-    assert proc.returncode == 2 and "would replace them" in proc.stderr
-    assert f'metrics.json differ: branched_from {{"folder": "{source}", "round": 10}} -> {{"folder": ' \
-           '"early/mnist/E/ce/seed7", "round": 10}' in proc.stderr, proc.stderr

@@ -14,7 +14,7 @@ from fedbalance.seedstats import UNLIKE, seed_mark, seed_marks, seed_span
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
-SOURCE = "scripts/reference_jobs.py docs"
+SOURCE = "fedbalance reference docs"
 RENDERED_PAGES = ("claims-mnist.md", "fidelity.md", "ratio-stability.md", "monitor.md")
 """The pages of docs/ that hold blocks rendered from the reference set."""
 

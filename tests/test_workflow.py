@@ -26,7 +26,7 @@ QUICK = REPO / "config" / "quick.yaml"
 QUICK_JOBS = 47  # jobs of config/quick.yaml (README's Quick start says so too)
 QUICK_TWINS = 8  # of them written from a twin (rule reuse)
 QUICK_DERIVED = 1  # and derived from a trajectory (rule derive): t_ra/t2, so 38 are trained
-QUICK_BRANCHED = 1  # of those, early/S starts from early/E's state after 3 rounds (rule train, after E)
+QUICK_BRANCHED = 1  # of those, early/S starts from early/E's state after 3 rounds (rule keep trains them; E's rule train resumes)
 
 sys.path.insert(0, str(REPO / "src"))
 from fedbalance.config import jobs, load_config, twins  # noqa: E402
@@ -77,6 +77,8 @@ def test_dry_run_full_protocol_plans_every_job(tmp_path):
     assert counts["train"] + counts["reuse"] + counts["derive"] == len(expected)
     assert counts["reuse"] == len(twin_of) > 0 and counts["derive"] == len(derived_of) > 0
     assert len(branches(cfg)) == 40  # early's S and M, 4 datasets x 5 seeds: trained (rule train) after their E
+    # each E trains to the round it shares with S, then to M's, in a job of its own (rule keep), then to its end
+    assert counts["keep"] == len(set(branches(cfg).values())) == 40
     partitions = {(j.experiment, j.dataset, j.setting, j.seed) for j in expected if j not in twin_of and j not in derived_of}
     assert counts["partition"] == len(partitions)
     assert counts["prepare_data"] == len(cfg["datasets"])
@@ -96,6 +98,7 @@ def test_dry_run_quick_protocol(tmp_path):
     assert counts["reuse"] == len(twins(load_config(QUICK))) == QUICK_TWINS
     assert counts["derive"] == len(derived(load_config(QUICK))) == QUICK_DERIVED
     assert len(branches(load_config(QUICK))) == QUICK_BRANCHED
+    assert counts["keep"] == len(set(branches(load_config(QUICK)).values())) == QUICK_BRANCHED  # S's round of E
     assert counts["train"] == QUICK_JOBS - QUICK_TWINS - QUICK_DERIVED
     assert counts["prepare_data"] == 1
     assert_one_job_per_table_and_figure(counts, not_run=QUICK_NOT_RUN)

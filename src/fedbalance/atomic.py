@@ -11,6 +11,8 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
@@ -58,3 +60,17 @@ def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str = "w"
 def write_json(obj: Any, path: str | Path, indent: int | None = 1) -> None:
     """``json.dump`` to ``path`` atomically."""
     atomic_write(path, lambda fh: json.dump(obj, fh, indent=indent))
+
+
+@contextmanager
+def held(lock: Any, path: str | Path) -> Iterator[None]:
+    """Run the block holding the acquired ``lock`` (a ``filelock`` lock on ``path``), then remove the lock file while
+    still holding it and let go: a finished or failed holder leaves no lock file (a process that opened it meanwhile
+    finds an unlinked file and opens a new one: filelock checks)."""
+    try:
+        yield
+    finally:
+        try:
+            Path(path).unlink(missing_ok=True)
+        finally:
+            lock.release()

@@ -1,4 +1,5 @@
-"""``python -m fedbalance`` / ``fedbalance``: run one job or a pack of jobs, write a partition, prepare data, list jobs, estimate the cost.
+"""``python -m fedbalance`` / ``fedbalance``: run one job or a pack of jobs, write a partition, prepare data, list jobs, estimate the cost;
+``reference collect|status|missing|docs``: grow and read a reference set.
 
 Every subcommand reads the study configuration (``--config``, e.g. config/quick.yaml). Bad
 arguments or configuration (unknown experiment, dataset, setting or loss, missing files, invalid
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -29,16 +31,19 @@ from fedbalance.seal import refuse_inside
 logger = logging.getLogger(__name__)
 
 
-def user_errors() -> tuple[type[Exception], ...]:
-    """Errors that end a subcommand with status 2; imported when needed (``jobs`` and ``cost`` need no torch)."""
-    from fedbalance.data import DataError
-    from fedbalance.fl import FLError
-    from fedbalance.cost import CostError
-    from fedbalance.jobfolder import JobFolderError
-    from fedbalance.jobs import JobError
-    from fedbalance.seal import SealError
+USER_ERRORS = {
+    "fedbalance.config": "ConfigError", "fedbalance.data": "DataError", "fedbalance.partition": "PartitionError",
+    "fedbalance.fl": "FLError", "fedbalance.cost": "CostError", "fedbalance.jobfolder": "JobFolderError",
+    "fedbalance.jobs": "JobError", "fedbalance.seal": "SealError", "fedbalance.provenance": "ProvenanceError",
+    "fedbalance.refset": "RefSetError",
+}
+"""The errors that end a subcommand with status 2, by module."""
 
-    return (ConfigError, DataError, PartitionError, FLError, JobError, CostError, JobFolderError, SealError)
+
+def user_errors() -> tuple[type[Exception], ...]:
+    """``USER_ERRORS`` of the modules imported so far (one not imported raised none): an error of ``jobs``, ``cost``
+    or ``reference`` imports no torch to be reported."""
+    return tuple(getattr(sys.modules[m], name) for m, name in USER_ERRORS.items() if m in sys.modules)
 
 
 def path_argument(text: str) -> Path:
@@ -267,7 +272,64 @@ def build_parser() -> argparse.ArgumentParser:
                      help="read a reference set inside a git work tree whose files differ from the commit checked out "
                      "(collected jobs not yet committed; refused without it); the output says so, naming the files")
     cmp.set_defaults(func=cmd_compare)
+    _reference_parser(sub)
     return parser
+
+
+def _reference_parser(sub: Any) -> None:
+    """``fedbalance reference collect|status|missing|docs`` (``fedbalance.refset``, ``fedbalance.refdocs``)."""
+    ref = sub.add_parser(
+        "reference",
+        help="grow and read a reference set: collect jobs into it, its status, what it lacks, the docs it renders",
+        description="A reference set (reference/mnist) grows through the workflow: `missing --targets RUNS` prints the "
+        "jobs it lacks, in the evidence order, as Snakemake targets; `collect RUNS --into SET` copies the finished jobs "
+        "of RUNS into it, each checked first, and seals it again (reference/README.md).",
+    )
+    rsub = ref.add_subparsers(dest="action", required=True, metavar="ACTION")
+    col = rsub.add_parser(
+        "collect",
+        help="copy the finished jobs of a results folder into a reference set and seal it",
+        description="Check every finished job of RUNS (whole, of the set's protocol, with a provenance.json naming "
+        "its commit), then write the new set beside the old one and swap them in one rename, holding the set's lock: "
+        "a kill leaves the old set or the new one (--recover finishes or undoes an interrupted collect).",
+    )
+    col.add_argument("runs", nargs="?", type=path_argument, default=None, metavar="RUNS",
+                     help="the results_dir the workflow ran the jobs in")
+    col.add_argument("--into", required=True, type=path_argument, metavar="SET", help="the reference set (e.g. reference/mnist)")
+    col.add_argument("--config", type=path_argument, default=None, help="the study config of a new set (default "
+                     "config/mnist.yaml), or of a sealed set moved away from it; a sealed set's is in its marker")
+    col.add_argument("--replace", action="store_true", help="replace jobs of the set that differ from the runs'")
+    col.add_argument("--reason", default=None, help="why (with --replace): recorded in the replaced jobs' provenance")
+    col.add_argument("--adopt", action="store_true", help="seal an existing set that has no marker, as it is")
+    col.add_argument("--recover", action="store_true", help="finish or undo a collect into SET that was interrupted")
+    col.set_defaults(func=cmd_reference_collect)
+    st = rsub.add_parser("status", help="what the set holds (Markdown)",
+                         description="Per (experiment, setting, loss) the seeds the set holds; its commits, devices, "
+                         "runners and minutes a job.")
+    st.add_argument("--reference", required=True, type=path_argument, help="the reference set")
+    st.add_argument("--readme", type=path_argument, default=None, help="write the table into this README's status block")
+    st.set_defaults(func=cmd_reference_status)
+    mi = rsub.add_parser("missing", help="the jobs the set lacks, in the evidence order (job paths, or targets)",
+                         description="The jobs of the study the set lacks (twins: the job trained in their place), in "
+                         "the evidence issue's order, one a line; a count per step on stderr.")
+    mi.add_argument("--reference", type=path_argument, default=Path("reference/mnist"), help="the reference set")
+    mi.add_argument("--config", type=path_argument, default=None,
+                    help="the study config (default: the set's marker's, else config/mnist.yaml)")
+    mi.add_argument("--dataset", default="mnist")
+    mi.add_argument("--plan", nargs="+", default=None, help="steps experiment:settings:seeds (settings: globs, empty "
+                    "for all) in order; default: the evidence order (fedbalance.refset.EVIDENCE_PLAN)")
+    mi.add_argument("--targets", type=path_argument, default=None, metavar="RUNS",
+                    help="print Snakemake targets under this results_dir (RUNS/<job>/metrics.json) instead of job paths")
+    mi.set_defaults(func=cmd_reference_missing)
+    dc = rsub.add_parser("docs", help="splice a render of the set into docs/ and its status into reference/README.md",
+                         description="Splice the rendered Fidelity.md, Reproduction.md and claims.md into docs/ (between "
+                         "their marks), every prose block computed from the set, and the set's status table.")
+    dc.add_argument("--rendered", type=path_argument, default=Path("results_reference"), help="results_dir of the render")
+    dc.add_argument("--reference", type=path_argument, default=Path("reference/mnist"))
+    dc.add_argument("--docs", type=path_argument, default=Path("docs"))
+    dc.add_argument("--check", action="store_true", help="change nothing; exit 1 when a doc differs from the render")
+    dc.add_argument("--allow-fewer", action="store_true", help="splice a render of fewer jobs than the docs were rendered from")
+    dc.set_defaults(func=cmd_reference_docs)
 
 
 def _compare_metrics() -> tuple[str, ...]:
@@ -299,6 +361,21 @@ def _data_dir(cfg: dict[str, Any], args: argparse.Namespace) -> Path:
     return args.data_dir if args.data_dir is not None else Path(cfg["data_dir"])
 
 
+def recorded_job(folder: Path) -> str:
+    """What made the job in ``folder``, by its provenance.json: a reference set's job (or an unreadable record), or the
+    workflow's rule."""
+    import json
+
+    from fedbalance.provenance import in_a_set
+
+    try:
+        record = json.loads((folder / PROVENANCE).read_text())
+        workflow = not in_a_set(record)
+    except (OSError, ValueError, AttributeError):
+        workflow = False
+    return f"a job the workflow made (rule {record.get('rule')})" if workflow else "a job of a reference set"
+
+
 def _job_out(args: argparse.Namespace) -> tuple[dict[str, Any], JobSpec]:
     """(config, job spec) of ``train`` and ``derive``, after checking ``--out`` (a folder, not a reference job's) and
     setting torch's threads (``--threads``, else the config's)."""
@@ -307,7 +384,7 @@ def _job_out(args: argparse.Namespace) -> tuple[dict[str, Any], JobSpec]:
     if args.out.exists() and not args.out.is_dir():
         raise ConfigError(f"--out {args.out} is a file; it must be a folder (new or a job's earlier output)")
     if (args.out / PROVENANCE).exists():
-        raise ConfigError(f"--out {args.out} holds {PROVENANCE}: a job of a reference set, which nothing writes over; "
+        raise ConfigError(f"--out {args.out} holds {PROVENANCE}: {recorded_job(args.out)}, which nothing writes over; "
                           "name a folder of its own")
     cfg = load_config(args.config)
     spec = job_spec(cfg, args.experiment, args.dataset, args.setting, args.loss, args.seed)
@@ -356,7 +433,7 @@ def pack_jobs(cfg: dict[str, Any], names: Sequence[str], results: Path) -> tuple
         if out.exists() and not out.is_dir():
             raise ConfigError(f"--job {name}: {out} is a file; a job's output must be a folder")
         if (out / PROVENANCE).exists():
-            raise ConfigError(f"--job {name}: {out} holds {PROVENANCE}: a job of a reference set, which nothing writes over")
+            raise ConfigError(f"--job {name}: {out} holds {PROVENANCE}: {recorded_job(out)}, which nothing writes over")
         outs.append(out)
     return specs, outs
 
@@ -529,6 +606,60 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reference_collect(args: argparse.Namespace) -> int:
+    """``fedbalance reference collect``."""
+    from fedbalance.refset import RefSetError, collect, recover
+
+    if args.recover:
+        if args.runs is not None or args.adopt or args.replace:
+            raise RefSetError("--recover takes --into SET alone: it finishes or undoes the collect that was interrupted")
+        print(recover(args.into))
+        return 0
+    return collect(args.runs, args.into, config=args.config, replace=args.replace, reason=args.reason,
+                   adopt=args.adopt)
+
+
+def cmd_reference_status(args: argparse.Namespace) -> int:
+    """``fedbalance reference status``."""
+    from fedbalance.refset import status
+
+    print(status(args.reference, args.readme), end="")
+    return 0
+
+
+def cmd_reference_missing(args: argparse.Namespace) -> int:
+    """``fedbalance reference missing``: the jobs one a line (or their targets), a count per step on stderr."""
+    from fedbalance.refset import missing, set_config, target
+
+    config = args.config if args.config is not None else set_config(args.reference)
+    steps = missing(config, args.reference, args.plan, args.dataset)
+    print(f"{sum(len(j) for _, j in steps)} jobs to run: " + ", ".join(f"{step} {len(j)}" for step, j in steps),
+          file=sys.stderr)
+    try:
+        for _, jobs_of_step in steps:
+            for job in jobs_of_step:
+                print(target(args.targets, job) if args.targets is not None else job.path)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `| head -n 40`: the reader took what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+def cmd_reference_docs(args: argparse.Namespace) -> int:
+    """``fedbalance reference docs``."""
+    from fedbalance.refdocs import splice
+
+    stale = splice(args.rendered, args.reference, args.docs, check=args.check, allow_fewer=args.allow_fewer)
+    verb = "differ from" if args.check else "updated from"
+    print(f"{len(stale)} doc(s) {verb} the render: {', '.join(map(str, stale)) or '-'}")
+    if args.check and stale:
+        print("the reference set changed since they were written; render it and splice the render in "
+              "(reference/README.md, 'Render and compare'): snakemake --cores all --configfile config/mnist.yaml "
+              "--config reference_dir=reference/mnist results_dir=results_reference && "
+              "python -m fedbalance reference docs --rendered results_reference")
+    return 1 if args.check and stale else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for bad arguments, configuration or data)."""
     args = build_parser().parse_args(argv)
@@ -537,7 +668,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         refuse_written_in_sets(args)
         return int(args.func(args))
     except user_errors() as exc:
-        print(f"fedbalance {args.command}: error: {exc}", file=sys.stderr)
+        print(f"fedbalance {' '.join(filter(None, (args.command, getattr(args, 'action', None))))}: error: {exc}",
+              file=sys.stderr)
         return 2
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):

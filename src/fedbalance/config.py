@@ -150,8 +150,10 @@ def settings(cfg: Mapping[str, Any], experiment: str) -> dict[str, dict[str, Any
     return out
 
 
+@functools.cache
 def base_losses() -> tuple[str, ...]:
-    """The registered loss names (``fedbalance.losses.LOSSES``), as the schema lists them."""
+    """The registered loss names (``fedbalance.losses.LOSSES``), as the schema lists them (read once: a study's
+    validation asks for them per job)."""
     return tuple(schema()["$defs"]["registered_losses"]["enum"])
 
 

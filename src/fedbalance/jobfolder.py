@@ -15,6 +15,7 @@ when the job has finished:
   "derived_from", a branched job's "branched_from" (the folder and round of the kept state it started from); a
   source is named by its job path, relative to the results folder (``folder_job``), never by a machine's path.
   Non-finite floats are written as null. It is written last: a folder with it is a finished job.
+* ``provenance.json`` (``fedbalance.provenance``), beside them when the workflow made the job: how it was made.
 
 Every read, and ``collect``, checks the folder as a whole (``check``, the one check of a job's files): metrics.json
 holds ``job``, ``config``, ``final`` (every ``FINAL_KEYS``) and ``rounds``; ``job`` names the folder it lies in (when
@@ -42,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from fedbalance.atomic import atomic_write, write_json
 from fedbalance.jobspec import JOB_DEFAULTS
+from fedbalance.provenance import PENDING, PROVENANCE  # noqa: F401  (re-exported: a job folder's record)
 from fedbalance.seal import refuse_inside
 from fedbalance.records import ESTIMATORS, JOB_KEYS, ROUND_COLUMNS, UNIFORM, Job, cs_column, est_column
 
@@ -76,10 +78,6 @@ def branch_files(out: str | Path) -> dict[int, Path]:
     """``out``'s kept round states by the number of rounds done (``BRANCH``)."""
     found = ((BRANCH.fullmatch(p.name), p) for p in Path(out).glob("branch-r*.pt"))
     return {int(m.group(1)): p for m, p in found if m}
-PROVENANCE = "provenance.json"
-"""A reference job's record of how it was made (``scripts/reference_jobs.py``): beside the two files, written last."""
-PENDING = "provenance.pending.json"
-"""What the runner knew when it started a job (commit, command, host); ``PROVENANCE`` replaces it when the job ends."""
 REQUIRED = {"job": dict, "config": dict, "final": dict, "rounds": int}
 """The keys every finished job's metrics.json holds, with their types (``check``)."""
 SEED_FOLDER = re.compile(r"seed\d+")

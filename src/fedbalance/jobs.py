@@ -61,7 +61,7 @@ from fedbalance import plugins
 from fedbalance.losses import get_loss, loss_class
 from fedbalance.metrics import evaluate
 from fedbalance.models import build_model, device_layout
-from fedbalance.atomic import atomic_write
+from fedbalance.atomic import atomic_write, held
 from fedbalance.seal import SealError, refuse_inside
 from fedbalance.sgd import use_deterministic_algorithms
 from fedbalance.jobfolder import (
@@ -259,13 +259,8 @@ def job_lock(out: Path) -> Iterator[None]:
                 errno.EACCES: "no permission to write there", errno.EROFS: "a read-only file system",
                 errno.EISDIR: f"{path} is a folder, not the job's lock file"}.get(exc.errno, exc.strerror)
         raise JobError(f"cannot use {out} as the job's output folder: {what} ({exc.filename})") from None
-    try:
+    with held(lock, path):
         yield
-    finally:
-        try:
-            path.unlink(missing_ok=True)
-        finally:
-            lock.release()
 
 
 def lock_holder(folder: str | Path) -> str | None:
@@ -582,7 +577,8 @@ def run_job(
     on_round: RoundCallback | None = None,
     keep_rounds: Collection[int] = (),
     branch_from: str | Path | None = None,
-) -> dict[str, Any]:
+    until: int | None = None,
+) -> dict[str, Any] | None:
     """Run one job (resuming from ``out_dir/checkpoint.pt`` if present); return metrics.json's content.
 
     The job holds ``out_dir/.lock`` while it runs (JobError if another job holds it). It runs under
@@ -601,6 +597,10 @@ def run_job(
     same job with another ``switch_round``) starts from it with ``branch_from`` (the latest kept state it shares; its
     rounds, their seconds included, are the source's and ``wall_time_s`` counts the source's time to there) and
     records ``branched_from`` in metrics.json. Its outputs are those of the job run from round 0.
+
+    ``until``: stop after that many rounds (1 .. rounds - 1 of a FedAvg job), keeping the checkpoint (and the states
+    of ``keep_rounds``) for a later run of the job to resume, and return None; nothing is trained when the checkpoint
+    holds them already (the workflow keeps a branch source's round state this way, rule ``keep``).
     """
     start = time.perf_counter()
     out = Path(out_dir)
@@ -608,6 +608,9 @@ def run_job(
     check_run_options(precision, capture)
     spec = as_spec(spec)
     check_plugins(spec)
+    if until is not None:
+        check_keep_rounds(spec, [until])
+        on_round = _stop_after(until, on_round)
     spec = spec.with_path(resolve_path(spec.path, dev, getattr(loss_class(spec.base_loss), "vectorisable", True)))
     with deterministic_kernels(dev, deterministic), precision_policy(precision):
         dataset = load_dataset(spec.source, data_dir, download=download, **dict(spec.options))
@@ -617,13 +620,33 @@ def run_job(
                           branch_from=None if branch_from is None else Path(branch_from))
         runner = run_centralised if spec.mode == "centralised" else run_fedavg
         try:
+            if until is not None and job.state is not None and job.state.next_round >= until:
+                return None
             with copy_plan(job.plan):
                 state = runner(spec, job.model, job.loss_fn, job.data, parts, state=job.state, on_round=job.checkpoint)
+        except _Stopped:
+            return None
         finally:
             job.checkpoint.bar.close()
         metrics = job.metrics(state)
     job.write(state, metrics)
     return metrics
+
+
+class _Stopped(Exception):
+    """Raised after the round ``run_job(until=...)`` stops at, once its checkpoint is written."""
+
+
+def _stop_after(until: int, on_round: RoundCallback | None) -> RoundCallback:
+    """``on_round`` (if any), then stop the run (``_Stopped``) once ``until`` rounds are done."""
+
+    def stop(state: RoundState, row: dict[str, Any]) -> None:
+        if on_round is not None:
+            on_round(state, row)
+        if state.next_round >= until:
+            raise _Stopped
+
+    return stop
 
 
 def check_run_options(precision: str, capture: Any) -> None:

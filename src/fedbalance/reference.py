@@ -24,7 +24,7 @@ from fedbalance.aggregate import collect
 from fedbalance.config import ConfigError, deep_merge, jobs, resolve_job, twins
 from fedbalance.jobspec import JOB_DEFAULTS, PARTITION_KEYS, base_loss, covers, flat_keys, training_key
 from fedbalance.records import Job, plus_minus
-from fedbalance.jobfolder import check, folder_job, job_folders, read_metrics
+from fedbalance.jobfolder import check, job_folders, read_metrics
 from fedbalance.jobfolder import finished as folder_finished
 from fedbalance.reuse import twin_config
 from fedbalance.seal import SealError, verify_if_sealed
@@ -381,46 +381,3 @@ def compare_markdown(frame: pd.DataFrame, header: str | None = None, *, unmatche
     summary = ", ".join(f"{counts[v]} {v}" for v in VERDICTS if v in counts)
     return ("\n".join(lines) + "\n\n" + (table.to_markdown(index=False, disable_numparse=True) if rows else "(no row)")
             + f"\n\n{_count(len(shown), 'row')}: {summary or 'none'}.\n\n{textwrap.fill(RULE, 116)}\n")
-
-
-def spec_differences(cfg: Mapping[str, Any], job: Job, metrics: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
-    """The configured keys whose values differ between the job ``cfg`` gives ``job`` and the one ``metrics`` (its
-    metrics.json) was run with: dotted key -> (config's, the job's), as JSON; empty when the job is the config's (a
-    resolved ``path`` where the config says ``auto`` is the config's). ConfigError when ``cfg`` has no such job."""
-    cell = (job.experiment, job.dataset, job.setting, job.loss)
-    if cell not in {(j.experiment, j.dataset, j.setting, j.loss) for j in jobs(cfg)}:
-        raise ConfigError(f"{job.path}: the set's config defines no such job (experiment/dataset/setting/loss)")
-    spec = resolve_job(cfg, job)
-    try:
-        twin_config(metrics, spec, job.path)
-        return {}
-    except ConfigError:
-        pass
-    want, got = flat_keys(spec.as_dict()), flat_keys(dict(metrics["config"]))
-    if want.get("path") == '"auto"':
-        got.pop("path", None)
-        want.pop("path", None)
-    return {k: (want.get(k, "unset"), got.get(k, "unset")) for k in sorted(set(want) | set(got))
-            if want.get(k) != got.get(k)}
-
-
-SOURCE_KEYS = (("derived_from",), ("branched_from", "folder"))
-"""Where metrics.json names another job's folder (``jobfolder``): named by its job path, relative to the results root."""
-
-
-def relative_sources(metrics: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[str, str]]]:
-    """``metrics`` with every source folder (``SOURCE_KEYS``) given as a machine's path rewritten as its job path (the
-    folder's last five parts, relative to the results root: ``jobfolder.folder_job``), and the list of changes (key, to):
-    the machine's path is not kept anywhere."""
-    out = json.loads(json.dumps(metrics))
-    changes = []
-    for keys in SOURCE_KEYS:
-        node = out
-        for k in keys[:-1]:
-            node = node.get(k) if isinstance(node, dict) else None
-        value = node.get(keys[-1]) if isinstance(node, dict) else None
-        new = folder_job(value) if isinstance(value, str) and Path(value).is_absolute() else None
-        if new is not None:
-            node[keys[-1]] = new
-            changes.append({"key": ".".join(keys), "to": new})
-    return out, changes

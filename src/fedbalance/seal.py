@@ -4,10 +4,11 @@ writer.
 A reference set (``reference/mnist``) is a folder of finished jobs kept as evidence. Its root holds
 
 * ``MARKER`` (``reference-set.json``): what makes the folder a set — ``{"format": 1, "config": <the study config
-  the set's jobs were run with, relative to the set's root>}``;
+  the set's jobs were run with, relative to the set's root>, "config_sha256": <its sha256>}`` (sets sealed before the
+  hash was recorded name the path alone);
 * ``MANIFEST`` (``MANIFEST.sha256``): the sha256 of every other file of the set, in ``sha256sum``'s format (so
   ``cd reference/mnist && sha256sum -c MANIFEST.sha256`` checks it too), written by ``collect`` only
-  (``scripts/reference_jobs.py``).
+  (``fedbalance reference collect``, ``fedbalance.refset``).
 
 Every route that writes job folders calls ``refuse_inside`` first: a path inside a set (found by walking up to the
 marker, after links and ``..`` are resolved) or holding one below it is refused before any work; the workflow also
@@ -17,7 +18,8 @@ the manifest was written (``verify``) and, for a set inside a git work tree, sin
 ``uncommitted``) is refused, naming the files, unless uncommitted evidence is accepted on purpose, which is said. A set
 holds plain files only: a link, a pipe or a device in it is refused. The manifest is a checksum list beside the files
 it checks: it finds an accident or a careless edit; git's commit is what a consistent forgery (files and manifest
-rewritten together) must get past. Standard library only: the workflow calls it while it parses.
+rewritten together) must get past. Standard library only (and ``fedbalance.provenance``): the workflow calls it while
+it parses.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
+from fedbalance.provenance import PROVENANCE, in_a_set
 
 MARKER = "reference-set.json"
 MANIFEST = "MANIFEST.sha256"
@@ -40,7 +43,6 @@ SHOWN = 3
 """How many files a broken seal names per kind (changed, extra, missing)."""
 BELOW = 3
 """How deep below a folder ``refuse_inside`` looks for a set's marker (results_dir=reference holds sets at depth 1)."""
-RESTORE = "restore it (git checkout -- {root}) or change a job on purpose with `scripts/reference_jobs.py collect --replace --reason TEXT`"
 ACCEPT_ENV = "FEDBALANCE_ACCEPT_UNCOMMITTED"
 """Set to 1 to read a set whose files differ from the commit (``verify_committed``); what is read says so."""
 ACCEPT = (f"`fedbalance compare --accept-uncommitted`, the config's `accept_uncommitted: true` or {ACCEPT_ENV}=1 "
@@ -52,6 +54,10 @@ GIT_LOCATION_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DI
 PLANNED_DEPTH = 7
 """How deep below a results folder ``refuse_links_into_sets`` looks: below any output the workflow plans there (a job's
 file is 6 below it: ``<experiment>/<dataset>/<setting>/<loss>/seed<k>/metrics.json``)."""
+COLLECT = "fedbalance reference collect"
+"""The one command that writes into a set (``fedbalance.refset``)."""
+RESTORE = ("restore it (git checkout -- {root}) or change a job on purpose with `" + COLLECT
+           + " RUNS --into {root} --replace --reason TEXT`")
 
 
 class SealError(ValueError):
@@ -87,8 +93,8 @@ def refuse_inside(path: str | Path, what: str) -> None:
     alone: ``path`` neither lies in a set nor holds one below it."""
     root = set_root(path)
     if root is not None:
-        raise SealError(f"{what} {path} lies in the reference set {root}: only `scripts/reference_jobs.py collect` "
-                        "writes there; write into a folder of its own (e.g. results, or /work/refruns)")
+        raise SealError(f"{what} {path} lies in the reference set {root}: only `{COLLECT}` writes there; write "
+                        "into a folder of its own (e.g. results, or /work/refruns)")
     below = sets_below(path)
     if below:
         raise SealError(f"{what} {path} holds the reference set {below[0]}: writing there could change it; "
@@ -120,7 +126,7 @@ def set_files(root: str | Path) -> list[str]:
                 continue
             what = f"a link (to {os.readlink(path)})" if stat.S_ISLNK(mode) else "not a plain file (a pipe, socket or device)"
             raise SealError(f"reference set {root}: {path.relative_to(base).as_posix()} is {what}; a set holds plain "
-                            "files only: remove it (only `scripts/reference_jobs.py collect` writes into a set)")
+                            "files only: remove it (only `" + COLLECT + "` writes into a set)")
     return sorted(out)
 
 
@@ -165,8 +171,44 @@ def read_marker(root: str | Path) -> dict:
 
 
 def marker_config(root: str | Path) -> Path:
-    """The study config the set's jobs were run with (the marker's ``config``, relative to the set's root)."""
-    return Path(root) / read_marker(root)["config"]
+    """The study config the set's jobs were run with: the marker's ``config``, relative to the set's root. SealError
+    saying why when it is not there (the set was moved or copied away from where it was sealed) or, where the marker
+    records its sha256, when its content is not the one the set was sealed with."""
+    marker = read_marker(root)
+    path = Path(root) / marker["config"]
+    recorded = marker.get("config_sha256")
+    if not path.is_file():
+        raise SealError(f"{Path(root) / MARKER} names its study config {marker['config']!r} relative to the set, i.e. "
+                        f"{_resolved(path)}, which is not a file: the set was moved or copied away from where it was "
+                        "sealed; name its config with --config (the set's jobs are checked against it)")
+    if recorded is not None and sha256(path) != recorded:
+        raise SealError(f"{path}: not the study config the set {root} was sealed with (its sha256 differs from "
+                        f"{MARKER}'s config_sha256 {str(recorded)[:12]}...): the config changed since; collect with "
+                        "the config the set's jobs were run with (--config), or start a set of its own")
+    return path
+
+
+def config_matches(root: str | Path, config: str | Path) -> bool | None:
+    """Whether ``config`` is the study config the set at ``root`` was sealed with, by content: True or False where
+    the marker records the config's sha256, None where it does not (a set sealed before the hash was recorded)."""
+    recorded = read_marker(root).get("config_sha256")
+    return None if recorded is None else sha256(Path(config)) == recorded
+
+
+def collect_files(root: str | Path) -> dict[str, Path]:
+    """The files a collect into the set at ``root`` keeps beside it while it runs (``fedbalance.refset``): its
+    ``lock``, its ``journal`` and the two folders it swaps (``new``: the set being made; ``old``)."""
+    base = _resolved(root)
+    return {kind: base.with_name(f".{base.name}.collect.{kind}") for kind in ("lock", "journal", "new", "old")}
+
+
+def interrupted(root: str | Path) -> str:
+    """A sentence naming an interrupted collect's journal beside the set at ``root``, or "" when there is none."""
+    journal = collect_files(root)["journal"]
+    if not journal.exists():
+        return ""
+    return (f"; a collect into it was interrupted ({journal}): finish or undo it with `{COLLECT} --into {root} "
+            "--recover`")
 
 
 def _named(kind: str, paths: list[str]) -> str:
@@ -192,7 +234,7 @@ def verify(root: str | Path) -> None:
     found = problems(root)
     if found:
         raise SealError(f"reference set {root}: its files differ from {MANIFEST}: {'; '.join(found)}; "
-                        + RESTORE.format(root=root))
+                        + RESTORE.format(root=root) + interrupted(root))
 
 
 def _git(where: Path, *args: str) -> bytes:
@@ -295,8 +337,9 @@ def verify_committed(root: str | Path, *, accept_uncommitted: bool = False,
 
 def verify_if_sealed(path: str | Path, what: str, *, accept_uncommitted: bool = False,
                      notice: Callable[[str], None] | None = None) -> Path | None:
-    """``verify_committed`` the set ``path`` is or lies in (None when it is in none). A folder of finished reference jobs
-    (provenance.json) without a marker is refused: a set whose seal was removed, or one never sealed."""
+    """``verify_committed`` the set ``path`` is or lies in (None when it is in none). A folder of reference jobs (a
+    provenance.json of a set's, ``provenance.in_a_set``) without a marker is refused: a set whose seal was removed, or
+    one never sealed; a results folder of the workflow's jobs is none."""
     root = set_root(path)
     if root is not None:
         verify_committed(root, accept_uncommitted=accept_uncommitted, notice=notice)
@@ -304,10 +347,10 @@ def verify_if_sealed(path: str | Path, what: str, *, accept_uncommitted: bool = 
     folder = Path(path)
     if sets_below(folder):  # the parent of sets (reference/): its caller names the sets below it
         return None
-    if folder.is_dir() and next(folder.glob("**/provenance.json"), None) is not None:
-        raise SealError(f"{what} {path} holds reference jobs (provenance.json) but no {MARKER}: an unsealed reference "
-                        "set; restore its marker and manifest (git checkout), or seal it with "
-                        "`scripts/reference_jobs.py collect --adopt`")
+    if folder.is_dir() and any(_a_sets_record(p) for p in folder.glob(f"**/{PROVENANCE}")):
+        raise SealError(f"{what} {path} holds reference jobs ({PROVENANCE}) but no {MARKER}: an unsealed reference "
+                        f"set; restore its marker and manifest (git checkout), or seal it with `{COLLECT} --into "
+                        f"{path} --adopt`" + interrupted(path))
     return None
 
 
@@ -346,6 +389,13 @@ def refuse_links_into_sets(folder: str | Path, what: str) -> None:
                                     "remove the link (a render copies a set, it never links to it)")
             if depth + 1 < PLANNED_DEPTH and entry.is_dir():
                 pending.append((path, depth + 1))
+def _a_sets_record(path: Path) -> bool:
+    """``path`` is a provenance record of a reference set's job (one that is no record counts: it is not the
+    workflow's)."""
+    try:
+        return in_a_set(json.loads(path.read_text()))
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return True
 
 
 def seal(root: str | Path, config: str | Path | None = None) -> None:
@@ -355,7 +405,8 @@ def seal(root: str | Path, config: str | Path | None = None) -> None:
     base.mkdir(parents=True, exist_ok=True)
     if config is not None:
         rel = os.path.relpath(_resolved(config), _resolved(base))
-        _write(base / MARKER, json.dumps({"format": FORMAT, "config": Path(rel).as_posix()}, indent=1) + "\n")
+        marker = {"format": FORMAT, "config": Path(rel).as_posix(), "config_sha256": sha256(Path(config))}
+        _write(base / MARKER, json.dumps(marker, indent=1) + "\n")
     _write(base / MANIFEST, manifest_text(digests(base)))
 
 

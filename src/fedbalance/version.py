@@ -5,7 +5,7 @@ setuptools-scm writes ``_version.py`` beside this file whenever the package is b
 ``0.2.1.dev3+g1a2b3c4`` after it, ``0.0`` from a copy without git history, e.g. ``git archive``). That
 file, not the installed distribution's metadata, is read first: the workflow puts a checkout's ``src/`` first
 on ``sys.path``, and the metadata may then belong to another checkout's install. Without the file (a tree
-never built, such as a pinned worktree that scripts/reference_jobs.py runs from), the metadata counts only when
+never built, such as a pinned worktree that the reference set's jobs run from), the metadata counts only when
 it describes this very code; else setuptools-scm (the test extra brings it) reads the tree's git history; else
 the version is unknown.
 """

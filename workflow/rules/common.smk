@@ -13,7 +13,7 @@ from pathlib import Path
 
 from fedbalance.config import data_args, dataset_spec, jobs, resolve_job, settings, twins
 from fedbalance.records import Job
-from fedbalance.jobfolder import METRICS, ROUNDS, JobFolderError
+from fedbalance.jobfolder import METRICS, PROVENANCE, ROUNDS, JobFolderError, branch_file
 from fedbalance.reuse import branch_rounds, branches, derived
 from fedbalance.presentation import figures as presentation_figures
 from fedbalance.presentation import table_specs as presentation_tables
@@ -49,9 +49,11 @@ else:
     TWINS = {job.path: source.path for job, source in _twins.items()}
 # Jobs derived from a trained job's trajectory (rule derive; none when rendering a reference set).
 _derived = {} if REFERENCE_DIR is not None else derived(config)
-# Jobs that share their first rounds with another (fedbalance.reuse.branches: early's S and M with E): rule train runs
-# them after it, from the round state it keeps (keep_rounds; a source that kept none, trained before, lets them train
-# from round 0). A reference set holds its jobs as they are, so nothing branches when rendering one.
+# Jobs that share their first rounds with another (fedbalance.reuse.branches: early's S and M with E): their source
+# trains up to each round it keeps for them in a job of its own (rule keep writes branch-rNNN.pt and its checkpoint, which
+# the next of its jobs resumes), and each of them starts as soon as the state it shares exists (a source that finished
+# without it, trained before, lets them train from round 0). A reference set holds its jobs as they are, so nothing
+# branches when rendering one.
 _branches = {} if REFERENCE_DIR is not None else branches(config, skip=set(_twins) | set(_derived))
 BRANCHED = {job.path: (src.path, rounds) for job, (src, rounds) in _branches.items()}
 KEEP_ROUNDS = {src.path: rounds for src, rounds in branch_rounds(_branches).items()}
@@ -129,6 +131,12 @@ def reference_copies(wildcards):
     return [(f"{REFERENCE_DIR}/{src}", result(path), twin_spec(path)) for path, src in FROM_REFERENCE.items()]
 
 
+def reference_records(wildcards):
+    """The provenance.json of the set's jobs that rule from_reference copies, where the set holds one."""
+    found = (f"{REFERENCE_DIR}/{src}/{PROVENANCE}" for src in sorted(set(FROM_REFERENCE.values())))
+    return [f for f in found if Path(f).is_file()]
+
+
 def partition_spec(wildcards):
     """Parameters of a partition job: those of the experiment's first loss (partitions ignore the loss)."""
     loss = config["experiments"][wildcards.experiment]["losses"][0]
@@ -187,12 +195,17 @@ TRAIN_MEM_MB = {"mnist5k": 2000, "mnist": 4000, "cifar10": 6000, "fer2013": 8000
 TRAIN_RUNTIME = {"mnist5k": 15, "mnist": 120, "cifar10": 240, "fer2013": 480, "femnist": 1440}
 
 
+def _dataset(wildcards):
+    """The dataset of a training rule's job: its wildcard, or the one its job path names (rule keep's {source})."""
+    return wildcards.dataset if hasattr(wildcards, "dataset") else Job.from_path(wildcards.source).dataset
+
+
 def train_mem_mb(wildcards, attempt):
-    return TRAIN_MEM_MB.get(dataset_source(wildcards.dataset), 8000) * attempt
+    return TRAIN_MEM_MB.get(dataset_source(_dataset(wildcards)), 8000) * attempt
 
 
 def train_runtime(wildcards, attempt):
-    return TRAIN_RUNTIME.get(dataset_source(wildcards.dataset), 480) * attempt
+    return TRAIN_RUNTIME.get(dataset_source(_dataset(wildcards)), 480) * attempt
 
 
 def data_mem_mb(wildcards, attempt):
@@ -209,8 +222,30 @@ def job_path(wildcards):
 
 
 def keep_rounds(wildcards):
-    """The rounds whose states rule train's job keeps for the jobs that branch from it."""
+    """The rounds whose states rule train's job keeps for the jobs that branch from it (rule keep keeps them first)."""
     return KEEP_ROUNDS.get(job_path(wildcards), [])
+
+
+def kept_state(source, rounds, name="kept"):
+    """The input ``name``, the file of ``source``'s round state after ``rounds`` rounds, which the keep rule writes;
+    none when the source finished without it (trained before it kept states), and the jobs that wait for it then
+    train from round 0."""
+    kept = str(branch_file(result(source), rounds))
+    return {} if Path(result(source, METRICS)).exists() and not Path(kept).exists() else {name: kept}
+
+
+def keep_inputs(wildcards):
+    """Rule keep's inputs: the source's partition and data manifest, and its state at the round it kept before."""
+    rounds = KEEP_ROUNDS[wildcards.source]
+    if int(wildcards.kept) not in rounds:
+        raise WorkflowError(f"{wildcards.source} keeps its round state after {rounds} rounds, not {wildcards.kept}")
+    job = Job.from_path(wildcards.source)
+    inputs = {
+        "partition": result("partitions", job.experiment, job.dataset, job.setting, f"seed{job.seed}.json"),
+        "manifest": result("data", f"{job.dataset}.json"),
+    }
+    earlier = [r for r in rounds if r < int(wildcards.kept)]
+    return inputs | (kept_state(wildcards.source, earlier[-1]) if earlier else {})
 
 
 def branch_source(wildcards):
@@ -226,14 +261,17 @@ def branch_after(wildcards):
 
 
 def train_inputs(wildcards):
-    """Rule train's inputs: the partition and the data manifest, and a branched job's source (BRANCHED, train.smk)."""
+    """Rule train's inputs: the partition and the data manifest; a branch source's last kept state (rule keep trains
+    its rounds before it); a branched job's source's state after the rounds they share (BRANCHED)."""
     w = wildcards
     inputs = {
         "partition": result("partitions", w.experiment, w.dataset, w.setting, f"seed{w.seed}.json"),
         "manifest": result("data", f"{w.dataset}.json"),
     }
+    if job_path(w) in KEEP_ROUNDS:
+        inputs |= kept_state(job_path(w), KEEP_ROUNDS[job_path(w)][-1])
     if job_path(w) in BRANCHED:
-        inputs["source"] = result(BRANCHED[job_path(w)][0], METRICS)
+        inputs |= kept_state(*BRANCHED[job_path(w)], name="source")
     return inputs
 
 

@@ -18,6 +18,7 @@ rule derive:
     output:
         metrics=result("{derived}", METRICS),
         rounds=result("{derived}", ROUNDS),
+        provenance=result("{derived}", PROVENANCE),
     log:
         result("logs", "derive", "{derived}.log"),
     wildcard_constraints:

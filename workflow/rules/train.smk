@@ -1,7 +1,9 @@
 # Stage 3: one FedAvg (or centralised) training job per (experiment, dataset, setting, loss, seed).
 # fedbalance.jobs.run_job writes metrics.json and rounds.csv (fedbalance.jobfolder) atomically and checkpoints every
 # round to checkpoint.pt beside them (not a declared output, so it survives a failed or killed
-# job and the rerun resumes from it).
+# job and the rerun, with --rerun-incomplete after a kill, resumes from it); then provenance.json (fedbalance.provenance:
+# the commit, this Snakemake command, the rule and its wildcards, device, threads, wall time). Every rule that writes
+# a job folder writes all three.
 
 
 rule train:
@@ -10,6 +12,7 @@ rule train:
     output:
         metrics=result("{experiment}", "{dataset}", "{setting}", "{loss}", "seed{seed}", METRICS),
         rounds=result("{experiment}", "{dataset}", "{setting}", "{loss}", "seed{seed}", ROUNDS),
+        provenance=result("{experiment}", "{dataset}", "{setting}", "{loss}", "seed{seed}", PROVENANCE),
     log:
         result("logs", "train", "{experiment}", "{dataset}", "{setting}", "{loss}", "seed{seed}.log"),
     benchmark:
@@ -33,6 +36,45 @@ rule train:
         keep_rounds=keep_rounds,
         branch_from=branch_source,
         branch_rounds=branch_after,
+        until=None,
+    script:
+        "../scripts/train.py"
+
+
+# A job that others branch from (common.smk: KEEP_ROUNDS) trains up to each round whose state they start from in a job
+# of its own, which keeps that state (branch-rNNN.pt) and its checkpoint; its next job (the next kept round, then rule
+# train) resumes the checkpoint, so the jobs that branch from it start as soon as their state exists and no round is
+# trained twice.
+rule keep:
+    input:
+        unpack(keep_inputs),
+    output:
+        result("{source}", "branch-r{kept}.pt"),
+    log:
+        result("logs", "keep", "{source}", "r{kept}.log"),
+    wildcard_constraints:
+        source=_paths(KEEP_ROUNDS),
+        kept=r"\d\d\d+",
+    conda:
+        "../envs/torch.yaml"
+    threads: TRAIN_THREADS
+    resources:
+        gpu=train_gpus,
+        gpu_slots=train_gpus,
+        mem_mb=train_mem_mb,
+        runtime=train_runtime,
+    params:
+        spec=lambda wc: twin_spec(wc.source),
+        data_dir=DATA_DIR,
+        device=config["device"],
+        deterministic=config["deterministic"],
+        precision=config["precision"],
+        capture=config["capture"],
+        threads=TRAIN_THREADS,
+        keep_rounds=lambda wc: [int(wc.kept)],
+        branch_from=None,
+        branch_rounds=None,
+        until=lambda wc: int(wc.kept),
     script:
         "../scripts/train.py"
 
@@ -50,6 +92,7 @@ rule reuse:
     output:
         metrics=result("{twin}", METRICS),
         rounds=result("{twin}", ROUNDS),
+        provenance=result("{twin}", PROVENANCE),
     log:
         result("logs", "reuse", "{twin}.log"),
     wildcard_constraints:
@@ -67,9 +110,11 @@ rule from_reference:
     input:
         metrics=[f"{REFERENCE_DIR}/{src}/{METRICS}" for src in sorted(set(FROM_REFERENCE.values()))],
         rounds=[f"{REFERENCE_DIR}/{src}/{ROUNDS}" for src in sorted(set(FROM_REFERENCE.values()))],
+        provenance=reference_records,
     output:
         metrics=[result(path, METRICS) for path in FROM_REFERENCE],
         rounds=[result(path, ROUNDS) for path in FROM_REFERENCE],
+        provenance=[result(path, PROVENANCE) for path in FROM_REFERENCE],
     log:
         result("logs", "from_reference.log"),
     localrule: True

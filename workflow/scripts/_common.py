@@ -60,6 +60,19 @@ def logged(smk):
             os.close(saved[1])
 
 
+def record(smk, folder, metrics, started: float, *, trained: bool = True, **extra) -> None:
+    """Write ``folder``'s provenance.json (fedbalance.provenance.job_record): this rule and its wildcards, the
+    commit of the workflow's src/ (or FEDBALANCE_COMMIT), the command the Snakefile recorded, and ``extra``."""
+    from importlib.metadata import version
+
+    from fedbalance.provenance import SNAKEMAKE, job_record, write
+
+    how = {"runner": SNAKEMAKE, "runner_version": version("snakemake"), "rule": smk.rule,
+           "wildcards": dict(smk.wildcards.items())}
+    code = SRC if Path(SRC, "fedbalance").is_dir() else None
+    write(folder, job_record(metrics, how=how, code=code, started=started, trained=trained, extra=extra))
+
+
 def done() -> None:
     """End a script that has written and closed all its outputs, skipping the interpreter's teardown.
 

@@ -1,12 +1,23 @@
-"""Rule from_reference: every job of a render written from the reference set (a twin from the job covering it)."""
+"""Rule from_reference: every job of a render written from the reference set (a twin from the job covering it), each
+with a provenance.json that holds the set's record of its job."""
+
+import time
 
 import _common
 
 smk = snakemake  # noqa: F821  (injected by Snakemake)
+started = time.time()
 
 with _common.logged(smk):
+    from pathlib import Path
+
+    from fedbalance.jobfolder import PROVENANCE
+    from fedbalance.provenance import read
     from fedbalance.reuse import write_twin
 
     for source, target, spec in smk.params.copies:
-        write_twin(source, target, spec)
+        metrics = write_twin(source, target, spec)
+        held = Path(source, PROVENANCE)
+        _common.record(smk, target, metrics, started, trained=False, copied_from=source,
+                       reference_provenance=read(held) if held.is_file() else None)
     print(f"{len(smk.params.copies)} jobs written from {len({c[0] for c in smk.params.copies})} of the reference set")

@@ -1,13 +1,18 @@
-"""Rule reuse: a twin job's metrics.json and rounds.csv from the job trained in its place."""
+"""Rule reuse: a twin job's metrics.json and rounds.csv from the job trained in its place, then its provenance.json."""
 
+import time
 from pathlib import Path
 
 import _common
 
 smk = snakemake  # noqa: F821  (injected by Snakemake)
+started = time.time()
 
 with _common.logged(smk):
+    from fedbalance.jobfolder import folder_job
     from fedbalance.reuse import write_twin
 
-    write_twin(Path(smk.input.metrics).parent, Path(smk.output.metrics).parent, smk.params.spec)
-    print(f"{Path(smk.output.metrics).parent} written from {Path(smk.input.metrics).parent}")
+    source, out = Path(smk.input.metrics).parent, Path(smk.output.metrics).parent
+    metrics = write_twin(source, out, smk.params.spec)
+    _common.record(smk, out, metrics, started, trained=False, reused_from=folder_job(source))
+    print(f"{out} written from {source}")

@@ -1,12 +1,15 @@
-"""Rules train and train_branched: one training job; fedbalance.jobs.run_job writes metrics.json and rounds.csv
-beside each other (atomically) and resumes from checkpoint.pt in the same folder; a branched job starts from its
-source's kept round state when the source kept it."""
+"""Rules train and keep: one training job; fedbalance.jobs.run_job writes metrics.json and rounds.csv beside each other
+(atomically) and resumes from checkpoint.pt in the same folder; a branched job starts from its source's kept round
+state when the source kept it. Rule train then writes provenance.json; rule keep stops after its round (``until``),
+keeping that round's state and the checkpoint for the job's next rule."""
 
+import time
 from pathlib import Path
 
 import _common
 
 smk = snakemake  # noqa: F821  (injected by Snakemake)
+started = time.time()
 
 with _common.logged(smk):
     import torch
@@ -19,8 +22,8 @@ with _common.logged(smk):
     # the config's thread count, not smk.threads (which --set-threads or --cores may change)
     torch.set_num_threads(smk.params.threads)
     print(f"torch threads: {torch.get_num_threads()} (config threads: {smk.params.threads})", flush=True)
-    out_dir = Path(smk.output.metrics).parent
-    run_job(
+    out_dir = Path(smk.output[0]).parent
+    metrics = run_job(
         smk.params.spec,
         out_dir,
         data_dir=smk.params.data_dir,
@@ -31,8 +34,11 @@ with _common.logged(smk):
         partitions=load_partitions(smk.input.partition),
         keep_rounds=smk.params.keep_rounds,
         branch_from=kept_branch(smk.params.branch_from, smk.params.branch_rounds),
+        until=smk.params.until,
     )
-    for name in ("metrics", "rounds"):
+    if metrics is not None:
+        _common.record(smk, out_dir, metrics, started)
+    for name in smk.output.keys() or [0]:
         if not Path(smk.output[name]).is_file():
             raise RuntimeError(f"run_job did not write {smk.output[name]}")
 

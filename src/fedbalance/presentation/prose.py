@@ -1,8 +1,8 @@
 """The docs' sentences that state numbers of a reference set, computed from its job folders and rendered from templates.
 
 Each block is one template of ``templates/prose/`` filled from the tidy frames of the set
-(``fedbalance.aggregate.collect`` of reference/mnist) or the published numbers; ``scripts/reference_jobs.py docs``
-splices them between the docs' marks and ``docs --check`` fails when one is stale.
+(``fedbalance.aggregate.collect`` of reference/mnist) or the published numbers; ``fedbalance reference docs``
+(``fedbalance.refdocs``) splices them between the docs' marks and ``docs --check`` fails when one is stale.
 """
 
 from __future__ import annotations

@@ -21,6 +21,10 @@ Every read checks the folder as a whole (``check``): metrics.json holds ``job``,
 another seed or setting is refused, not counted twice); rounds.csv has a ``round`` column of increasing
 integers and exactly ``rounds`` rows (a truncated file is refused, not read as a shorter run).
 
+A job stopped by a plug-in that broke its contract (a non-finite loss or estimate, ``fedbalance.plugins.PluginFailure``)
+holds ``failed.json`` (``FAILED``: the reason, naming the plug-in and round) and no metrics.json: it never counts as
+finished, so no table shows it; the next run of the job removes it.
+
 While a job runs the folder also holds ``checkpoint.pt``, ``.lock`` and, with ``save_trajectory``,
 ``trajectory.pt`` (``fedbalance.jobs``); a job that others branch from keeps ``branch-rNNN.pt`` (``BRANCH``) after it ends. The engine (``jobs``), twins (``reuse``), the tidy frames
 (``aggregate``), the history estimators (``replay.recorded``), reference sets and the tests' synthetic
@@ -52,6 +56,8 @@ FILES = (ROUNDS, METRICS)
 CHECKPOINT = "checkpoint.pt"
 TRAJECTORY = "trajectory.pt"
 LOCK = ".lock"
+FAILED = "failed.json"
+"""A job stopped by a plug-in's broken contract: {"job", "reason", "time"} (``write_failed``); never beside metrics.json."""
 BRANCH = re.compile(r"branch-r(\d{3,})\.pt")
 """A job's round state kept after a round for jobs that branch from it (``fedbalance.jobs``: ``keep_rounds``)."""
 
@@ -153,6 +159,15 @@ def write(folder: str | Path, metrics: Mapping[str, Any], rounds: str | bytes) -
     mode = "wb" if isinstance(rounds, bytes) else "w"
     atomic_write(folder / ROUNDS, lambda fh: fh.write(rounds), mode=mode)
     write_json(metrics, folder / METRICS)
+
+
+def write_failed(folder: str | Path, job: str, reason: str) -> Path:
+    """Mark ``folder``'s job failed (``FAILED``): the job path, the reason (one line) and the UTC time, atomically."""
+    from datetime import datetime, timezone
+
+    path = Path(folder) / FAILED
+    write_json({"job": job, "reason": reason, "time": datetime.now(timezone.utc).isoformat(timespec="seconds")}, path)
+    return path
 
 
 def finished(folder: str | Path) -> bool:

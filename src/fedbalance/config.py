@@ -40,6 +40,7 @@ from fedbalance.jobspec import (  # noqa: F401  (re-exported: the config's reade
     loss_params_key,
     partition_args,
     plugin_items,
+    runs_monitor,
     trained_estimators,
     training_key,
 )
@@ -224,12 +225,15 @@ def plugin_records(cfg: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str,
 def study_plugins(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Every plug-in the study's jobs use, once, in the jobs' order: ``kind`` (loss, estimator, dataset), ``name`` (as
     the config names it), ``package``, ``version`` (as installed now), ``origin`` (``plugins.Plugin.origin``),
-    ``jobs`` (how many use it) and ``trains`` (how many train on it: every job using a loss or dataset, an estimator's
-    only where a prior-fed loss trains on its estimate). ConfigError when one is no longer installed as planned."""
+    ``jobs`` (how many use it: an estimator, those that run the monitor) and ``trains`` (how many train on it: every job
+    using a loss or dataset, an estimator's only where a prior-fed loss trains on its estimate). ConfigError when one is
+    no longer installed as planned."""
     found: dict[tuple[str, str], dict[str, Any]] = {}
     for spec in resolve_jobs(cfg, jobs(cfg)).values():
         trained = set(trained_estimators(spec))
         for what, kind, name, rec in plugin_items(spec):
+            if what == "estimators" and not runs_monitor(spec):
+                continue
             if (what, name) not in found:
                 try:
                     now = plugins.check_installed(kind, name, rec)

@@ -131,7 +131,7 @@ def derive_job(
             "monitor": jobfolder.monitor_summary(new_rows),
             "acknowledged_round": ack_round,
             "derived_from": jobfolder.folder_job(source_dir) or str(source_dir),
-            **({"plugins": installed_plugins(spec)} if spec.plugins else {}),
+            **({"plugins": ran} if (ran := installed_plugins(spec)) else {}),
         }
         jobfolder.write(out, jobfolder.clean(metrics), jobfolder.rounds_text(new_rows))
     return metrics

@@ -11,7 +11,8 @@ when the job has finished:
   (class_counts, global_counts, gamma, cs, mean_cs, num_samples), "monitor": {"mean_cs": {estimator:
   mean CS over rounds, ..., "uniform": ...}} or null, "acknowledged_round", "device", "path" (the
   training path ``auto`` resolved to; ``config.path`` keeps what was configured), "versions", "threads",
-  "deterministic", "precision", "chunking", "wall_time_s", "rounds"}; a twin's adds "reused_from", a derived job's
+  "deterministic", "precision", "chunking", "wall_time_s", "rounds"} and, for a job that ran a plug-in, "plugins" (each
+  one's target, package, version and origin, as ``config.plugins`` is keyed); a twin's adds "reused_from", a derived job's
   "derived_from", a branched job's "branched_from" (the folder and round of the kept state it started from); a
   source is named by its job path, relative to the results folder (``folder_job``), never by a machine's path.
   Non-finite floats are written as null. It is written last: a folder with it is a finished job.

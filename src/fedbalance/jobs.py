@@ -287,8 +287,9 @@ def fingerprint(spec: JobSpec, partitions: Mapping[str, Partition]) -> str:
     versions installed (an estimator's, which its spec does not record, included); a checkpoint resumes only the job
     that wrote it."""
     body: dict[str, Any] = {"spec": clean(spec.resolved_dict()), "partitions": {k: p.to_json() for k, p in partitions.items()}}
-    if spec.plugins:
-        body["plugins"] = [[what, rec.get("target"), rec.get("version")] for what, rec in _ran(installed_plugins(spec))]
+    ran = _ran(installed_plugins(spec)) if spec.plugins else []
+    if ran:
+        body["plugins"] = [[what, rec.get("target"), rec.get("version")] for what, rec in ran]
     payload = json.dumps(body, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
@@ -521,6 +522,7 @@ def _job_metrics(
     (``path: auto`` stays ``auto``, so a twin's spec compares equal), ``path`` the training path it resolved to;
     ``branched_from`` (folder, round) only for a job started from another's kept round state."""
     path = spec.path
+    ran = installed_plugins(spec)
     final = evaluate(model, data.x_test, data.y_test, data.num_classes, data.minority_classes)
     final["train_loss"] = state.rows[-1]["train_loss"] if state.rows else None
     metrics = {
@@ -540,7 +542,7 @@ def _job_metrics(
         "chunking": plan.record() if plan.memory_budget is not None and path == "vectorised" else None,
         **({"capture": True} if plan.capture and path == "vectorised" else {}),
         **({"branched_from": dict(branched_from)} if branched_from else {}),
-        **({"plugins": installed_plugins(spec)} if spec.plugins else {}),
+        **({"plugins": ran} if ran else {}),
         "wall_time_s": wall_time(),
         "rounds": len(state.rows),
     }

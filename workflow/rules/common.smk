@@ -148,6 +148,13 @@ def partition_spec(wildcards):
     )
 
 
+def plugin_param(value, otherwise):
+    """A param about plug-ins (a record, versions): ``value`` when there is one, else ``otherwise``, a value another
+    param of the same rule holds. Snakemake compares a job's params as a set of values, so a rule's new plug-in param
+    plans no job of a study without plug-ins again."""
+    return value if value else otherwise
+
+
 def dataset_data(dataset):
     """(source, loader options) of a dataset: every job of it trains on these (fedbalance.config.validate)."""
     return data_args(dataset_spec(config, dataset))

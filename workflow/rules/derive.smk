@@ -29,7 +29,7 @@ rule derive:
     threads: TRAIN_THREADS
     params:
         spec=lambda wc: twin_spec(wc.derived),
-        estimators=lambda wc: estimator_versions(config, Job.from_path(wc.derived)),
+        estimators=lambda wc: plugin_param(estimator_versions(config, Job.from_path(wc.derived)), DATA_DIR),
         data_dir=DATA_DIR,
         threads=TRAIN_THREADS,
     script:

@@ -96,7 +96,12 @@ def read_yaml(path: str | Path) -> Any:
 
 
 def schema() -> dict:
-    """The configuration's JSON schema."""
+    """The configuration's JSON schema (a copy of the file's, parsed once a process)."""
+    return copy.deepcopy(_schema())
+
+
+@functools.lru_cache(maxsize=1)
+def _schema() -> dict:
     return read_yaml(SCHEMA_PATH)
 
 
@@ -155,7 +160,7 @@ def settings(cfg: Mapping[str, Any], experiment: str) -> dict[str, dict[str, Any
 
 def base_losses() -> tuple[str, ...]:
     """The registered loss names (``fedbalance.losses.LOSSES``), as the schema lists them."""
-    return tuple(schema()["$defs"]["registered_losses"]["enum"])
+    return tuple(_schema()["$defs"]["registered_losses"]["enum"])
 
 
 def _builtin_sources() -> list[str]:

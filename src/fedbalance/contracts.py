@@ -13,8 +13,8 @@ workflow that parses its config often pays for it once per process. What they ch
   synthetic round (``RoundInputs`` of a small stand-in model with the job's image shape and Q classes, or a
   ``Track`` of three rounds of its requirements' estimates), returns Q finite non-negative counts.
 * ``check_dataset``: the source is a ``data.Source`` whose declared classes (with the dataset's options), channels and
-  image size the job's model takes: the model is built on torch's ``meta`` device and a batch of the declared shape
-  goes through it, so no weights are allocated and no data is read. What ``load`` yields is checked when the data is
+  image size the job's model takes: a fresh model (torch's random state kept) maps two blank images of the declared
+  shape to logits of its classes; no data is read. What ``load`` yields is checked when the data is
   loaded (``data.load_dataset``: rule prepare_data, before any partition, and every job).
 
 The same contracts guard every call while a job runs: ``estimators.as_estimator``'s entry checks each estimate,
@@ -190,8 +190,8 @@ def check_dataset(source: str, version: str | None, model: str, options: str = "
     if not isinstance(q, int) or q < 2:
         raise plugins.PluginError(f"declares {q!r} classes with these options; a dataset has 2 or more")
     try:
-        with torch.device("meta"):
-            out = build_model(model, c, q, size)(torch.zeros(2, c, *size))
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            out = build_model(model, c, q, size).eval()(torch.zeros(2, c, *size))
     except Exception as exc:  # noqa: BLE001
         raise _fail(f"the model {model!r} cannot take its declared images [{c}, {size[0]}, {size[1]}] of {q} classes",
                     exc) from None

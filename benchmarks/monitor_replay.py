@@ -31,7 +31,7 @@ import torch
 from fedbalance.config import load_config, resolve_job
 from fedbalance.records import Job
 from fedbalance.jobs import run_job
-from fedbalance.estimators import REGISTRY, named_targets, plan
+from fedbalance.estimators import REGISTRY, named_targets, plan, plugin_origins
 from fedbalance.records import ESTIMATORS, UNIFORM, cs_column
 from fedbalance.replay import load_trajectory, recorded, replay
 
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     if not paths and not args.recorded:
         ap.error("give --trajectory files, --recorded folders or --run")
     start = time.perf_counter()
-    report = {"estimators": args.estimators, "jobs": {}}
+    report = {"estimators": args.estimators, "plugins": plugin_origins(args.estimators, targets), "jobs": {}}
     for folder in args.recorded:
         rows = recorded(folder, targets=targets, plugins=args.estimators)
         spec = json.loads((Path(folder) / "metrics.json").read_text())["config"]

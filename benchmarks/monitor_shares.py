@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from fedbalance.atomic import write_json
-from fedbalance.estimators import REGISTRY, named_targets, plan
+from fedbalance.estimators import REGISTRY, named_targets, plan, plugin_origins
 from fedbalance.jobspec import as_spec
 from fedbalance.monitor import Acknowledger
 from fedbalance.estimators import sharpened_counts
@@ -113,10 +113,12 @@ def markdown(report: dict[str, Any]) -> str:
 
 def replay_record(path: Path, estimators: Sequence[str], data_dir: str,
                   targets: dict[str, str] | None = None) -> dict[str, Any]:
-    """A replayed trajectory as ``--save-replays`` writes it: {"trajectory", "estimators", "spec", "rows"}."""
+    """A replayed trajectory as ``--save-replays`` writes it: {"trajectory", "estimators", "plugins" (the plug-in
+    estimators' package, version and origin), "spec", "rows"}."""
     traj = load_trajectory(path)
     rows = replay(traj, estimators, data_dir=data_dir, targets=targets)
-    return {"trajectory": str(path), "estimators": list(estimators), "spec": traj["spec"], "rows": rows}
+    return {"trajectory": str(path), "estimators": list(estimators), "plugins": plugin_origins(estimators, targets),
+            "spec": traj["spec"], "rows": rows}
 
 
 EXPONENTS = tuple(round(1 + 0.1 * i, 1) for i in range(41))

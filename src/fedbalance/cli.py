@@ -35,7 +35,7 @@ USER_ERRORS = {
     "fedbalance.config": "ConfigError", "fedbalance.data": "DataError", "fedbalance.partition": "PartitionError",
     "fedbalance.fl": "FLError", "fedbalance.cost": "CostError", "fedbalance.jobfolder": "JobFolderError",
     "fedbalance.jobs": "JobError", "fedbalance.seal": "SealError", "fedbalance.provenance": "ProvenanceError",
-    "fedbalance.refset": "RefSetError",
+    "fedbalance.refset": "RefSetError", "fedbalance.plugins": "PluginError",
 }
 """The errors that end a subcommand with status 2, by module."""
 
@@ -223,6 +223,20 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--dataset", required=True, help="dataset name under 'datasets' of the config")
     prep.add_argument("--data-dir", type=written_path, default=None, help="dataset folder (default: the config's data_dir)")
     prep.set_defaults(func=cmd_prepare)
+
+    plug = sub.add_parser(
+        "plugins",
+        help="list the plug-ins the study uses, with their package, version and origin",
+        description="Print every plug-in (loss, composition estimator, dataset) the config's jobs use: its package and "
+        "version as installed, where it comes from (entry point or dotted path), how many jobs use it and how many "
+        "train on it; then the finished jobs under the results folder that ran one at another version (their "
+        "metrics.json's plugins). A job that trains on the plug-in is planned again by the workflow; one whose monitor "
+        "only recorded an estimator keeps that version's columns until rerun (snakemake --forcerun its metrics.json).",
+    )
+    plug.add_argument("--config", required=True, type=path_argument, help="study configuration YAML")
+    plug.add_argument("--results", type=path_argument, default=None,
+                      help="results folder whose finished jobs to check (default: the config's results_dir)")
+    plug.set_defaults(func=cmd_plugins)
 
     ls = sub.add_parser("jobs", help="list the jobs of the study", description="Print every job as experiment/dataset/setting/loss/seedK.")
     ls.add_argument("--config", required=True, type=read_path, help="study configuration YAML")
@@ -514,6 +528,32 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     ds = load_dataset(source, _data_dir(cfg, args), **options)  # parses every file: malformed ones fail here
     print(f"{args.dataset} ({source}): {len(files)} file(s) ready, {len(ds.y_train)} training and "
           f"{len(ds.y_test)} test samples")
+    return 0
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    """``fedbalance plugins``."""
+    from fedbalance.config import study_plugins
+    from fedbalance.presentation.study import plugins_table
+    from fedbalance.reuse import stale_plugins
+
+    cfg = load_config(args.config)
+    found = study_plugins(cfg)
+    if not found:
+        print(f"{args.config}: no plug-in; every loss, estimator and dataset is fedbalance's own")
+        return 0
+    print(plugins_table(found))
+    results = args.results if args.results is not None else Path(cfg["results_dir"])
+    stale = stale_plugins(cfg, results) if results.is_dir() else []
+    if not stale:
+        print(f"\n{results}: no finished job ran a plug-in at another version than the one installed")
+        return 0
+    print(f"\n{results}: {len(stale)} finished job(s) ran a plug-in at another version than the one installed:")
+    for s in stale:
+        what = ("trains on it: the workflow plans it again" if s["trains"] else
+                f"its monitor's {s['name']} columns are {s['recorded']}'s: rerun it with snakemake --forcerun "
+                f"{results / s['job'] / 'metrics.json'}")
+        print(f"- {s['job']}: {s['kind']} {s['name']} {s['recorded']} (installed: {s['installed']}); {what}")
     return 0
 
 

@@ -39,6 +39,9 @@ from fedbalance.jobspec import (  # noqa: F401  (re-exported: the config's reade
     job_value,
     loss_params_key,
     partition_args,
+    plugin_items,
+    runs_monitor,
+    trained_estimators,
     training_key,
 )
 from fedbalance.jobspec import required_keys as _spec_required_keys
@@ -93,7 +96,12 @@ def read_yaml(path: str | Path) -> Any:
 
 
 def schema() -> dict:
-    """The configuration's JSON schema."""
+    """The configuration's JSON schema (a copy of the file's, parsed once a process)."""
+    return copy.deepcopy(_schema())
+
+
+@functools.lru_cache(maxsize=1)
+def _schema() -> dict:
     return read_yaml(SCHEMA_PATH)
 
 
@@ -154,7 +162,7 @@ def settings(cfg: Mapping[str, Any], experiment: str) -> dict[str, dict[str, Any
 def base_losses() -> tuple[str, ...]:
     """The registered loss names (``fedbalance.losses.LOSSES``), as the schema lists them (read once: a study's
     validation asks for them per job)."""
-    return tuple(schema()["$defs"]["registered_losses"]["enum"])
+    return tuple(_schema()["$defs"]["registered_losses"]["enum"])
 
 
 def _builtin_sources() -> list[str]:
@@ -171,10 +179,15 @@ def _plugin(kind: str, name: str, where: str, builtin: Collection[str]) -> plugi
         raise ConfigError(str(exc)) from None
 
 
-@functools.lru_cache(maxsize=64)
 def _loss_record(name: str, path: tuple[str, ...], where: str = "loss") -> dict[str, Any] | None:
     """The spec's record of loss ``name`` when it is a plug-in (with what it ``receives``), None for a registered one;
-    ConfigError starting with ``where`` when it is neither or breaks the loss protocol."""
+    ConfigError starting with ``where`` when it is neither or breaks the loss protocol. ``path``: ``sys.path``, which
+    decides what a name resolves to. Cached until ``plugins.forget``."""
+    return _cached_loss_record(name, path, where, plugins.generation())
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_loss_record(name: str, path: tuple[str, ...], where: str, generation: int) -> dict[str, Any] | None:
     plugin = _plugin("losses", name, where, base_losses())
     if plugin is None:
         return None
@@ -189,7 +202,10 @@ def _loss_record(name: str, path: tuple[str, ...], where: str = "loss") -> dict[
 
 def plugin_records(cfg: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
     """The plug-ins a job's merged dict uses (``jobspec.PLUGINS``): its loss, its dataset's source and the estimators
-    it records that are not built in, each as ``plugins.Plugin.record``; {} for a job of built-ins only."""
+    it records that are not built in, each as ``plugins.Plugin.record``; {} for a job of built-ins only. An estimator's
+    record carries its version only when the job trains on its estimate (``jobspec.trained_estimators``): any other
+    estimator changes the monitor's columns, not the training, and its version is recorded where those are
+    (metrics.json's ``plugins``)."""
     out: dict[str, Any] = {}
     loss = _loss_record(str(spec["base_loss"]), tuple(sys.path))
     if loss is not None:
@@ -200,16 +216,66 @@ def plugin_records(cfg: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str,
         if found is not None:
             out["dataset"] = found.record()
     own = cfg.get("estimators") or {}
+    trained = set(trained_estimators({**spec, PLUGINS: out}))
     records = {}
     for name in (spec.get("monitor") or {}).get("estimators") or ():
         if name in ESTIMATORS:
             continue
         found = _plugin("estimators", own.get(name, name), "monitor.estimators", ESTIMATORS)
         if found is not None:
-            records[name] = found.record()
+            records[name] = found.record(version=name in trained)
     if records:
         out["estimators"] = records
     return out
+
+
+def study_plugins(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every plug-in the study's jobs use, once, in the jobs' order: ``kind`` (loss, estimator, dataset), ``name`` (as
+    the config names it), ``package``, ``version`` (as installed now), ``origin`` (``plugins.Plugin.origin``),
+    ``jobs`` (how many use it: an estimator, those that run the monitor) and ``trains`` (how many train on it: every job
+    using a loss or dataset, an estimator's only where a prior-fed loss trains on its estimate). ConfigError when one is
+    no longer installed as planned."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for spec in resolve_jobs(cfg, jobs(cfg)).values():
+        trained = set(trained_estimators(spec))
+        for what, kind, name, rec in plugin_items(spec):
+            if what == "estimators" and not runs_monitor(spec):
+                continue
+            if (what, name) not in found:
+                try:
+                    now = plugins.check_installed(kind, name, rec)
+                except plugins.PluginError as exc:
+                    raise ConfigError(str(exc)) from None
+                found[what, name] = {"kind": plugins.SINGULAR[kind], "name": name, "package": now.package,
+                                     "version": now.version, "origin": now.origin(), "jobs": 0, "trains": 0}
+            found[what, name]["jobs"] += 1
+            found[what, name]["trains"] += int(what != "estimators" or name in trained)
+    return list(found.values())
+
+
+def estimator_versions(cfg: Mapping[str, Any], job: Job) -> dict[str, str]:
+    """The plug-in estimators ``job`` names, name -> "package version" (or "target version") as installed now: what its
+    monitor's columns depend on besides its spec, which records an estimator's version only where the job trains on
+    it (``plugin_records``). The workflow re-derives a derived job, whose outputs are its monitor's, when one changes."""
+    out = {}
+    for what, kind, name, rec in plugin_items(resolve_job(cfg, job)):
+        if what == "estimators":
+            try:
+                now = plugins.check_installed(kind, name, rec)
+            except plugins.PluginError as exc:
+                raise ConfigError(str(exc)) from None
+            out[name] = f"{now.package or now.target} {now.version}"
+    return out
+
+
+def dataset_plugin(cfg: Mapping[str, Any], dataset: str) -> dict[str, Any] | None:
+    """The record (``plugins.Plugin.record``) of dataset ``dataset``'s source when it is a plug-in, else None: what the
+    workflow's data preparation depends on besides the source's name and options."""
+    source = dataset_spec(cfg, dataset).get("source")
+    if not isinstance(source, str) or source in _builtin_sources():
+        return None
+    found = _plugin("datasets", source, f"datasets.{dataset}.source", _builtin_sources())
+    return None if found is None else found.record()
 
 
 def resolve_job(cfg: Mapping[str, Any], job: Job) -> JobSpec:
@@ -606,6 +672,7 @@ def validate(cfg: Mapping[str, Any]) -> dict[str, Any]:
                     else:
                         _check_job(spec, where)
                     _check_loss_params(out, spec, where)
+                    _check_contracts(out, spec, where)
                     _check_one_partition(out, job, spec, first)
     return out
 
@@ -656,6 +723,47 @@ def _check_plugins(cfg: Mapping[str, Any]) -> None:
                 check_source(found.load(), found.origin())
             except plugins.PluginError as exc:
                 raise ConfigError(f"{key}.source: {exc}") from None
+
+
+def _check_contracts(cfg: Mapping[str, Any], spec: Mapping[str, Any], where: str) -> None:
+    """Each plug-in a job uses, called once on a tiny synthetic input of the job's shapes (``fedbalance.contracts``:
+    cached by plug-in, version and shapes; torch is imported only for a config with plug-ins). ConfigError naming the
+    config key, the plug-in and its origin when one breaks its contract."""
+    used = spec.get(PLUGINS) or {}
+    if not used:
+        return
+    from fedbalance import contracts
+    from fedbalance.data import dataset_info
+
+    options = job_value(spec, "options")
+    info = dataset_info(spec["source"], **options)
+    if "dataset" in used:
+        key = f"datasets.{spec['dataset']}.source"
+        found = plugins.from_record("datasets", str(spec["source"]), used["dataset"])
+        try:
+            contracts.check_dataset(str(spec["source"]), found.version, str(spec["model"]),
+                                    json.dumps(options, sort_keys=True, default=str))
+        except plugins.PluginError as exc:
+            raise ConfigError(f"{key}: dataset {spec['source']!r} ({found.origin()}): {exc}") from None
+    if "loss" in used:
+        found = plugins.from_record("losses", str(spec["base_loss"]), used["loss"])
+        kwargs = job_value(spec, "loss_params").get(loss_params_key(spec), {})
+        try:
+            contracts.check_loss(str(spec["base_loss"]), found.version, int(info["num_classes"]),
+                                 json.dumps(kwargs, sort_keys=True, default=str), job_value(spec, "path") != "sequential")
+        except plugins.PluginError as exc:
+            raise ConfigError(f"{where}: loss {spec['loss']!r} ({found.origin()}): {exc}") from None
+    own = cfg.get("estimators") or {}
+    for name in used.get("estimators") or {}:
+        found = _plugin("estimators", own.get(name, name), f"{where}.monitor.estimators", ESTIMATORS)
+        assert found is not None
+        try:
+            contracts.check_estimator(name, own.get(name), found.version, int(info["num_classes"]),
+                                      int(info["in_channels"]), tuple(info["image_size"]))
+        except plugins.PluginError as exc:
+            text = str(exc) if found.origin() in str(exc) else f"{found.origin()}: {exc}"
+            head = "" if text.startswith(f"estimator {name!r}") else f"estimator {name!r}: "
+            raise ConfigError(f"{where}.monitor.estimators: {head}{text}") from None
 
 
 def _check_loss_params(cfg: Mapping[str, Any], spec: Mapping[str, Any], where: str) -> None:

@@ -620,7 +620,51 @@ def check_manifest(path: str | Path) -> None:
 
 
 def load_dataset(name: str, data_dir: str | Path = "data", *, download: bool = False, **options: Any) -> Dataset:
-    """Load a dataset from ``data_dir`` (see the module docstring for layouts and options)."""
+    """Load a dataset from ``data_dir`` (see the module docstring for layouts and options); a plug-in source's data is
+    checked against what it declares (``check_loaded``)."""
     spec, opts = _spec(name, options)
     root = Path(data_dir)
-    return spec.load(root, spec.prepare(root, download, **opts), **opts)
+    if name in _REGISTRY:
+        return spec.load(root, spec.prepare(root, download, **opts), **opts)
+    from fedbalance import plugins
+
+    origin = _origin(name)
+    try:
+        loaded = spec.load(root, spec.prepare(root, download, **opts), **opts)
+    except (DataError, OSError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - user code: reported as one line naming it
+        raise DataError(f"dataset {name!r} ({origin}): loading raised {plugins.one_line(exc)}") from None
+    return check_loaded(loaded, dataset_info(name, **options), f"dataset {name!r} ({origin})")
+
+
+def _origin(name: str) -> str:
+    """The origin phrase of plug-in source ``name`` (``plugins.Plugin.origin``)."""
+    from fedbalance import plugins
+
+    found = plugins.resolve("datasets", name, _REGISTRY, f"dataset {name!r}")
+    return found.origin() if found is not None else name
+
+
+def check_loaded(ds: Any, declared: dict[str, Any], where: str) -> Dataset:
+    """``ds`` if it is the data its source declares (the dataset contract of a plug-in, docs/extending.md): a
+    ``Dataset`` of ``declared`` classes, channels and image size whose train and test labels are classes 0 .. Q-1 and
+    hold a sample each; DataError naming ``where`` otherwise."""
+    import torch
+
+    if not isinstance(ds, Dataset):
+        raise DataError(f"{where}: load returned {type(ds).__name__}, not a fedbalance.data.Dataset")
+    q, c, size = declared["num_classes"], declared["in_channels"], tuple(declared["image_size"])
+    if ds.num_classes != q or ds.in_channels != c or ds.image_size != size:
+        raise DataError(f"{where}: load returned {ds.num_classes} classes of images [{ds.in_channels}, "
+                        f"{ds.image_size[0]}, {ds.image_size[1]}], the source declares {q} of [{c}, {size[0]}, {size[1]}]")
+    for split, y in (("train", ds.y_train), ("test", ds.y_test)):
+        if y.numel() == 0:
+            raise DataError(f"{where}: its {split} split is empty")
+        low, high = int(y.min()), int(y.max())
+        if low < 0 or high >= q:
+            raise DataError(f"{where}: its {split} labels run from {low} to {high}, not classes 0 to {q - 1}")
+    absent = sorted(set(range(q)) - set(torch.unique(ds.y_train).tolist()))
+    if absent:
+        raise DataError(f"{where}: its train split has no sample of class(es) {absent} of the {q} it declares")
+    return ds

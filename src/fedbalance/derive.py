@@ -22,8 +22,11 @@ import torch
 from fedbalance import jobfolder
 from fedbalance.data import Dataset, load_dataset
 from fedbalance.estimators import Observer
-from fedbalance.fl import TAG_MONITOR, RoundState, build_acknowledger, client_keys, monitor_round, select_clients, torch_generator
-from fedbalance.jobs import JobError, job_lock, lock_holder
+from fedbalance.fl import (
+    TAG_MONITOR, RoundState, build_acknowledger, client_keys, guarded_observe, monitor_round, select_clients,
+    torch_generator,
+)
+from fedbalance.jobs import JobError, installed_plugins, job_lock, lock_holder
 from fedbalance.jobspec import ConfigError, JobSpec, as_spec, derivable, training_differences
 from fedbalance.records import EMPIRICAL_COLUMNS, JOB_KEYS, is_monitor_column
 from fedbalance.replay import load_trajectory, replay_setup
@@ -54,8 +57,8 @@ def derive_rows(
                for c, v in row.items()}
         model.load_state_dict(r["model"])
         clients = select_clients(spec.required("selection"), num_clients, k, spec.seed, t)
-        observed = observer.observe(model, state_t1, r["totals"], torch_generator(spec.seed, TAG_MONITOR, t),
-                                    clients=client_keys(spec, t, clients))
+        observed = guarded_observe(spec, t, lambda: observer.observe(
+            model, state_t1, r["totals"], torch_generator(spec.seed, TAG_MONITOR, t), clients=client_keys(spec, t, clients)))
         monitor_round(state, new, observed, ack, lead, np.asarray(row["true_composition"]), r["totals"])
         out.append(new)
     return out, state.ack_round
@@ -127,12 +130,13 @@ def derive_job(
         ds = dataset if dataset is not None else load_dataset(spec.source, data_dir, **dict(spec.options))
         new_rows, ack_round = derive_rows(trajectory, rows, spec, ds)
         metrics = {
-            **source,
+            **{k: v for k, v in source.items() if k != "plugins"},
             "job": {k: getattr(spec.job, k) for k in JOB_KEYS},
             "config": as_spec(target).as_dict(),
             "monitor": jobfolder.monitor_summary(new_rows),
             "acknowledged_round": ack_round,
             "derived_from": jobfolder.folder_job(source_dir) or str(source_dir),
+            **({"plugins": ran} if (ran := installed_plugins(spec)) else {}),
         }
         jobfolder.write(out, jobfolder.clean(metrics), jobfolder.rounds_text(new_rows))
     return metrics

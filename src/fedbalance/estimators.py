@@ -134,7 +134,8 @@ def as_estimator(obj: Any, name: str, origin: str) -> Estimator:
     """A plug-in's object as the registry entry ``name``: an ``Estimator`` (its own name replaced) or a function of
     one argument (a per-round estimator: ``fn(RoundInputs)``). Its result may be an ``Estimate`` or the class counts
     [Q]. PluginError naming ``origin`` for anything else, or for ``requires`` that are not registered per-round
-    estimators."""
+    estimators. The entry's ``fn`` guards every call (``check_counts``): an exception of the plug-in, or a result that
+    is not Q finite non-negative counts, is a PluginError naming ``origin``."""
     if isinstance(obj, Estimator):
         fn, history, requires = obj.fn, obj.history, tuple(obj.requires)
     elif callable(obj):
@@ -154,16 +155,38 @@ def as_estimator(obj: Any, name: str, origin: str) -> Estimator:
         raise plugins.PluginError(f"{origin}: requires {unknown}, which are not registered per-round estimators "
                                   f"({sorted(k for k, e in REGISTRY.items() if not e.history)})")
 
+    who = f"estimator {name!r} ({origin})"
+
     def checked(inputs: Any) -> Estimate:
-        out = fn(inputs)
-        if isinstance(out, Estimate):
-            return out
-        counts = torch.as_tensor(out, dtype=torch.float64)
-        if counts.dim() != 1:
-            raise plugins.PluginError(f"{origin}: returned shape {tuple(counts.shape)}, not an Estimate or counts [Q]")
-        return _as_estimate(counts, name)
+        try:
+            out = fn(inputs)
+        except plugins.PluginError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure of user code is reported as one line naming it
+            raise plugins.PluginError(f"{who}: raised {plugins.one_line(exc)}") from None
+        q = inputs.monitor.num_classes if isinstance(inputs, RoundInputs) else inputs.num_classes
+        counts = check_counts(out.counts if isinstance(out, Estimate) else out, q, who)
+        return out if isinstance(out, Estimate) else _as_estimate(counts, name)
 
     return Estimator(name, checked, history, requires)
+
+
+def check_counts(out: Any, num_classes: int, origin: str) -> Tensor:
+    """An estimator's result as counts [Q] (float64); PluginError naming ``origin`` unless it is Q finite non-negative
+    numbers (the contract of a plug-in estimator, checked on every call: docs/extending.md)."""
+    try:
+        counts = torch.as_tensor(out, dtype=torch.float64).detach()
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise plugins.PluginError(f"{origin}: returned {type(out).__name__}, not an Estimate or class counts [Q] "
+                                  f"({plugins.one_line(exc)})") from None
+    if counts.dim() != 1 or counts.numel() != num_classes:
+        raise plugins.PluginError(f"{origin}: returned counts of shape {tuple(counts.shape)}, not [{num_classes}] (one "
+                                  f"per class of the job's {num_classes})")
+    bad = [i for i, v in enumerate(counts.tolist()) if not math.isfinite(v) or v < 0]
+    if bad:
+        raise plugins.PluginError(f"{origin}: returned counts {[round(v, 4) for v in counts.tolist()]}, class(es) {bad} "
+                                  "not a finite non-negative number")
+    return counts
 
 
 def named_targets(items: Sequence[str]) -> tuple[list[str], dict[str, str]]:
@@ -178,6 +201,20 @@ def named_targets(items: Sequence[str]) -> tuple[list[str], dict[str, str]]:
         if sep:
             targets[name] = path
     return names, targets
+
+
+def plugin_origins(names: Sequence[str], targets: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """name -> ``plugins.Plugin.ran`` (package, version, origin) of each plug-in among ``names``, as installed: what a
+    replay records of the estimators it scored, as a job's metrics.json does (``plugins``)."""
+    targets = targets or {}
+    out = {}
+    for n in names:
+        if n in REGISTRY and n not in targets:
+            continue
+        found = plugins.resolve("estimators", targets.get(n, n), () if n in targets else REGISTRY, f"estimator {n!r}")
+        if found is not None:
+            out[n] = found.ran()
+    return out
 
 
 def plan(names: Sequence[str], targets: Mapping[str, str] | None = None) -> list[Estimator]:
@@ -418,5 +455,5 @@ class Observer:
             self.track.add(ids, tot, {n: row[est_column(n)] for n in names if row.get(est_column(n)) is not None})
 
 
-__all__ = ["REGISTRY", "Estimate", "Estimator", "Observer", "RoundInputs", "Track", "as_estimator", "entry", "estimator",
-           "named_targets", "plan", "sharpened_counts", "shrinkage_weight", "shrunk_counts", "track_estimates", "uniform_guess"]
+__all__ = ["REGISTRY", "Estimate", "Estimator", "Observer", "RoundInputs", "Track", "as_estimator", "check_counts", "entry",
+           "estimator", "named_targets", "plan", "plugin_origins", "sharpened_counts", "shrinkage_weight", "shrunk_counts", "track_estimates", "uniform_guess"]

@@ -41,6 +41,7 @@ order of the clients or on a resume from a checkpoint.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from fedbalance import plugins
 from fedbalance.jobspec import JobSpec, as_spec
 from fedbalance.losses import as_sent, feed, receives
 from fedbalance.metrics import empirical_y_stats, evaluate
@@ -63,6 +65,10 @@ TAG_INIT, TAG_SELECT, TAG_CLIENT, TAG_MONITOR, TAG_AUX, TAG_EPOCH = 1, 2, 3, 4, 
 
 class FLError(ValueError):
     """The job cannot run as specified (e.g. a missing balanced partition); the message names the key."""
+
+
+class RoundAborted(RuntimeError):
+    """A round stopped for a reason outside its job (another job of a pack failed: ``pack.PackAborted``)."""
 
 
 def derive_seed(*keys: int) -> int:
@@ -261,6 +267,44 @@ class RoundState:
 RoundCallback = Callable[[RoundState, dict[str, Any]], None]
 
 
+def plugin_loss(spec: JobSpec) -> plugins.Plugin | None:
+    """The plug-in the job's loss is (from its spec's record), None for a built-in loss."""
+    record = spec.plugins.get("loss")
+    return None if record is None else plugins.from_record("losses", spec.base_loss, record)
+
+
+def guarded_training(spec: JobSpec, t: int, train: Callable[[], Trained]) -> Trained:
+    """``train()`` (round ``t``'s training); for a plug-in loss, the loss contract on every call of the round
+    (docs/extending.md): the round's mean training loss, the sum of every batch's, must be finite, and an exception
+    of the training is reported naming the loss. PluginFailure naming the job, the round and the loss's origin. A
+    built-in loss is left as it is: a diverging run of the paper's losses is a result (docs/fidelity.md)."""
+    loss = plugin_loss(spec)
+    if loss is None:
+        return train()
+    where = f"{spec.name}: round {t}: loss {spec.job.loss!r} ({loss.origin()})"
+    try:
+        trained = train()
+    except (torch.cuda.OutOfMemoryError, RoundAborted, plugins.PluginFailure):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the plug-in's failure, named
+        raise plugins.PluginFailure(f"{where}: training with it raised {plugins.one_line(exc)}") from None
+    if not math.isfinite(trained.train_loss):
+        raise plugins.PluginFailure(f"{where}: the round's training loss is {trained.train_loss} (a batch's loss was not "
+                                    "finite); the job stops")
+    return trained
+
+
+def guarded_observe(spec: JobSpec, t: int, observe: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``observe()`` (round ``t``'s monitor); a plug-in estimator that breaks its contract (``estimators.check_counts``:
+    Q finite non-negative counts, no exception) is a PluginFailure naming the job and the round."""
+    try:
+        return observe()
+    except plugins.PluginFailure:
+        raise
+    except plugins.PluginError as exc:
+        raise plugins.PluginFailure(f"{spec.name}: round {t}: {exc}; the job stops") from None
+
+
 def hand_over(state: RoundState, loss_fn: nn.Module, num_classes: int) -> None:
     """Feed the loss what the monitor made last round: the Ratio-Loss weights pi and the composition estimate as
     the prior (uniform in round 0); a loss takes what it ``receives`` (``losses.feed``)."""
@@ -391,12 +435,13 @@ def run_rounds(
             row.update(empirical_y_stats(model, data.x_train[pooled], data.y_train[pooled], step.cfg.batch_size))
         hand_over(state, loss_fn, q)
         sent = as_sent(loss_fn, q) if monitor is not None else None
-        trained = step.train(t, batch, state)
+        trained = guarded_training(spec, t, lambda: step.train(t, batch, state))
         row["train_loss"] = trained.train_loss
         if monitor is not None:
             after = model.state_dict() if trained.after is None else trained.after
-            observed = observer.observe(trained.start, after, batch.totals, torch_generator(seed, TAG_MONITOR, t), loss_fn=sent,
-                                        clients=client_keys(spec, t, batch.clients))
+            observed = guarded_observe(spec, t, lambda: observer.observe(
+                trained.start, after, batch.totals, torch_generator(seed, TAG_MONITOR, t), loss_fn=sent,
+                clients=client_keys(spec, t, batch.clients)))
             monitor_round(state, row, observed, ack, lead, batch.true_counts, batch.totals)
         if trained.after is not None:
             model.load_state_dict(trained.after)

@@ -11,7 +11,8 @@ when the job has finished:
   (class_counts, global_counts, gamma, cs, mean_cs, num_samples), "monitor": {"mean_cs": {estimator:
   mean CS over rounds, ..., "uniform": ...}} or null, "acknowledged_round", "device", "path" (the
   training path ``auto`` resolved to; ``config.path`` keeps what was configured), "versions", "threads",
-  "deterministic", "precision", "chunking", "wall_time_s", "rounds"}; a twin's adds "reused_from", a derived job's
+  "deterministic", "precision", "chunking", "wall_time_s", "rounds"} and, for a job that ran a plug-in, "plugins" (each
+  one's target, package, version and origin, as ``config.plugins`` is keyed); a twin's adds "reused_from", a derived job's
   "derived_from", a branched job's "branched_from" (the folder and round of the kept state it started from); a
   source is named by its job path, relative to the results folder (``folder_job``), never by a machine's path.
   Non-finite floats are written as null. It is written last: a folder with it is a finished job.
@@ -23,6 +24,10 @@ the folder is named ``seed<k>``: a job copied under another seed or setting is r
 number of both files is finite and possible (``check_numbers``, ``ROUND_CELLS``); rounds.csv is read whole (a torn
 last line is refused), has a ``round`` column of increasing integers and exactly ``rounds`` rows (a truncated file is
 refused, not read as a shorter run); what both files record agrees (``check_recorded_twice``).
+
+A job stopped by a plug-in that broke its contract (a non-finite loss or estimate, ``fedbalance.plugins.PluginFailure``)
+holds ``failed.json`` (``FAILED``: the reason, naming the plug-in and round) and no metrics.json: it never counts as
+finished, so no table shows it; the next run of the job removes it.
 
 While a job runs the folder also holds ``checkpoint.pt``, ``.lock`` and, with ``save_trajectory``,
 ``trajectory.pt`` (``fedbalance.jobs``); a job that others branch from keeps ``branch-rNNN.pt`` (``BRANCH``) after it ends. The engine (``jobs``), twins (``reuse``), the tidy frames
@@ -57,6 +62,8 @@ FILES = (ROUNDS, METRICS)
 CHECKPOINT = "checkpoint.pt"
 TRAJECTORY = "trajectory.pt"
 LOCK = ".lock"
+FAILED = "failed.json"
+"""A job stopped by a plug-in's broken contract: {"job", "reason", "time"} (``write_failed``); never beside metrics.json."""
 BRANCH = re.compile(r"branch-r(\d{3,})\.pt")
 """A job's round state kept after a round for jobs that branch from it (``fedbalance.jobs``: ``keep_rounds``)."""
 
@@ -154,6 +161,15 @@ def write(folder: str | Path, metrics: Mapping[str, Any], rounds: str | bytes) -
     mode = "wb" if isinstance(rounds, bytes) else "w"
     atomic_write(folder / ROUNDS, lambda fh: fh.write(rounds), mode=mode)
     write_json(metrics, folder / METRICS)
+
+
+def write_failed(folder: str | Path, job: str, reason: str) -> Path:
+    """Mark ``folder``'s job failed (``FAILED``): the job path, the reason (one line) and the UTC time, atomically."""
+    from datetime import datetime, timezone
+
+    path = Path(folder) / FAILED
+    write_json({"job": job, "reason": reason, "time": datetime.now(timezone.utc).isoformat(timespec="seconds")}, path)
+    return path
 
 
 def finished(folder: str | Path) -> bool:

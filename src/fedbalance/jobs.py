@@ -12,6 +12,9 @@
   optimiser states are copied onto the device when loaded, pi, the prior and the trajectory stay there.
 * ``.lock``: held (``filelock``) while a job runs in the folder, with the holder's pid and host, and removed when
   it ends; a second job in the same folder is refused instead of deleting the first one's temporary files.
+* ``failed.json`` instead of metrics.json when a plug-in broke its contract during the run (a non-finite loss or
+  estimate: ``plugins.PluginFailure``, JobError naming the plug-in and round; the checkpoint is dropped), so the job
+  never counts as finished; the next run of the job removes it.
 * ``trajectory.pt`` with ``save_trajectory: true``: {"spec", "rounds": [{"round", "model": G_t,
   "totals": selected clients' sample counts}], "final": the last global model, "true_composition"
   per round} -- the monitor's inputs of every round, to replay estimators offline
@@ -44,7 +47,7 @@ import torch
 
 import fedbalance
 from fedbalance.centralised import num_epochs, run_centralised
-from fedbalance.jobspec import BRANCH_KEYS, JobSpec, as_spec, shared_rounds, training_differences
+from fedbalance.jobspec import BRANCH_KEYS, JobSpec, as_spec, plugin_items, shared_rounds, training_differences
 from fedbalance.data import Dataset, load_dataset
 from fedbalance.records import JOB_KEYS, cs_column
 from fedbalance.fl import (
@@ -65,8 +68,8 @@ from fedbalance.atomic import atomic_write, held
 from fedbalance.seal import SealError, refuse_inside
 from fedbalance.sgd import use_deterministic_algorithms
 from fedbalance.jobfolder import (
-    CHECKPOINT, LOCK, METRICS, ROUNDS, TRAJECTORY, branch_file, branch_files, clean, folder_job, monitor_summary,
-    rounds_text,
+    CHECKPOINT, FAILED, LOCK, METRICS, ROUNDS, TRAJECTORY, branch_file, branch_files, clean, folder_job, monitor_summary,
+    rounds_text, write_failed,
 )
 from fedbalance.jobfolder import write as write_folder
 from fedbalance.partition import (  # noqa: F401  (save/load re-exported for callers of the job API)
@@ -299,9 +302,14 @@ def _locked(run: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]
 
 
 def fingerprint(spec: JobSpec, partitions: Mapping[str, Partition]) -> str:
-    """Hash of the job spec (configured, with the resolved path) and its partitions; a checkpoint resumes
-    only the job that wrote it."""
-    payload = json.dumps({"spec": clean(spec.resolved_dict()), "partitions": {k: p.to_json() for k, p in partitions.items()}}, sort_keys=True)
+    """Hash of the job spec (configured, with the resolved path), its partitions and, for a job with plug-ins, the
+    versions installed (an estimator's, which its spec does not record, included); a checkpoint resumes only the job
+    that wrote it."""
+    body: dict[str, Any] = {"spec": clean(spec.resolved_dict()), "partitions": {k: p.to_json() for k, p in partitions.items()}}
+    ran = _ran(installed_plugins(spec)) if spec.plugins else []
+    if ran:
+        body["plugins"] = [[what, rec.get("target"), rec.get("version")] for what, rec in ran]
+    payload = json.dumps(body, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -428,33 +436,41 @@ def _model_and_loss(spec: JobSpec, dataset: Dataset, dev: torch.device) -> tuple
     return model, loss_fn
 
 
-PLUGIN_KINDS = {"loss": "losses", "dataset": "datasets", "estimators": "estimators"}
-"""The keys of a spec's ``plugins`` record -> their plug-in point (``fedbalance.plugins.KINDS``)."""
-
-
-def _plugin_items(spec: JobSpec) -> list[tuple[str, str, Mapping[str, Any]]]:
-    """(plug-in kind, name, record) of every plug-in the job uses."""
-    out = []
-    for what, record in spec.plugins.items():
-        named = record.items() if what == "estimators" else [(spec.base_loss if what == "loss" else spec.source, record)]
-        out += [(PLUGIN_KINDS[what], str(name), rec) for name, rec in named]
+def installed_plugins(spec: JobSpec) -> dict[str, Any]:
+    """The plug-ins the job runs, as installed here: the spec's ``plugins`` with each one's version and origin
+    (``plugins.Plugin.ran``), metrics.json's ``plugins``; {} for a job of built-ins. JobError when one is not installed
+    at the package, or the version, its spec was planned with (``plugins.check_installed``): a job runs the plug-ins its
+    spec, hence its outputs, name. An estimator counts only for a job that runs the monitor."""
+    out: dict[str, Any] = {}
+    for what, kind, name, record in plugin_items(spec):
+        if what == "estimators" and not needs_monitor(spec):
+            continue
+        try:
+            ran = plugins.check_installed(kind, name, record).ran()
+        except plugins.PluginError as exc:
+            raise JobError(f"{spec.name}: {exc}") from None
+        if what == "estimators":
+            out.setdefault(what, {})[name] = ran
+        else:
+            out[what] = ran
     return out
 
 
 def check_plugins(spec: JobSpec) -> None:
     """JobError when a plug-in the job was planned with is not installed here at the recorded package and version
-    (``plugins.check_installed``): a job runs the plug-in its spec, hence its outputs, name."""
-    for kind, name, record in _plugin_items(spec):
-        try:
-            plugins.check_installed(kind, name, record)
-        except plugins.PluginError as exc:
-            raise JobError(f"{spec.name}: {exc}") from None
+    (``installed_plugins``)."""
+    installed_plugins(spec)
 
 
 def plugin_versions(spec: JobSpec) -> dict[str, str]:
     """metrics.json's ``versions`` of the job's plug-ins: package (or module, for one no package provides) -> version."""
     return {str(rec.get("package") or str(rec["target"]).partition(":")[0]): str(rec.get("version"))
-            for _, _, rec in _plugin_items(spec)}
+            for _, rec in _ran(installed_plugins(spec))}
+
+
+def _ran(installed: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(key, record) of each plug-in of ``installed_plugins``, estimators one by one."""
+    return [(what, r) for what, rec in installed.items() for r in (rec.values() if what == "estimators" else [rec])]
 
 
 def _remove_stale_temporaries(out: Path) -> None:
@@ -525,6 +541,7 @@ def _job_metrics(
     (``path: auto`` stays ``auto``, so a twin's spec compares equal), ``path`` the training path it resolved to;
     ``branched_from`` (folder, round) only for a job started from another's kept round state."""
     path = spec.path
+    ran = installed_plugins(spec)
     final = evaluate(model, data.x_test, data.y_test, data.num_classes, data.minority_classes)
     final["train_loss"] = state.rows[-1]["train_loss"] if state.rows else None
     metrics = {
@@ -544,6 +561,7 @@ def _job_metrics(
         "chunking": plan.record() if plan.memory_budget is not None and path == "vectorised" else None,
         **({"capture": True} if plan.capture and path == "vectorised" else {}),
         **({"branched_from": dict(branched_from)} if branched_from else {}),
+        **({"plugins": ran} if ran else {}),
         "wall_time_s": wall_time(),
         "rounds": len(state.rows),
     }
@@ -559,6 +577,7 @@ def _write_outputs(out: Path, spec: JobSpec, state: RoundState, metrics: Mapping
         atomic_write(out / TRAJECTORY, lambda fh: torch.save(trajectory, fh), mode="wb")
     write_folder(out, metrics, rounds_text(state.rows))
     (out / CHECKPOINT).unlink(missing_ok=True)
+    (out / FAILED).unlink(missing_ok=True)
 
 
 @_locked
@@ -626,6 +645,9 @@ def run_job(
                 state = runner(spec, job.model, job.loss_fn, job.data, parts, state=job.state, on_round=job.checkpoint)
         except _Stopped:
             return None
+        except plugins.PluginFailure as exc:
+            job.fail(exc)
+            raise JobError(str(exc)) from None
         finally:
             job.checkpoint.bar.close()
         metrics = job.metrics(state)
@@ -685,6 +707,12 @@ class PreparedJob:
         """The job's outputs, each atomically; the checkpoint goes last."""
         _write_outputs(self.out, self.spec, state, metrics)
 
+    def fail(self, exc: BaseException) -> None:
+        """Mark the job failed (``jobfolder.write_failed``: a plug-in broke its contract) and drop its checkpoint, whose
+        rounds led there: the folder holds no metrics.json, so the job never counts as finished."""
+        write_failed(self.out, self.spec.name, str(exc))
+        (self.out / CHECKPOINT).unlink(missing_ok=True)
+
 
 def prepare_job(
     spec: JobSpec, out: Path, dataset: Dataset, parts: dict[str, Partition], dev: torch.device, rt: dict[str, Any], *,
@@ -705,6 +733,7 @@ def prepare_job(
     model, loss_fn = _model_and_loss(spec, dataset, dev)
     fp = fingerprint(spec, parts)
     _remove_stale_temporaries(out)
+    (out / FAILED).unlink(missing_ok=True)  # a failed earlier run's mark: this run decides anew
     state, chunks = _load_checkpoint(out / CHECKPOINT, fp, rt)
     if state is None and branch_from is not None:
         state, chunks, done = load_branch(branch_from, spec, parts, rt)

@@ -269,9 +269,28 @@ MONITOR_FED_LOSSES = frozenset({"ratio", "la", "bsm"})
 """The registered losses that train on the monitor's outputs (its weights π or its composition estimate:
 ``losses.receives``); for every other loss the ``monitor`` keys shape only the recorded columns."""
 
+PRIOR_FED_LOSSES = frozenset({"la", "bsm"})
+"""The registered losses that train on the monitor's composition estimate (their prior: ``losses.receives`` "prior")."""
+
 PLUGINS = "plugins"
 """The configured dict's key of the plug-ins a job uses (``config.configured_job``; absent when it uses none):
-``loss`` (with what it ``receives``), ``dataset`` and ``estimators`` (name -> record), each ``plugins.Plugin.record``."""
+``loss`` (with what it ``receives``), ``dataset`` and ``estimators`` (name -> record), each ``plugins.Plugin.record``;
+an estimator's record has its version only when the job trains on its estimate (``trained_estimators``)."""
+
+PLUGIN_KINDS = {"loss": "losses", "dataset": "datasets", "estimators": "estimators"}
+"""The keys of a spec's ``plugins`` -> their plug-in point (``fedbalance.plugins.KINDS``)."""
+
+
+def plugin_items(spec: Mapping[str, Any] | JobSpec) -> list[tuple[str, str, str, Mapping[str, Any]]]:
+    """(key of the spec's ``plugins``, plug-in kind, name, record) of every plug-in a job uses, estimators one by one
+    (a loss is named by the job's base loss, a dataset by its source)."""
+    spec = as_spec(spec)
+    out = []
+    for what, record in spec.plugins.items():
+        named = record.items() if what == "estimators" else [(spec.base_loss if what == "loss" else spec.source, record)]
+        out += [(what, PLUGIN_KINDS[what], str(name), rec) for name, rec in named]
+    return out
+
 
 MONITOR_FEEDS = frozenset({"weights", "prior"})
 """What a loss may receive from the monitor (``losses.FEEDS``): a loss that receives one trains on its outputs."""
@@ -285,6 +304,26 @@ def monitor_fed(spec: Mapping[str, Any] | JobSpec) -> bool:
         return True
     loss = (configured.get(PLUGINS) or {}).get("loss") or {}
     return bool(set(loss.get("receives") or ()) & MONITOR_FEEDS)
+
+
+def receives_prior(spec: Mapping[str, Any] | JobSpec) -> bool:
+    """The job's loss trains on the monitor's composition estimate: a loss of ``PRIOR_FED_LOSSES``, or a plug-in loss
+    that receives the prior (as its spec records)."""
+    configured = spec.configured if isinstance(spec, JobSpec) else spec
+    loss = (configured.get(PLUGINS) or {}).get("loss") or {}
+    return base_loss(configured) in PRIOR_FED_LOSSES or "prior" in (loss.get("receives") or ())
+
+
+def trained_estimators(spec: Mapping[str, Any] | JobSpec) -> tuple[str, ...]:
+    """The estimators whose estimates act on a job's training: the lead one (``monitor.estimators[0]``, whose estimate
+    the engine hands the loss as its prior, ``fl.monitor_round``) for a loss that receives the prior; none otherwise.
+    The Ratio Loss's weights π come from the per-class copies' dW, not from an estimate, and the lead's acknowledgment
+    is recorded (``acknowledged``), never acted on: every other estimator changes only the monitor's columns."""
+    configured = spec.configured if isinstance(spec, JobSpec) else spec
+    if not receives_prior(configured):
+        return ()
+    names = (configured.get("monitor") or {}).get("estimators") or ()
+    return tuple(str(n) for n in names[:1])
 
 
 def loss_params_key(spec: Mapping[str, Any]) -> str:
@@ -319,14 +358,32 @@ def runs_monitor(spec: Mapping[str, Any] | JobSpec) -> bool:
     return monitor_fed(spec) or spec.monitor.record
 
 
-def training_key(spec: Mapping[str, Any] | JobSpec) -> str:
-    """What a job's training depends on: its configured dict less ``IDENTITY_KEYS``, ``OUTPUT_KEYS`` and, for a
-    loss that does not train on the monitor's outputs, every ``monitor`` key. Equal keys, equal trained models."""
-    configured = spec.configured if isinstance(spec, JobSpec) else spec
+def _training_dict(configured: Mapping[str, Any]) -> dict[str, Any]:
+    """``training_key``'s dict (shares unchanged mappings with ``configured``: read it, do not change it)."""
     rest = _without(configured, IDENTITY_KEYS + OUTPUT_KEYS)
+    trained = trained_estimators(configured)
     if not monitor_fed(configured):
         rest.pop("monitor", None)
-    return json.dumps(rest, sort_keys=True, default=str)
+    elif isinstance(rest.get("monitor"), Mapping) and "estimators" in rest["monitor"]:
+        rest["monitor"] = {**rest["monitor"], "estimators": list(trained)}
+    used = rest.get(PLUGINS)
+    if isinstance(used, Mapping) and "estimators" in used:
+        kept = {n: r for n, r in (used["estimators"] or {}).items() if n in trained}
+        used = {k: v for k, v in used.items() if k != "estimators"} | ({"estimators": kept} if kept else {})
+        if used:
+            rest[PLUGINS] = used
+        else:
+            rest.pop(PLUGINS)
+    return rest
+
+
+def training_key(spec: Mapping[str, Any] | JobSpec) -> str:
+    """What a job's training depends on: its configured dict less ``IDENTITY_KEYS``, ``OUTPUT_KEYS``, every ``monitor``
+    key for a loss that does not train on the monitor's outputs, and the estimators (names and plug-in records) whose
+    estimates it does not train on (``trained_estimators``: all but a prior-fed loss's lead one). Equal keys, equal
+    trained models."""
+    configured = spec.configured if isinstance(spec, JobSpec) else spec
+    return json.dumps(_training_dict(configured), sort_keys=True, default=str)
 
 
 def flat_keys(tree: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -349,11 +406,12 @@ def training_differences(a: Mapping[str, Any] | JobSpec, b: Mapping[str, Any] | 
 
 def monitor_key(spec: Mapping[str, Any] | JobSpec) -> str | None:
     """What a job's recorded monitor columns depend on besides its training: its ``monitor`` keys less
-    ``monitor.record``; None when the monitor does not run."""
+    ``monitor.record``, and its plug-in estimators' records; None when the monitor does not run."""
     if not runs_monitor(spec):
         return None
     configured = spec.configured if isinstance(spec, JobSpec) else spec
-    return json.dumps(_without(configured, OUTPUT_KEYS).get("monitor", {}), sort_keys=True, default=str)
+    estimators = (configured.get(PLUGINS) or {}).get("estimators") or {}
+    return json.dumps([_without(configured, OUTPUT_KEYS).get("monitor", {}), estimators], sort_keys=True, default=str)
 
 
 def covers(source: Mapping[str, Any] | JobSpec, target: Mapping[str, Any] | JobSpec) -> bool:
@@ -433,6 +491,15 @@ PARTITION_KEYS: dict[str, tuple[str, ...]] = {
 }
 """The job spec's ``partition.<key>`` each scheme reads (all required for their scheme: ``config.validate``;
 defined here, torch- and numpy-free, so that the workflow plans without the partition code)."""
+
+
+def partition_dict(spec: Mapping[str, Any] | JobSpec) -> dict[str, Any]:
+    """The configured dict a partition is made from (the workflow's partition rule): the job's, less the plug-ins that
+    do not act on the partition, its loss's and estimators' records (every loss of a setting trains on one partition
+    file; a dataset plug-in's record stays, its data fixes the partition)."""
+    configured = as_spec(spec).as_dict()
+    used = {k: v for k, v in (configured.pop(PLUGINS, None) or {}).items() if k == "dataset"}
+    return {**configured, **({PLUGINS: used} if used else {})}
 
 
 def partition_args(spec: Mapping[str, Any] | JobSpec) -> tuple[str, dict[str, Any]]:

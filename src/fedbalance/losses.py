@@ -445,6 +445,21 @@ def check_loss_class(obj: Any, origin: str) -> type[Loss]:
     return obj
 
 
+def check_loss_value(value: Any, where: str) -> torch.Tensor:
+    """``value`` if it is a loss the engine can train on: a 0-dim floating tensor, finite, attached to the graph (it has
+    a gradient); PluginError saying ``where`` it came from otherwise (the loss contract, docs/extending.md)."""
+    if not isinstance(value, torch.Tensor):
+        raise plugins.PluginError(f"{where} returned {type(value).__name__}, not a tensor")
+    if value.dim() != 0:
+        raise plugins.PluginError(f"{where} returned shape {tuple(value.shape)}, not a scalar (reduce over the samples)")
+    if not value.is_floating_point() or not bool(torch.isfinite(value)):
+        raise plugins.PluginError(f"{where} returned {float(value.detach()) if value.is_floating_point() else value}, "
+                                  "not a finite number")
+    if not value.requires_grad:
+        raise plugins.PluginError(f"{where} returned a value without a gradient (detached from the logits)")
+    return value
+
+
 def loss_parameters(cls: type[nn.Module]) -> list[str]:
     """The constructor parameters of a loss class (``loss_params.<loss>`` may set them)."""
     return [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "args", "kwargs")]

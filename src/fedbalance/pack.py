@@ -32,7 +32,8 @@ import torch
 from torch import Tensor, nn
 
 from fedbalance.data import Dataset, load_dataset
-from fedbalance.fl import FedAvgStep, JobData, RoundCallback, RoundState, run_rounds, sgd_config
+from fedbalance.plugins import PluginFailure
+from fedbalance.fl import FedAvgStep, JobData, RoundAborted, RoundCallback, RoundState, run_rounds, sgd_config
 from fedbalance.jobfolder import LOCK, JobFolderError, clean, finished, read_metrics
 from fedbalance.jobs import (
     JobError,
@@ -58,7 +59,7 @@ class PackError(JobError):
     """The jobs cannot run as one pack (a key differs, a folder repeats); the message names the key or folder."""
 
 
-class PackAborted(RuntimeError):
+class PackAborted(RoundAborted):
     """Another job of the pack failed while this one waited for the pack's training."""
 
 
@@ -228,7 +229,7 @@ class PackedStep(FedAvgStep):
 @dataclass
 class PackMember:
     """One job of ``run_together``: what ``fl.run_fedavg`` takes, and what runs when it has finished (``finish(state)``,
-    in its turn: a job's outputs)."""
+    in its turn: a job's outputs) or when a plug-in of its stopped it (``fail(exc)``: the folder marked failed)."""
 
     spec: JobSpec
     model: nn.Module
@@ -238,6 +239,7 @@ class PackMember:
     state: RoundState | None = None
     on_round: RoundCallback | None = None
     finish: Callable[[RoundState], Any] | None = None
+    fail: Callable[[BaseException], None] | None = None
     result: Any = field(default=None, init=False)
 
 
@@ -258,7 +260,12 @@ def run_together(members: Sequence[PackMember], plan: CopyPlan | None = None) ->
 
     def body(i: int, m: PackMember) -> None:
         step = PackedStep(m.spec, m.model, m.loss_fn, m.data, m.partitions, trainer, i)
-        state = run_rounds(m.spec, m.model, m.loss_fn, m.data, step, state=m.state, on_round=m.on_round)
+        try:
+            state = run_rounds(m.spec, m.model, m.loss_fn, m.data, step, state=m.state, on_round=m.on_round)
+        except PluginFailure as exc:
+            if m.fail is not None:
+                m.fail(exc)
+            raise
         m.result = m.finish(state) if m.finish is not None else state
 
     errors: list[BaseException | None] = [None] * len(members)
@@ -382,7 +389,7 @@ def run_pack(
             job = prepare_job(spec, outs[i], dataset, parts, dev, rt, plan=plan, progress=progress, on_round=hook, start=start)
             prepared.append(job)
             members.append(PackMember(spec, job.model, job.loss_fn, job.data, parts, job.state, job.checkpoint,
-                                      _finisher(job)))
+                                      _finisher(job), job.fail))
         calls = trained = 0
         try:
             if members:

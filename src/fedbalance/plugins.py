@@ -7,10 +7,12 @@ Two ways in, both checked by ``config.validate`` before any job runs:
 * a **dotted path** ``module:attribute`` in the config (``loss_variants.<v>.loss``, the top-level ``estimators.<name>``,
   ``datasets.<d>.source``).
 
-``Plugin`` says where one comes from: its target, its package (distribution) and version. A job that uses one
-records it in its spec (``record``: the configured dict's ``plugins``), so a job whose plug-in version changed
-compares unequal to the old one (no twin, reference copy or checkpoint is reused across versions) and
-``check_installed`` refuses to run it under another version than the one it was planned with. A module that no
+``Plugin`` says where one comes from: its target, its package (distribution) and version. A job records in its spec
+(``record``: the configured dict's ``plugins``) each plug-in it uses, with the version of those that act on its
+training (its loss, its dataset, the estimator whose estimate a prior-fed loss trains on: ``jobspec.training_key``), so
+a job whose such plug-in changed version compares unequal to the old one (no twin, reference copy or checkpoint is
+reused across versions) and ``check_installed`` refuses to run it under another version than the one it was planned
+with; every version a job ran with, estimators' included, is in its metrics.json (``plugins``). A module that no
 installed distribution provides is versioned by the SHA-256 of its source file.
 """
 
@@ -36,6 +38,22 @@ _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*
 
 class PluginError(ValueError):
     """A plug-in cannot be found, loaded or used as named; the message names it and where it comes from."""
+
+
+class PluginFailure(PluginError):
+    """A plug-in broke its contract while a job ran (a non-finite loss or estimate, a wrong shape, an exception): the
+    message names the job, the round, the plug-in and its origin; the job is marked failed, never finished."""
+
+
+def release(package: str | None, version: str | None) -> str:
+    """A plug-in's package and version in words: "fedbalance-cb 0.1.0", "no installed package, sha256:<12 hex>"."""
+    text = f"{package} {version}" if package else f"no installed package, {version}"
+    return text.removesuffix(" None").removesuffix(", None")
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line: its type and its message's words."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
 
 
 def group(kind: str) -> str:
@@ -65,14 +83,22 @@ class Plugin:
 
     def origin(self) -> str:
         """One phrase naming it: "entry point 'cb' (fedbalance.losses) of fedbalance-cb 0.1.0"."""
-        where = f"{self.package} {self.version}" if self.package else f"no installed package, {self.version}"
+        where = release(self.package, self.version)
         if self.how == "entry point":
             return f"entry point {self.name!r} ({group(self.kind)}) of {where}, {self.target}"
         return f"dotted path {self.target} ({where})"
 
-    def record(self) -> dict[str, Any]:
-        """What a job's spec and metrics.json record of it."""
-        return {"target": self.target, "how": self.how, "package": self.package, "version": self.version}
+    def record(self, version: bool = True) -> dict[str, Any]:
+        """What a job's spec records of it (``version`` False: without the version, for a plug-in that does not act on
+        the job's training)."""
+        out = {"target": self.target, "how": self.how, "package": self.package, "version": self.version}
+        if not version:
+            del out["version"]
+        return out
+
+    def ran(self) -> dict[str, Any]:
+        """What metrics.json's ``plugins`` records of a plug-in a job ran with: ``record`` and its ``origin``."""
+        return {**self.record(), "origin": self.origin()}
 
     def load(self) -> Any:
         """Import the module and return the attribute; PluginError naming the target when that fails."""
@@ -80,11 +106,12 @@ class Plugin:
         try:
             obj: Any = importlib.import_module(module)
         except Exception as exc:  # noqa: BLE001 - any import failure of user code is reported as one line
-            raise PluginError(f"{SINGULAR[self.kind]} {self.name!r}: cannot import {module!r} "
-                              f"({type(exc).__name__}: {' '.join(str(exc).split())})") from None
+            raise PluginError(f"{SINGULAR[self.kind]} {self.name!r} ({self.origin()}): cannot import {module!r} "
+                              f"({one_line(exc)})") from None
         for part in attr.split("."):
             if not hasattr(obj, part):
-                raise PluginError(f"{SINGULAR[self.kind]} {self.name!r}: module {module!r} has no attribute {attr!r}")
+                raise PluginError(f"{SINGULAR[self.kind]} {self.name!r} ({self.origin()}): module {module!r} has no "
+                                  f"attribute {attr!r}")
             obj = getattr(obj, part)
         return obj
 
@@ -181,26 +208,44 @@ def clashes(kind: str, builtin: Collection[str], named: Mapping[str, str] | None
     return None
 
 
+def from_record(kind: str, name: str, record: Mapping[str, Any]) -> Plugin:
+    """The ``Plugin`` a job spec's ``record`` describes (its ``origin`` for messages; version None when unrecorded)."""
+    return Plugin(kind, name, str(record["target"]), str(record.get("how") or "dotted path"), record.get("package"),
+                  record.get("version"))
+
+
 def check_installed(kind: str, name: str, record: Mapping[str, Any]) -> Plugin:
-    """The plug-in ``record`` (a job spec's) names, as installed now; PluginError when its package or version is not
-    the recorded one (the job was planned with another release of the plug-in)."""
+    """The plug-in ``record`` (a job spec's) names, as installed now; PluginError when its package, or its version where
+    the record has one, is not the recorded one (the job was planned with another release of the plug-in). A record
+    without a version (a plug-in that does not act on the job's training) takes the installed version."""
     target = str(record["target"])
+    planned = release(record.get("package"), record.get("version"))
     if record.get("how") == "entry point":
         now = entry_points(kind).get(name)
         if now is None:
-            raise PluginError(f"{SINGULAR[kind]} {name!r}: the job was planned with {record.get('package')} "
-                              f"{record.get('version')}, whose entry point is not installed here")
+            raise PluginError(f"{SINGULAR[kind]} {name!r}: the job was planned with {planned}, whose entry point is not "
+                              "installed here")
     else:
         now = _dotted(kind, target, _path_key())
-    if (now.package, now.version) != (record.get("package"), record.get("version")):
-        raise PluginError(f"{SINGULAR[kind]} {name!r}: the job was planned with {record.get('package')} "
-                          f"{record.get('version')}, {now.package} {now.version} is installed; plan the job again "
-                          "(rerun the workflow) so that its spec records the plug-in it runs")
+    if now.package != record.get("package") or ("version" in record and now.version != record.get("version")):
+        raise PluginError(f"{SINGULAR[kind]} {name!r}: the job was planned with {planned}, {release(now.package, now.version)} "
+                          "is installed; plan the job again (rerun the workflow) so that its spec records the plug-in it "
+                          "runs")
     return now
 
 
+_GENERATION = [0]
+
+
+def generation() -> int:
+    """How many times ``forget`` has run in this process: a cache of what plug-ins resolve to keys on it."""
+    return _GENERATION[0]
+
+
 def forget() -> None:
-    """Drop the cached entry points and dotted paths (after installing or editing a plug-in in this process)."""
+    """Drop the cached entry points and dotted paths, and every cache keyed on ``generation`` (after installing or
+    editing a plug-in in this process)."""
+    _GENERATION[0] += 1
     _entry_points.cache_clear()
     _dotted.cache_clear()
     importlib.invalidate_caches()

@@ -158,12 +158,15 @@ RULE = (
     "excludes zero, 'not distinguishable' when it holds it."
 )
 """The rule under ``compare_markdown``'s table, in words (``verdict``)."""
+NO_REFERENCE = "no reference cell"
+"""The verdict of a plug-in's cell (its loss or its dataset a plug-in) that the reference does not hold: listed, one line
+a cell (``compare_markdown``), since a reference set of the paper's losses never holds one."""
 IDENTICAL = "identical"
 SAME = "not distinguishable"
 DIFFERS = "differs"
 FEW_SEEDS = "too few seeds"
 MISSING = "missing"
-VERDICTS = (IDENTICAL, SAME, DIFFERS, DIFFERENT_PROTOCOLS, FEW_SEEDS, MISSING)
+VERDICTS = (IDENTICAL, SAME, DIFFERS, DIFFERENT_PROTOCOLS, FEW_SEEDS, NO_REFERENCE, MISSING)
 """The verdicts of a comparison row (``verdict``), in the order the summary counts them."""
 PAIRED, WELCH = "paired", "Welch"
 
@@ -219,6 +222,7 @@ def compare(ours: str | Path, reference: str | Path, metrics: list[str] | None =
     cell (``protocol_differences``), empty when they were run alike. ``verdict``, ``test``, ``seeds_compared``,
     ``low`` and ``high`` are ``verdict``'s (the 95 % interval of ours − reference). Where the protocols differ the
     verdict is ``DIFFERENT_PROTOCOLS`` (the seeds say nothing across protocols), unless ``across_protocols``.
+    ``plugin`` names the plug-ins of ours' cell (``plugin_cells``); such a cell the reference lacks is ``NO_REFERENCE``.
     """
     metrics = list(metrics or ["acc_minority", "acc_majority", "auc_hard"])
     for side, what in ((ours, "--ours"), (reference, "--reference")):
@@ -239,6 +243,9 @@ def compare(ours: str | Path, reference: str | Path, metrics: list[str] | None =
     verdicts = [Verdict(DIFFERENT_PROTOCOLS) if r.protocol and not across_protocols
                 else verdict(_values(r.values_ours), _values(r.values_ref)) for r in out.itertuples()]
     out["verdict"] = [v.verdict for v in verdicts]
+    mine = plugin_cells(ours)
+    out["plugin"] = [mine.get(tuple(getattr(r, k) for k in CELL), "") for r in out.itertuples()]
+    out.loc[(out.plugin != "") & (out.n_ref == 0), "verdict"] = NO_REFERENCE
     out["test"] = [v.test for v in verdicts]
     out["seeds_compared"] = [v.seeds for v in verdicts]
     out["low"] = [v.low for v in verdicts]
@@ -270,6 +277,21 @@ def protocol(metrics: Mapping[str, Any]) -> dict[str, str]:
     read = {f"partition.{k}" for k in PARTITION_KEYS.get(scheme, ())} | {"partition.scheme"}
     return {k: v for k, v in flat.items() if (not k.startswith("loss_params.") or k.startswith(own))
             and (not k.startswith("partition.") or scheme not in PARTITION_KEYS or k in read)}
+
+
+def plugin_cells(root: str | Path) -> dict[tuple[str, ...], str]:
+    """Cell -> the plug-ins its jobs under ``root`` train with, in words ("loss cb (fedbalance-cb 0.1.0)"): the cells of
+    a plug-in loss or dataset (their spec's ``plugins``); an estimator adds no cell."""
+    cells: dict[tuple[str, ...], str] = {}
+    for folder in job_folders(root):
+        metrics = read_metrics(folder)
+        used = (metrics.get("config") or {}).get("plugins") or {}
+        words = [f"{what} {metrics['job']['loss'] if what == 'loss' else metrics['config'].get('source')} ("
+                 + (f"{rec.get('package')} {rec.get('version')}" if rec.get("package") else str(rec.get("version")))
+                 + ")" for what, rec in used.items() if what in ("loss", "dataset")]
+        if words:
+            cells[tuple(str(metrics["job"][k]) for k in CELL)] = ", ".join(words)
+    return cells
 
 
 def _protocols(root: str | Path) -> dict[tuple[str, ...], dict[str, set[str]]]:
@@ -343,6 +365,9 @@ def _test(r: Any) -> str:
     if r.test == PAIRED:
         return f"{r.test} ({r.seeds_compared}; seeds {seed_span(ids['common'])}){seed_mark(cell, ids['common'], ids['common'])}"
     return f"{r.test} ({r.seeds_compared}){seed_mark(cell, ids['ours'], ids['ref'])}"
+def _digits(metric: str) -> int:
+    """Decimals a metric prints with: 2 for a percentage, 4 for an AUC."""
+    return 2 if METRICS[metric] == 100.0 else 4
 
 
 def _count(n: int, what: str) -> str:
@@ -352,7 +377,8 @@ def _count(n: int, what: str) -> str:
 def compare_markdown(frame: pd.DataFrame, header: str | None = None, *, unmatched: bool = False) -> str:
     """The comparison as a Markdown table (pandas ``to_markdown``): one row per cell and metric, ours and the reference
     as mean ± std (seeds), the difference, its 95 % interval, the test and the verdict (``RULE`` under it); ``header`` (``protocol_header``) above it. The cells one
-    side alone holds are counted in one line, and listed only with ``unmatched``."""
+    side alone holds are counted in one line, and listed only with ``unmatched``; a plug-in's cell that only ours holds
+    (``NO_REFERENCE``) is listed anyway, one line a cell with ours' values."""
     cells = frame.groupby(list(CELL), sort=False).agg(n_ours=("n_ours", "max"), n_ref=("n_ref", "max"))
     both = cells[(cells.n_ours > 0) & (cells.n_ref > 0)]
     only_ours, only_ref = cells[cells.n_ref == 0], cells[cells.n_ours == 0]
@@ -366,10 +392,18 @@ def compare_markdown(frame: pd.DataFrame, header: str | None = None, *, unmatche
     if (frame.verdict == DIFFERENT_PROTOCOLS).any():
         lines += [f"No verdict where the protocols differ ('{DIFFERENT_PROTOCOLS}'; --across-protocols gives one): "
                   "only the differences."]
+    plugin = frame.plugin if "plugin" in frame.columns else pd.Series("", index=frame.index)
+    alone = frame[(frame.verdict == NO_REFERENCE) & (plugin != "")]
+    if len(alone) and not unmatched:
+        lines += [f"{_count(alone.groupby(list(CELL)).ngroups, 'cell')} of a plug-in only ours holds, one line each:"]
+        for cell, grp in alone.groupby(list(CELL), sort=False):
+            values = ", ".join(f"{r.metric} {_pm(r.mean_ours, r.std_ours, r.n_ours, _digits(r.metric))}"
+                               for r in grp.itertuples())
+            lines += [f"- {'/'.join(cell)} ({grp.plugin.iloc[0]}): {NO_REFERENCE}; ours: {values}"]
     shown = frame if unmatched else frame[(frame.n_ours > 0) & (frame.n_ref > 0)]
     rows = []
     for r in shown.itertuples():
-        digits = 2 if METRICS[r.metric] == 100.0 else 4
+        digits = _digits(r.metric)
         rows.append({"experiment": r.experiment, "dataset": r.dataset, "setting": r.setting, "loss": r.loss,
                      "metric": r.metric, "ours": _side(r, "ours", digits), "reference": _side(r, "ref", digits),
                      "ours − ref [95 %]": "–" if math.isnan(r.diff) else f"{r.diff:+.{digits}f}" + (

@@ -15,8 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from fedbalance import jobfolder
-from fedbalance.config import IDENTITY_KEYS, ConfigError, earlier_sources, jobs, resolve_jobs, twins
-from fedbalance.jobspec import JobSpec, as_spec, branch_key, covers, derivable, runs_monitor, shared_rounds
+from fedbalance.config import (
+    IDENTITY_KEYS, ConfigError, earlier_sources, jobs, resolve_job, resolve_jobs, study_plugins, twins,
+)
+from fedbalance.jobspec import (
+    JobSpec, as_spec, branch_key, covers, derivable, runs_monitor, shared_rounds, trained_estimators,
+)
 from fedbalance.records import EMPIRICAL_COLUMNS, JOB_KEYS, Job, is_monitor_column
 
 # What ``path: auto`` resolves to (fedbalance.jobs.resolve_path).
@@ -112,6 +116,36 @@ def twin_metrics(source: Mapping[str, Any], spec: Mapping[str, Any] | JobSpec, s
     if not runs_monitor(spec):
         out["monitor"] = jobfolder.monitor_summary(rows or [])
         out["acknowledged_round"] = None
+        if "estimators" in (source.get("plugins") or {}):  # the twin records no estimate: none of the estimators ran
+            out["plugins"] = {k: v for k, v in source["plugins"].items() if k != "estimators"}
+            if not out["plugins"]:
+                del out["plugins"]
+    return out
+
+
+def stale_plugins(cfg: Mapping[str, Any], results_dir: str | Path) -> list[dict[str, Any]]:
+    """Each plug-in that a finished job of the study under ``results_dir`` ran at another version than the one
+    installed now (metrics.json's ``plugins``; ``config.study_plugins``): {job, kind, name, recorded, installed,
+    trains}. A job that trains on the plug-in (``trains``) is planned again by the workflow, whose spec holds that
+    version; a job whose monitor merely recorded an estimator is not (its training does not change), and its columns
+    stay those of the version it recorded until it is run again (``snakemake --forcerun`` its metrics.json)."""
+    installed = {(p["kind"], p["name"]): p["version"] for p in study_plugins(cfg)}
+    out = []
+    for job in jobs(cfg):
+        folder = Path(results_dir) / job.path
+        if not jobfolder.finished(folder):
+            continue
+        spec = resolve_job(cfg, job)
+        trained = set(trained_estimators(spec))
+        ran = jobfolder.read_metrics(folder).get("plugins") or {}
+        for what, rec in ran.items():
+            for name, r in (rec.items() if what == "estimators" else [(None, rec)]):
+                kind = "estimator" if what == "estimators" else what
+                name = name if name is not None else (spec.base_loss if what == "loss" else spec.source)
+                now = installed.get((kind, name))
+                if now is not None and r.get("version") != now:
+                    out.append({"job": job.path, "kind": kind, "name": name, "recorded": r.get("version"),
+                                "installed": now, "trains": what != "estimators" or name in trained})
     return out
 
 

@@ -11,7 +11,17 @@ import re
 from functools import cache
 from pathlib import Path
 
-from fedbalance.config import data_args, dataset_spec, jobs, resolve_job, settings, twins
+from fedbalance.config import (
+    data_args,
+    dataset_plugin,
+    dataset_spec,
+    estimator_versions,
+    jobs,
+    resolve_job,
+    settings,
+    twins,
+)
+from fedbalance.jobspec import partition_dict
 from fedbalance.records import Job
 from fedbalance.jobfolder import METRICS, PROVENANCE, ROUNDS, JobFolderError, branch_file
 from fedbalance.reuse import branch_rounds, branches, derived
@@ -138,11 +148,19 @@ def reference_records(wildcards):
 
 
 def partition_spec(wildcards):
-    """Parameters of a partition job: those of the experiment's first loss (partitions ignore the loss)."""
+    """Parameters of a partition job: those of the experiment's first loss (partitions ignore the loss), less the
+    records of plug-ins that do not act on a partition (fedbalance.jobspec.partition_dict: a loss's, an estimator's)."""
     loss = config["experiments"][wildcards.experiment]["losses"][0]
-    return resolve_job(
-        config, Job(wildcards.experiment, wildcards.dataset, wildcards.setting, loss, int(wildcards.seed))
-    ).as_dict()
+    return partition_dict(
+        resolve_job(config, Job(wildcards.experiment, wildcards.dataset, wildcards.setting, loss, int(wildcards.seed)))
+    )
+
+
+def plugin_param(value, otherwise):
+    """A param about plug-ins (a record, versions): ``value`` when there is one, else ``otherwise``, a value another
+    param of the same rule holds. Snakemake compares a job's params as a set of values, so a rule's new plug-in param
+    plans no job of a study without plug-ins again."""
+    return value if value else otherwise
 
 
 def dataset_data(dataset):
@@ -301,7 +319,7 @@ def figure_inputs(wildcards):
 @cache
 def table_study(label):
     """The protocol of the jobs that fill table ``label`` in words (fedbalance.presentation.study.describe)."""
-    return describe(config, filling(table_reads(label), JOBS))
+    return describe(config, filling(table_reads(label, JOBS), JOBS))
 
 
 @cache

@@ -29,6 +29,7 @@ rule prepare_data:
     params:
         source=lambda wc: dataset_source(wc.dataset),
         options=lambda wc: dataset_data(wc.dataset)[1],
+        plugin=lambda wc: plugin_param(dataset_plugin(config, wc.dataset), dataset_source(wc.dataset)),
         data_dir=DATA_DIR,
         download=config["download"],
     script:

@@ -20,6 +20,7 @@ from fedbalance.presentation.study import (
     table_reads,
     tables_run,
 )
+from fedbalance.config import study_plugins
 from fedbalance.presentation.table_specs import TABLE_SUFFIXES
 
 TABLES_DIR = result("tables")
@@ -285,5 +286,6 @@ rule landing_page:
         jobs=[[j.experiment, j.dataset, j.setting, j.loss, j.seed] for j in JOBS],
         tables_not_run=TABLES_NOT_RUN,
         figures_not_run=FIGURES_NOT_RUN,
+        plugins=study_plugins(config),
     script:
         "../scripts/landing_page.py"

@@ -16,7 +16,7 @@ from typing import Any
 
 from fedbalance.config import resolve_job
 from fedbalance.presentation.figures import FIGURES
-from fedbalance.presentation.names import DATASET_NAME, Read
+from fedbalance.presentation.names import DATASET_NAME, DATASETS, Read
 from fedbalance.presentation.table_specs import TABLES
 from fedbalance.records import Job, parse_setting
 
@@ -28,9 +28,18 @@ SETTING_WORDS = {"g": "Γ = {}", "c": "{} classes a client", "t": "T_Ra = {}", "
 """How a grid setting's ``<prefix><value>`` part reads ("g10" -> "Γ = 10"; Γ = 1 reads "balanced")."""
 
 
-def table_reads(label: str) -> list[Read]:
-    """The jobs the cells of table ``label`` read."""
-    return [Read(c.experiment, c.dataset, c.setting, c.loss, by=label) for c in TABLES[label].cells]
+def table_reads(label: str, jobs: Iterable[Job] = ()) -> list[Read]:
+    """The jobs the cells of table ``label`` read; for a table that lists datasets (``TableSpec.open_datasets``), also
+    those of each dataset among ``jobs`` that is not the paper's (``names.DATASETS``), which it shows under its own
+    name (``tables.with_plugins``)."""
+    spec = TABLES[label]
+    reads = [Read(c.experiment, c.dataset, c.setting, c.loss, by=label) for c in spec.cells]
+    if spec.open_datasets:
+        extra = dict.fromkeys(j.dataset for j in jobs if j.dataset not in DATASETS)
+        first = spec.cells[0].dataset
+        reads += [Read(c.experiment, d, c.setting, c.loss, by=label) for d in extra for c in spec.cells
+                  if c.dataset == first]
+    return reads
 
 
 def figure_reads(name: str, dataset: str | None = None) -> list[Read]:
@@ -50,7 +59,7 @@ def filling(reads: Iterable[Read], jobs: Iterable[Job]) -> list[Job]:
 def tables_run(jobs: Iterable[Job]) -> tuple[list[str], list[str]]:
     """(labels of the tables a job of ``jobs`` fills, labels of the others), in the tables' order."""
     jobs = list(jobs)
-    run = [label for label in TABLES if filling(table_reads(label), jobs)]
+    run = [label for label in TABLES if filling(table_reads(label, jobs), jobs)]
     return run, [label for label in TABLES if label not in run]
 
 
@@ -142,7 +151,7 @@ of all, seeds):
 {table}
 
 **Not run in this study** (no job of the study fills them, so they are not shown): {not_run}
-
+{plugins}
 Stages: ``prepare_data`` (verify/download each dataset, manifest with md5) → ``partition`` (client
 partitions per experiment, dataset, setting and seed) → ``train`` (one FedAvg or centralised job per
 experiment, dataset, setting, loss and seed: metrics.json, rounds.csv) → ``aggregate`` (tidy CSVs) → one job per
@@ -167,11 +176,36 @@ def identity(cfg: Mapping[str, Any], jobs: Iterable[Job], *, configfiles: Iterab
             "origin": origin}
 
 
+PLUGINS_TEXT = """
+**Plug-ins** the study uses (docs/extending.md), as installed when the workflow planned the jobs; each job's
+``metrics.json`` records, under ``plugins``, the package, version and origin of each one it ran with (an estimator's
+columns are those of the version its job recorded: ``python -m fedbalance plugins --config C`` lists the jobs
+recorded with another version than the one installed):
+
+{table}
+"""
+
+
+def plugins_table(found: Iterable[Mapping[str, Any]]) -> str:
+    """The study's plug-ins (``config.study_plugins``) as a grid table: kind, name, package, version, origin, how many
+    jobs use it and how many train on it; "" when there are none."""
+    from tabulate import tabulate
+
+    rows = [[p["kind"], p["name"], p["package"] or "no installed package", p["version"], p["origin"], p["jobs"],
+             p["trains"]] for p in found]
+    if not rows:
+        return ""
+    return tabulate(rows, headers=["kind", "name", "package", "version", "origin", "jobs", "train on it"],
+                    tablefmt="grid")
+
+
 def landing_page(cfg: Mapping[str, Any], jobs: Iterable[Job], study: Mapping[str, str], *,
-                 tables_not_run: Iterable[str] = (), figures_not_run: Iterable[str] = ()) -> str:
+                 tables_not_run: Iterable[str] = (), figures_not_run: Iterable[str] = (),
+                 plugins: Iterable[Mapping[str, Any]] = ()) -> str:
     """The report's landing page (reStructuredText; Snakemake renders it on the report's first panel): the study
-    (``identity``: the config, the datasets, where the numbers come from), each family's protocol (``family_rows``)
-    and the tables and figures not run."""
+    (``identity``: the config, the datasets, where the numbers come from), each family's protocol (``family_rows``),
+    the tables and figures not run and, when it uses any, its plug-ins (``plugins``: ``config.study_plugins``, each
+    one's package, version and origin)."""
     from tabulate import tabulate
 
     rows = family_rows(cfg, jobs)
@@ -184,16 +218,19 @@ def landing_page(cfg: Mapping[str, Any], jobs: Iterable[Job], study: Mapping[str
         f"tables {', '.join(tables_not_run)}" if tables_not_run else "",
         f"figures {', '.join(figures_not_run)}" if figures_not_run else "") if part) or "none"
     configs = ", ".join(f"``{c.strip()}``" for c in study["config"].split(","))
+    found = plugins_table(plugins)
     return LANDING.format(configs=configs, datasets=study["datasets"], origin=study["origin"] + ".", table=table,
-                          not_run=not_run + ".")
+                          not_run=not_run + ".", plugins=PLUGINS_TEXT.format(table=found) if found else "")
 
 
 def write_landing_page(path: str | Path, cfg: Mapping[str, Any], jobs: Iterable[Job], study: Mapping[str, str], *,
-                       tables_not_run: Iterable[str] = (), figures_not_run: Iterable[str] = ()) -> Path:
+                       tables_not_run: Iterable[str] = (), figures_not_run: Iterable[str] = (),
+                       plugins: Iterable[Mapping[str, Any]] = ()) -> Path:
     """Write ``landing_page`` at ``path``."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(landing_page(cfg, jobs, study, tables_not_run=tables_not_run, figures_not_run=figures_not_run))
+    p.write_text(landing_page(cfg, jobs, study, tables_not_run=tables_not_run, figures_not_run=figures_not_run,
+                              plugins=plugins))
     return p
 
 

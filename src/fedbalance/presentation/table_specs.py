@@ -60,7 +60,9 @@ class TableSpec:
 
     ``family`` is the experiment family the table comes from (its report category); ``realised`` says
     where a grid table prints the partitions' realised CS of its groups: after each group's title
-    ("title"), in a row under the column labels ("row"), or nowhere (None).
+    ("title"), in a row under the column labels ("row"), or nowhere (None). ``open_rows``: a plug-in loss of the
+    table's experiments gets a row; ``open_datasets``: a dataset of the study that is not one of the paper's (a
+    plug-in's) gets the first dataset's cells under its own name (``tables.with_plugins``).
     """
 
     label: str
@@ -78,6 +80,7 @@ class TableSpec:
     family: str = "other"
     realised: str | None = None
     open_rows: bool = False
+    open_datasets: bool = False
 
     def cell_frame(self) -> pd.DataFrame:
         """The cells as a frame (one row per cell)."""
@@ -92,8 +95,9 @@ class TableSpec:
 
 
 def _loss_table(label: str, caption: str, experiment: str, datasets: Iterable[str], metrics: tuple[str, ...],
-                corner2: str = r"$\Gamma$") -> TableSpec:
-    """Datasets side by side, Γ columns, one row per loss in each metric block."""
+                corner2: str = r"$\Gamma$", open_datasets: bool = True) -> TableSpec:
+    """Datasets side by side, Γ columns, one row per loss in each metric block (``open_datasets``: and a block for a
+    dataset of the study that is not the paper's)."""
     groups, cells = [], []
     for d in datasets:
         cols = tuple((lab, gamma_setting(g)) for lab, g in GAMMAS)
@@ -101,7 +105,7 @@ def _loss_table(label: str, caption: str, experiment: str, datasets: Iterable[st
         cells += [Cell(m, d, c, loss, experiment, s, loss) for m in metrics for c, s in cols for loss in FOUR_LOSSES]
     rows = tuple((loss, LOSS_LABEL[loss]) for loss in FOUR_LOSSES)
     return TableSpec(label, caption, "grid", tuple(cells), metrics, rows, tuple(groups),
-                     corner=(r"\textbf{Data}", corner2), family=experiment, open_rows=True)
+                     corner=(r"\textbf{Data}", corner2), family=experiment, open_rows=True, open_datasets=open_datasets)
 
 
 def _mismatch_table(label: str, dataset: str) -> TableSpec:
@@ -140,7 +144,7 @@ def _mfe_table() -> TableSpec:
                r"below), $\Gamma=10:1$.")
     return TableSpec("Sup_MFE", caption, "grid", tuple(cells), ("acm", "auc"),
                      (("mse", LOSS_LABEL["mse"]), ("mfe", LOSS_LABEL["mfe"])), tuple(groups),
-                     corner=(r"\textbf{Data}", r"$C\!S$"), family="mfe", realised="row")
+                     corner=(r"\textbf{Data}", r"$C\!S$"), family="mfe", realised="row", open_datasets=True)
 
 
 def _sweep_table(label: str, caption: str, experiment: str, prefix: str, row: str, symbol: str,
@@ -161,7 +165,8 @@ def _early_table() -> TableSpec:
     groups = tuple(Group(rf"\textbf{{{DATASET_NAME[d]}}}", d, ((DATASET_NAME[d], DATASET_NAME[d]),)) for d in datasets)
     return TableSpec("Importance_early", "Comparison when global imbalance ($\\Gamma=100:1$) is acknowledged at "
                      "different stages of FL training (start S., middle M., end E.).", "single", cells,
-                     ("acm", "auc"), stages, groups, corner=(r"\textbf{Metric}", r"\textbf{Stage}"), family="early")
+                     ("acm", "auc"), stages, groups, corner=(r"\textbf{Metric}", r"\textbf{Stage}"), family="early",
+                     open_datasets=True)
 
 
 def _bs_ep_table() -> TableSpec:
@@ -177,7 +182,7 @@ def _bs_ep_table() -> TableSpec:
                      (("bs", r"\textbf{Batch Size}"), ("ep", r"\textbf{Local Epochs}")), groups,
                      source="monitor", bold=None,
                      block_columns={r: tuple(str(v) for v in vals) for r, (_, vals) in blocks.items()},
-                     family=" + ".join(exp for exp, _ in blocks.values()))
+                     family=" + ".join(exp for exp, _ in blocks.values()), open_datasets=True)
 
 
 def _imbalance_table() -> TableSpec:
@@ -190,7 +195,7 @@ def _imbalance_table() -> TableSpec:
                      "(and the uniform guess $N/Q$) and the true composition of the round, mean $\\pm$ std over "
                      "rounds and seeds, Ratio-Loss jobs of the fixed-client loss comparison.", "imbalance", cells,
                      ("cs",), rows, groups, corner=(r"\textbf{Data}", r"$\Gamma$"), source="imbalance",
-                     family="losses")
+                     family="losses", open_datasets=True)
 
 
 # ---------------------------------------------------------------- beyond the paper: newer losses
@@ -215,14 +220,14 @@ def _beyond_table() -> TableSpec:
         cells += [Cell(m, d, c, loss, "beyond", s, loss) for m in ("acm", "auc") for c, s in cols for loss in BEYOND_LOSSES]
     rows = tuple((loss, LOSS_LABEL[loss]) for loss in BEYOND_LOSSES)
     return TableSpec("Beyond_paper", CAPTION_BEYOND, "grid", tuple(cells), ("acm", "auc"), rows, tuple(groups),
-                     family="beyond", open_rows=True)
+                     family="beyond", open_rows=True, open_datasets=True)
 
 
 def _specs() -> dict[str, TableSpec]:
     three = ("mnist", "cifar10", "fer2013")
     specs = [
         _loss_table("FL_FEMNIST", CAPTION_LOSSES + " in federated learning, over FEMNIST and different levels of "
-                    "global imbalance.", "losses", ("femnist",), ("acm", "auc")),
+                    "global imbalance.", "losses", ("femnist",), ("acm", "auc"), open_datasets=False),
         _loss_table("Res_3_datasets", CAPTION_LOSSES + " in federated learning, over three data sets and different "
                     "levels of global imbalance.", "losses", three, ("acm", "auc")),
         _loss_table("Res_without_mismatch", CAPTION_LOSSES + ", when the models are not trained with federated "
@@ -246,7 +251,8 @@ def _specs() -> dict[str, TableSpec]:
                     "datasets and different levels of global imbalance.", "losses", three, ("acc_majority",)),
         _loss_table("Sup_majority_femnist", "Comparison of the classification accuracy on the majority classes "
                     r"between $L_{R\!L}$, $L_{C\!E}$, $L_{F\!L}$ and $L_{G\!H\!M\!C}$ in federated learning, over "
-                    "FEMNIST and different levels of global imbalance.", "losses", ("femnist",), ("acc_majority",)),
+                    "FEMNIST and different levels of global imbalance.", "losses", ("femnist",), ("acc_majority",),
+                    open_datasets=False),
         _loss_table("Sup_fe_dynamic", CAPTION_LOSSES + " over FEMNIST when the global imbalance ratio changes with "
                     "the selection of clients at each round.", "dynamic", ("femnist",), ("acm", "auc")),
         _mismatch_table("Sup_data_MNIST", "mnist"),

@@ -24,7 +24,7 @@ from typing import Iterable
 import jinja2
 import pandas as pd
 
-from fedbalance.presentation.names import DATASET_NAME, LOSS_LABEL, PLAIN_LOSS, PLAIN_METRIC
+from fedbalance.presentation.names import DATASET_NAME, DATASETS, LOSS_LABEL, PLAIN_LOSS, PLAIN_METRIC
 from fedbalance.presentation.table_specs import (  # noqa: F401  (re-exported: the tables' readers import them from here)
     CAPTION_BEYOND, CAPTION_LOSSES, CS_LEVELS, PUBLISHED, TABLE_SUFFIXES, TABLES, TEMPLATES, Cell, Group, TableSpec,
     table_files, table_labels,
@@ -76,10 +76,53 @@ def loss_label(loss: str) -> str:
     return LOSS_LABEL.get(loss, _tt(loss))
 
 
+def plugin_datasets(frame: pd.DataFrame, experiments: Iterable[str] | None = None) -> list[str]:
+    """The datasets of ``frame`` (final or rounds; of ``experiments``) that are not the paper's (``names.DATASETS``): a
+    plug-in source's, or a dataset of the study named otherwise, in order of appearance."""
+    if frame.empty or "dataset" not in frame.columns:
+        return []
+    sel = frame if experiments is None else frame[frame.experiment.isin(list(experiments))]
+    return [d for d in dict.fromkeys(sel.dataset.astype(str)) if d not in DATASETS]
+
+
+def dataset_label(dataset: str) -> str:
+    """A dataset's name in a table: the paper's, or its own in typewriter type."""
+    return DATASET_NAME.get(dataset, _tt(dataset))
+
+
+def _with_datasets(spec: TableSpec, final: pd.DataFrame) -> TableSpec:
+    """``spec`` with the first dataset's cells and group again for every dataset of ``final`` in the table's
+    experiments that is not the paper's (``plugin_datasets``), under its own name (a column such as Importance_early's,
+    named after its dataset, takes the new one's name)."""
+    have = {c.dataset for c in spec.cells}
+    extra = [d for d in plugin_datasets(final, {c.experiment for c in spec.cells}) if d not in have]
+    if not extra:
+        return spec
+    first = spec.cells[0].dataset
+    named = DATASET_NAME.get(first)
+
+    def column(c: str, d: str) -> str:
+        return d if c == named else c
+
+    cells = spec.cells + tuple(replace(c, dataset=d, column=column(c.column, d))
+                               for d in extra for c in spec.cells if c.dataset == first)
+    groups = spec.groups
+    template = next((g for g in spec.groups if g.dataset == first), None)
+    if template is not None:
+        groups += tuple(replace(template, title=rf"\textbf{{{_tt(d)}}}", dataset=d,
+                                columns=tuple((column(k, d), _tt(d) if k == named else lab) for k, lab in template.columns))
+                        for d in extra)
+    return replace(spec, cells=cells, groups=groups)
+
+
 def with_plugins(spec: TableSpec, final: pd.DataFrame, rounds: pd.DataFrame | None = None) -> TableSpec:
-    """``spec`` with a row for every plug-in loss ``final`` holds in the table's experiments (a table of losses,
-    ``open_rows``: its cells are the first row's, read from the plug-in's jobs), and, for the estimator table, a column
-    for every plug-in estimator ``rounds`` records. The claims compare the Ratio Loss with every row."""
+    """``spec`` with a group for every dataset of the study that is not the paper's, in a table that lists datasets
+    (``open_datasets``: ``_with_datasets``), a row for every plug-in loss ``final`` holds in the table's experiments
+    (a table of losses, ``open_rows``: its cells are the first row's, read from the plug-in's jobs), and, for the
+    estimator table, a column for every plug-in estimator ``rounds`` records. The claims compare the Ratio Loss with
+    every row."""
+    if spec.open_datasets:
+        spec = _with_datasets(spec, final)
     if spec.open_rows:
         first = spec.rows[0][0]
         extra = [loss for loss in plugin_losses(final, {c.experiment for c in spec.cells})
@@ -308,7 +351,7 @@ def layout(spec: TableSpec, values: pd.DataFrame, final: pd.DataFrame, what: str
         for d in dict.fromkeys(values["dataset"]):
             lines.append("hline")
             for i, (g, _) in enumerate(spec.rows):
-                first = rf"\textbf{{{DATASET_NAME[d]}}}" if i == 0 else ""
+                first = rf"\textbf{{{dataset_label(d)}}}" if i == 0 else ""
                 lines.append([first, g] + [text[("cs", d, g, e)] for e in ests])
         return "c|c|" + "c" * len(ests), lines
     colspec = "c|c|" + "|".join("c" * len(g.columns) for g in spec.groups)
@@ -352,7 +395,7 @@ def _vs_paper_rows(cmp: pd.DataFrame) -> list[list[str]]:
     for _, r in cmp.iterrows():
         m = r["metric"]
         ours = MISSING if math.isnan(r["ours_mean"]) else f"{fmt(r['ours_mean'], m)} $\\pm$ {fmt(r['ours_std'], m)}"
-        rows.append([METRIC_LABEL.get(m, "CS"), DATASET_NAME.get(r["dataset"], r["dataset"]), str(r["column"]),
+        rows.append([METRIC_LABEL.get(m, "CS"), dataset_label(str(r["dataset"])), str(r["column"]),
                      loss_label(str(r["row"])), ours, str(r["n_seeds"]),
                      fmt(r["paper"], m), fmt_diff(r["diff"], m)])
     return rows

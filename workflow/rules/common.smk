@@ -269,4 +269,4 @@ def table_study(label):
 @cache
 def figure_study(name):
     """The protocol of the jobs figure ``name`` draws, in words."""
-    return describe(config, filling(figure_reads(name, FIGURE_DATASETS.get(name)), JOBS))
+    return describe(config, filling(figure_reads(name), JOBS))

@@ -141,15 +141,14 @@ def shared_seeds(spec: TableSpec, per_seed: pd.DataFrame) -> pd.DataFrame:
     every seed."""
     if per_seed.empty:
         return per_seed
-    keep = []
-    for _, group in per_seed.groupby(_groups(spec), sort=False):
-        cells = {c: set(g.seed) for c, g in group.groupby(["dataset", "column", "row"], sort=False)}
-        for cell, seeds in cells.items():
-            others = set().union(*(v for c, v in cells.items() if c != cell))
-            allowed = seeds & others if others else seeds
-            keep.append(group[(group[["dataset", "column", "row"]].apply(tuple, axis=1) == cell)
-                              & group.seed.isin(allowed)])
-    return pd.concat(keep, ignore_index=True) if keep else per_seed.iloc[:0]
+    group, cell = _groups(spec), ["dataset", "column", "row"]
+    held = per_seed[list(dict.fromkeys(group + cell)) + ["seed"]].drop_duplicates()
+    cells = held.drop_duplicates(list(dict.fromkeys(group + cell))).groupby(group, sort=False).size().rename("_cells")
+    holders = held.groupby(group + ["seed"], sort=False).size().rename("_holders")
+    counted = per_seed.join(cells, on=group).join(holders, on=group + ["seed"])
+    # a seed is kept where another cell of the group holds it too, or where the cell is alone in its group
+    keep = (counted["_cells"] == 1) | (counted["_holders"] >= 2)
+    return per_seed[keep.to_numpy()]
 
 
 def cell_seed_values(spec: TableSpec, final: pd.DataFrame, rounds: pd.DataFrame, estimator: str = DEFAULT_ESTIMATOR,

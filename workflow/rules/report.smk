@@ -89,6 +89,7 @@ rule table:
     params:
         out_dir=lambda wildcards, output: str(Path(output[0]).parent),
         estimator=DEFAULT_ESTIMATOR,
+        study_config=study_config(),
     script:
         "../scripts/table.py"
 
@@ -98,6 +99,7 @@ rule table_page:
         final=TIDY["final"],
         rounds=TIDY["rounds"],
         code=[*TABLES_CODE, str(PRESENTATION / "html.py")],
+        protocol=PAPER_PROTOCOL,
     output:
         report(
             f"{TABLES_DIR}/{{label}}.html",
@@ -117,6 +119,7 @@ rule table_page:
         estimator=DEFAULT_ESTIMATOR,
         family=lambda wildcards: TABLES[wildcards.label].family,
         study=lambda wildcards: table_study(wildcards.label),
+        study_config=study_config(),
     script:
         "../scripts/table_page.py"
 

@@ -38,7 +38,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn
 
-from fedbalance.aggregate import read_frame
+from fedbalance.aggregate import read_frame, read_tidy
 from fedbalance.atomic import atomic_write
 from fedbalance.cli import path_argument
 from fedbalance.config import MAX_CPUS_ENV, ConfigError, max_cpus
@@ -56,6 +56,7 @@ REFERENCE_SETS = REPO / "reference"
 def fail(message: str) -> NoReturn:
     """End the command with one line on stderr and exit status 2 (``main``'s caller prints it)."""
     raise SystemExit(f"error: {message}")
+from fedbalance.presentation.headline import install_figures, tally_text
 from fedbalance.presentation.prose import blocks as prose_blocks
 
 
@@ -845,6 +846,9 @@ def docs_texts(rendered: Path, reference: Path, docs: Path) -> dict[Path, str]:
         (docs / "claims-mnist.md", "claims", f"`claims.md` of the render of the {every}:\n\n{claims}"),
         *((docs / page, name, body) for name, (page, body) in prose_blocks(reference).items()),
     ]
+    final, rounds = read_tidy(rendered / "aggregate")  # the README's first screen: the claims' verdicts counted
+    held = sum(provenance_counts(reference, None)[0].values())
+    blocks.append((docs.parent / "README.md", "findings", tally_text(final, rounds, f"the {held} jobs of {reference.as_posix()}")))
     texts: dict[Path, str] = {}
     for path, name, body in blocks:
         texts[path] = spliced(texts.get(path, path.read_text()), name, body, source=DOCS_SOURCE)
@@ -912,6 +916,7 @@ def cmd_docs(args: argparse.Namespace) -> int:
             stale.append(path)
             if not args.check:
                 path.write_text(text)
+    stale += install_figures(args.rendered / "figures", args.docs / "figures", check=args.check)  # the README's
     verb = "differ from" if args.check else "updated from"
     print(f"{len(stale)} doc(s) {verb} the render: {', '.join(map(str, stale)) or '-'}")
     if args.check and stale:

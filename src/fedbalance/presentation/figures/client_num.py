@@ -7,7 +7,7 @@ import pandas as pd
 
 from fedbalance.presentation.figures import FIGURES, Drawn
 from fedbalance.presentation.figures.common import (
-    BOUNDS, POINT_COLUMNS, draw_points, no_data, panel_title, plt, round_points, select,
+    BOUNDS, concat_points, draw_points, no_data, panel_title, plt, round_points, select,
 )
 from fedbalance.records import DEFAULT_ESTIMATOR, cs_column, setting_value
 
@@ -22,8 +22,7 @@ def _client_num(rounds: pd.DataFrame | None, name: str, estimator: str) -> Drawn
         k = setting_value(str(s), "k")
         parts.append(round_points(sel, cs_column(estimator), f"{s if k is None else k} clients", dataset,
                                   BOUNDS["fraction"], setting=s))
-    parts = [p for p in parts if len(p)]
-    points = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=POINT_COLUMNS)
+    points = concat_points(parts)
     fig, ax = plt.subplots(figsize=(6, 3.6))
     if points.empty:
         no_data(ax, f"{experiment}/{dataset}")

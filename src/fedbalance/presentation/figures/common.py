@@ -30,7 +30,7 @@ from fedbalance.seedstats import mean_interval  # noqa: E402
 
 __all__ = ["Figure", "plt", "select", "no_data", "grid", "datasets", "gamma_ticks", "BOUNDS", "POINT_COLUMNS",
            "spread", "points_over_seeds", "draw_points", "table_seeds", "GAMMA_X", "GAMMA_LABEL", "panel_title",
-           "final_seed_values", "paper_value", "gamma_points", "loss_table", "round_points"]
+           "final_seed_values", "paper_value", "gamma_points", "loss_table", "round_points", "concat_points", "panels"]
 
 BOUNDS: dict[str, tuple[float, float]] = {
     "percent": (0.0, 100.0),      # Ac.M, Ac. (%)
@@ -100,6 +100,29 @@ def table_seeds(per_seed: pd.DataFrame, label: str, dataset: str, metric: str) -
     frame = per_seed.assign(metric=metric, dataset=dataset, column=per_seed["setting"], row=per_seed["loss"])
     kept = shared_seeds(TABLES[label], frame)
     return kept[list(per_seed.columns)] if len(kept) else per_seed.iloc[:0]
+
+
+def concat_points(parts: Iterable[pd.DataFrame]) -> pd.DataFrame:
+    """The non-empty points frames of ``parts`` as one (``POINT_COLUMNS``; empty when none has a row)."""
+    parts = [p for p in parts if len(p)]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=POINT_COLUMNS)
+
+
+def panels(points: pd.DataFrame, title: str, what: str, *, xlabel: str, ylabel: str, gamma_axis: bool = False,
+           **draw: object) -> Figure:
+    """A figure of one panel per dataset of ``points`` (titled with it, drawn by ``draw_points`` with ``draw``; x
+    labelled with the Γ levels when ``gamma_axis``), or one panel saying "no data for ``what``"."""
+    ds = list(dict.fromkeys(points.panel))
+    fig, axes = grid(max(len(ds), 1), title)
+    if not ds:
+        no_data(axes[0], what)
+    for ax, d in zip(axes, ds):
+        draw_points(ax, points[points.panel == d], **draw)
+        if gamma_axis:
+            gamma_ticks(ax)
+        ax.set(title=panel_title(d), xlabel=xlabel, ylabel=ylabel)
+    fig.tight_layout()
+    return fig
 
 
 def no_data(ax: plt.Axes, what: str) -> None:

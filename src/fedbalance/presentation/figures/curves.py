@@ -6,7 +6,7 @@ import pandas as pd
 
 from fedbalance.presentation.figures import FIGURES, Drawn
 from fedbalance.presentation.figures.common import (
-    BOUNDS, POINT_COLUMNS, draw_points, no_data, panel_title, plt, round_points,
+    BOUNDS, concat_points, draw_points, no_data, panel_title, plt, round_points,
 )
 from fedbalance.presentation.names import FOUR_LOSSES, GAMMAS, LOSS_NAME, gamma_setting
 from fedbalance.presentation.tables import plugin_losses
@@ -17,8 +17,7 @@ def _curves(rounds: pd.DataFrame | None, dataset: str, lines: list[tuple[str, st
     fig, ax = plt.subplots(figsize=(6, 3.6))
     parts = [round_points(rounds, "train_loss", label, dataset, BOUNDS["positive"], experiment="losses",
                           dataset=dataset, setting=setting, loss=loss) for setting, loss, label in lines]
-    parts = [p for p in parts if len(p)]
-    points = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=POINT_COLUMNS)
+    points = concat_points(parts)
     if points.empty:
         no_data(ax, f"losses/{dataset}")
     else:

@@ -6,7 +6,8 @@ import pandas as pd
 
 from fedbalance.presentation.figures import FIGURES, Drawn
 from fedbalance.presentation.figures.common import (
-    POINT_COLUMNS, datasets, draw_points, gamma_points, gamma_ticks, grid, loss_table, no_data, panel_title, plt,
+    POINT_COLUMNS, concat_points, datasets, draw_points, gamma_points, gamma_ticks, loss_table, no_data, panel_title,
+    panels, plt,
 )
 from fedbalance.presentation.names import FOUR_LOSSES, LOSS_NAME
 from fedbalance.presentation.tables import plugin_losses
@@ -19,10 +20,8 @@ def acm_gamma_points(final: pd.DataFrame | None, only: str | None = None) -> pd.
     if final is None or final.empty:
         return pd.DataFrame(columns=POINT_COLUMNS)
     losses = [*FOUR_LOSSES, *plugin_losses(final, ["losses"])]
-    parts = [gamma_points(final, "losses", d, losses, LOSS_NAME, table=loss_table(d), paper_rows=FOUR_LOSSES)
-             for d in datasets(final, "losses") if only in (None, d)]
-    parts = [p for p in parts if len(p)]
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=POINT_COLUMNS)
+    return concat_points(gamma_points(final, "losses", d, losses, LOSS_NAME, table=loss_table(d), paper_rows=FOUR_LOSSES)
+                         for d in datasets(final, "losses") if only in (None, d))
 
 
 def make_Losses_acm_gamma(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,
@@ -30,15 +29,8 @@ def make_Losses_acm_gamma(final: pd.DataFrame | None = None, rounds: pd.DataFram
     """Ac.M (%) against Γ per loss (``losses``), mean over seeds with its 95 % interval and the published value, one
     panel per dataset."""
     points = acm_gamma_points(final)
-    ds = list(dict.fromkeys(points.panel))
-    fig, axes = grid(max(len(ds), 1), "Loss comparison: minority-class accuracy against Γ")
-    if not ds:
-        no_data(axes[0], "losses/<any dataset>")
-    for ax, d in zip(axes, ds):
-        draw_points(ax, points[points.panel == d], dodge=0.08)
-        gamma_ticks(ax)
-        ax.set(title=panel_title(d), xlabel="Γ", ylabel="Ac.M (%)")
-    fig.tight_layout()
+    fig = panels(points, "Loss comparison: minority-class accuracy against Γ", "losses/<any dataset>", xlabel="Γ",
+                 ylabel="Ac.M (%)", gamma_axis=True, dodge=0.08)
     return Drawn(fig, points)
 
 

@@ -8,8 +8,8 @@ import pandas as pd
 
 from fedbalance.presentation.figures import Drawn
 from fedbalance.presentation.figures.common import (
-    BOUNDS, POINT_COLUMNS, datasets, draw_points, final_seed_values, grid, no_data, panel_title, paper_value,
-    points_over_seeds, select, table_seeds,
+    BOUNDS, POINT_COLUMNS, concat_points, datasets, final_seed_values, panels, paper_value, points_over_seeds, select,
+    table_seeds,
 )
 from fedbalance.presentation.names import DATASET_NAME, FOUR_LOSSES, LOSS_NAME
 from fedbalance.presentation.table_specs import CS_LEVELS
@@ -60,14 +60,8 @@ def make_Res_mismatch(final: pd.DataFrame | None = None, rounds: pd.DataFrame | 
     keep = [*FOUR_LOSSES, *plugin_losses(frame, EXPERIMENTS)]
     parts = [mismatch_points(frame[frame.loss.isin(keep)] if len(frame) else frame, d, gamma)
              for d in datasets(frame, EXPERIMENTS)]
-    parts = [p for p in parts if len(p)]
-    points = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=POINT_COLUMNS)
-    ds = list(dict.fromkeys(points.panel))
-    fig, axes = grid(max(len(ds), 1), f"Mismatch between local and global imbalance, Γ = {gamma}:1")
-    if not ds:
-        no_data(axes[0], "mismatch/<any dataset>")
-    for ax, d in zip(axes, ds):
-        draw_points(ax, points[points.panel == d], paper_label="paper (at its CS level)", dodge=0.006)
-        ax.set(title=panel_title(d), xlabel="mean CS of the clients (local vs global)", ylabel="Ac.M (%)")
-    fig.tight_layout()
+    points = concat_points(parts)
+    fig = panels(points, f"Mismatch between local and global imbalance, Γ = {gamma}:1", "mismatch/<any dataset>",
+                 xlabel="mean CS of the clients (local vs global)", ylabel="Ac.M (%)",
+                 paper_label="paper (at its CS level)", dodge=0.006)
     return Drawn(fig, points)

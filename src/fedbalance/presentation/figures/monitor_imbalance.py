@@ -8,8 +8,8 @@ import pandas as pd
 
 from fedbalance.presentation.figures import Drawn
 from fedbalance.presentation.figures.common import (
-    BOUNDS, GAMMA_LABEL, GAMMA_X, POINT_COLUMNS, datasets, draw_points, gamma_ticks, grid, no_data, panel_title,
-    points_over_seeds, select, table_seeds,
+    BOUNDS, GAMMA_LABEL, GAMMA_X, POINT_COLUMNS, concat_points, datasets, panels, points_over_seeds, select,
+    table_seeds,
 )
 from fedbalance.presentation.names import ESTIMATORS, UNIFORM
 from fedbalance.presentation.tables import plugin_estimators
@@ -43,7 +43,7 @@ def imbalance_points(rounds: pd.DataFrame | None) -> pd.DataFrame:
         pts = points_over_seeds(kept, ["loss", "setting"], BOUNDS["fraction"])
         parts.append(pts.assign(panel=d, series=pts.loss, x=pts.setting.map(GAMMA_X), x_label=pts.setting.map(GAMMA_LABEL),
                                 paper=math.nan, paper_x=math.nan).sort_values(["loss", "x"], key=_order)[POINT_COLUMNS])
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=POINT_COLUMNS)
+    return concat_points(parts)
 
 
 def make_Monitor_under_imbalance(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,
@@ -51,13 +51,6 @@ def make_Monitor_under_imbalance(final: pd.DataFrame | None = None, rounds: pd.D
     """CS of each estimator and of the uniform guess against Γ (each seed's mean over rounds, then the mean over seeds
     with its 95 % interval), Ratio-Loss jobs, one panel per dataset."""
     points = imbalance_points(rounds)
-    ds = list(dict.fromkeys(points.panel))
-    fig, axes = grid(max(len(ds), 1), "Monitor under imbalance (Ratio-Loss jobs)")
-    if not ds:
-        no_data(axes[0], "losses/<any dataset> (ratio)")
-    for ax, d in zip(axes, ds):
-        draw_points(ax, points[points.panel == d], dashed={UNIFORM}, dodge=0.06)
-        gamma_ticks(ax)
-        ax.set(title=panel_title(d), xlabel="Γ", ylabel="CS")
-    fig.tight_layout()
+    fig = panels(points, "Monitor under imbalance (Ratio-Loss jobs)", "losses/<any dataset> (ratio)", xlabel="Γ",
+                 ylabel="CS", gamma_axis=True, dashed={UNIFORM}, dodge=0.06)
     return Drawn(fig, points)

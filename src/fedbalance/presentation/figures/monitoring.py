@@ -6,7 +6,7 @@ import pandas as pd
 
 from fedbalance.presentation.figures import FIGURES, Drawn
 from fedbalance.presentation.figures.common import (
-    BOUNDS, POINT_COLUMNS, datasets, draw_points, grid, no_data, panel_title, plt, round_points,
+    BOUNDS, POINT_COLUMNS, concat_points, datasets, draw_points, no_data, panel_title, panels, plt, round_points,
 )
 from fedbalance.presentation.names import ESTIMATORS, UNIFORM
 from fedbalance.records import DEFAULT_ESTIMATOR, cs_column
@@ -18,10 +18,8 @@ def monitor_points(rounds: pd.DataFrame | None, estimators: list[str], only: str
     if rounds is None or rounds.empty:
         return pd.DataFrame(columns=POINT_COLUMNS)
     ds = [d for d in datasets(rounds, "monitor") if only in (None, d)]
-    parts = [round_points(rounds, cs_column(est), est, d, BOUNDS["fraction"], experiment="monitor", dataset=d)
-             for d in ds for est in estimators]
-    parts = [p for p in parts if len(p)]
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=POINT_COLUMNS)
+    return concat_points(round_points(rounds, cs_column(est), est, d, BOUNDS["fraction"], experiment="monitor",
+                                      dataset=d) for d in ds for est in estimators)
 
 
 def make_fig_monitoring(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,
@@ -29,14 +27,8 @@ def make_fig_monitoring(final: pd.DataFrame | None = None, rounds: pd.DataFrame 
     """CS of every estimator and of the uniform guess per round, mean over seeds with its 95 % band, one panel per
     dataset (``monitor``)."""
     points = monitor_points(rounds, list(ESTIMATORS))
-    ds = list(dict.fromkeys(points.panel))
-    fig, axes = grid(max(len(ds), 1), "Composition estimate vs ground truth (monitor)")
-    if not ds:
-        no_data(axes[0], "monitor/<any dataset>")
-    for ax, d in zip(axes, ds):
-        draw_points(ax, points[points.panel == d], band=True, dashed={UNIFORM})
-        ax.set(title=panel_title(d), xlabel="round", ylabel="CS")
-    fig.tight_layout()
+    fig = panels(points, "Composition estimate vs ground truth (monitor)", "monitor/<any dataset>", xlabel="round",
+                 ylabel="CS", band=True, dashed={UNIFORM})
     return Drawn(fig, points)
 
 
@@ -62,9 +54,8 @@ def make_Headline_monitor(final: pd.DataFrame | None = None, rounds: pd.DataFram
 def _empirical(rounds: pd.DataFrame | None, column: str, title: str, ylabel: str, bounds: tuple[float, float]) -> Drawn:
     fig, ax = plt.subplots(figsize=(6, 3.6))
     ds = datasets(rounds, "monitor") if rounds is not None and len(rounds) else []
-    parts = [round_points(rounds, column, panel_title(d), "", bounds, experiment="monitor", dataset=d) for d in ds]
-    parts = [p for p in parts if len(p)]
-    points = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=POINT_COLUMNS)
+    points = concat_points(round_points(rounds, column, panel_title(d), "", bounds, experiment="monitor", dataset=d)
+                           for d in ds)
     if points.empty:
         no_data(ax, "monitor/<any dataset> (" + column + ")")
     else:

@@ -259,7 +259,7 @@ def assert_quick_criteria(c: dict) -> None:
 
 
 HEADER = re.compile(r"the quick run gives balanced CE (\d\.\d{3}) / (\d\.\d{3}) \(seeds 0 / 1\) and the Ratio Loss "
-                    r"(\d\.\d{3}) / (\d\.\d{3}) \(test accuracy\)")
+                    r"(\d\.\d{3}) / (\d\.\d{3}) \(test accuracy")
 
 
 def header_numbers() -> tuple[float, ...]:
@@ -271,10 +271,11 @@ def header_numbers() -> tuple[float, ...]:
 
 
 def assert_header_numbers(res: Path) -> None:
-    """The accuracies config/quick.yaml's header quotes are the run's (losses/mnist/g1, final test accuracy)."""
-    got = tuple(round(json.loads((res / f"losses/mnist/g1/{loss}/seed{s}/metrics.json").read_text())["final"]["acc"], 3)
+    """The accuracies config/quick.yaml's header quotes are the run's (losses/mnist/g1, final test accuracy), to 0.005
+    (another CPU's float kernels may move the third decimal)."""
+    got = tuple(json.loads((res / f"losses/mnist/g1/{loss}/seed{s}/metrics.json").read_text())["final"]["acc"]
                 for loss in ("ce", "ratio") for s in (0, 1))
-    assert header_numbers() == got, (header_numbers(), got)
+    assert header_numbers() == pytest.approx(got, abs=0.005), (header_numbers(), got)
 
 
 def test_the_quick_header_quotes_numbers() -> None:

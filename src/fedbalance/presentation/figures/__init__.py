@@ -122,7 +122,7 @@ def write_figure(name: str, out_dir: str | Path, *, final: pd.DataFrame | None =
     for ext in formats:
         p = out / f"{name}.{ext}"
         meta = {"csv-sha256": digest, "Software": "fedbalance"} if ext == "png" else None
-        fig.savefig(p, dpi=120 if name not in HEADLINE else 100, metadata=meta)
+        fig.savefig(p, dpi=120 if name not in HEADLINE else 100, metadata=meta, bbox_inches="tight")
         paths.append(p)
     plt.close(fig)
     p = out / f"{name}.{POINTS}"

@@ -171,11 +171,11 @@ PAPER_MARKER = {"marker": "*", "markersize": 11, "linestyle": "none", "markerfac
 
 def draw_points(ax: plt.Axes, points: pd.DataFrame, *, band: bool = False, dashed: Iterable[str] = (),
                 styles: Mapping[str, Mapping[str, object]] | None = None, paper_label: str = "paper (published)",
-                legend: bool = True, fontsize: float = 7, dodge: float = 0.0, outside: bool = False) -> None:
+                legend: bool = True, fontsize: float = 7, dodge: float = 0.0, below: bool = False) -> None:
     """Draw one panel's ``points`` (``POINT_COLUMNS``): each series' means joined by a line, its 95 % intervals as
     error bars (``band``: a shaded band, for curves over rounds), an end cut at the metric's range marked by a triangle
     pointing out of it, the paper's values as hollow stars; the legend names each series with its seeds and says what
-    the stars, the bars and the triangles are (``outside``: right of the panel). ``dodge`` shifts the series apart
+    the stars, the bars and the triangles are (``below``: under the panel, in two columns). ``dodge`` shifts the series apart
     along x (a figure against Γ), so their bars do not hide each other."""
     dashed, styles = set(dashed), dict(styles or {})
     clipped = papers = intervals = False
@@ -194,9 +194,9 @@ def draw_points(ax: plt.Axes, points: pd.DataFrame, *, band: bool = False, dashe
             if band:
                 ax.fill_between(p.x[has], p["low"][has], p["high"][has], color=color, alpha=0.2, linewidth=0)
             else:
-                below = (p["mean"][has] - p["low"][has]).clip(lower=0.0)  # a mean at the range's end: rounding
-                above = (p["high"][has] - p["mean"][has]).clip(lower=0.0)
-                ax.errorbar(p.x[has], p["mean"][has], yerr=[below, above], fmt="none", ecolor=color, capsize=3,
+                down = (p["mean"][has] - p["low"][has]).clip(lower=0.0)  # a mean at the range's end: rounding
+                up = (p["high"][has] - p["mean"][has]).clip(lower=0.0)
+                ax.errorbar(p.x[has], p["mean"][has], yerr=[down, up], fmt="none", ecolor=color, capsize=3,
                             linewidth=1)
         for end, marker in (("low", "v"), ("high", "^")):
             cut = p[p.clipped.isin([end, "both"])]
@@ -219,8 +219,9 @@ def draw_points(ax: plt.Axes, points: pd.DataFrame, *, band: bool = False, dashe
     if clipped:
         handles.append(Line2D([], [], color="gray", marker="^", linestyle="none"))
         labels.append("interval cut at the metric's range")
-    if outside:
-        ax.legend(handles, labels, fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    if below:
+        ax.legend(handles, labels, fontsize=fontsize, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2,
+                  frameon=False)
     else:
         ax.legend(handles, labels, fontsize=fontsize)
 

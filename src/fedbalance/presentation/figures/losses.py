@@ -39,14 +39,13 @@ def make_Headline_acm_gamma(final: pd.DataFrame | None = None, rounds: pd.DataFr
     """The README's loss figure: ``Losses_acm_gamma`` on ``FIGURES["Headline_acm_gamma"].dataset`` alone, small."""
     dataset = FIGURES["Headline_acm_gamma"].dataset
     points = acm_gamma_points(final, only=dataset)
-    fig, ax = plt.subplots(figsize=(6.6, 3.3))
+    fig, ax = plt.subplots(figsize=(5.0, 4.2))
     if points.empty:
         no_data(ax, f"losses/{dataset}")
     else:
-        draw_points(ax, points, paper_label="paper (its Table 2)", fontsize=7, dodge=0.1, outside=True)
+        draw_points(ax, points, paper_label="paper (its Table 2)", fontsize=8.5, dodge=0.1, below=True)
         gamma_ticks(ax)
     ax.set(title=f"{panel_title(dataset)}: minority-class accuracy against Γ", xlabel="global imbalance Γ",
            ylabel="Ac.M (%)")
-    ax.title.set_fontsize(9)
     fig.tight_layout()
     return Drawn(fig, points)

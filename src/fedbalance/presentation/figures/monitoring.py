@@ -39,14 +39,13 @@ def make_Headline_monitor(final: pd.DataFrame | None = None, rounds: pd.DataFram
     dataset = FIGURES["Headline_monitor"].dataset
     points = monitor_points(rounds, [estimator, UNIFORM], only=dataset)
     points["series"] = points.series.map({estimator: f"monitor, {estimator}", UNIFORM: "uniform guess N/Q"})
-    fig, ax = plt.subplots(figsize=(6.6, 3.3))
+    fig, ax = plt.subplots(figsize=(5.0, 4.2))
     if points.empty:
         no_data(ax, f"monitor/{dataset}")
     else:
-        draw_points(ax, points, band=True, dashed={"uniform guess N/Q"}, fontsize=7, outside=True)
-    ax.set(title=f"Monitor, {panel_title(dataset)}: CS of the round's composition estimate", xlabel="round",
+        draw_points(ax, points, band=True, dashed={"uniform guess N/Q"}, fontsize=8.5, below=True)
+    ax.set(title=f"Monitor, {panel_title(dataset)}: CS to the round's composition", xlabel="round",
            ylabel="cosine similarity")
-    ax.title.set_fontsize(9)
     fig.tight_layout()
     return Drawn(fig, points)
 

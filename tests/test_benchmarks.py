@@ -180,3 +180,23 @@ def test_checks_beyond_tolerance_fail_the_suite(monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(SystemExit) as exit_info:
         suite.main(["--smoke", "--sections", "round"])
     assert exit_info.value.code == 1
+
+
+@pytest.mark.slow
+def test_estimated_section_measures_the_shapes_the_cost_table_estimates(smoke):
+    """--smoke: the one CNN7 shape, measured (a probe and a step at its batch), as a calibration ``cost`` reads; first of
+    the sections. On a GPU the shapes are those config/config.yaml trains and the shipped calibration lacks."""
+    from fedbalance.cost import Calibration, Shape, shipped_calibration, study_shapes
+    from fedbalance.config import read_yaml, with_defaults
+
+    est = smoke["estimated"]
+    assert [k for k in smoke if k in _suite().SECTIONS][0] == "estimated"  # measured before every other section
+    assert est["shapes"] == ["cnn7/3x32x32/q10/sequential/b8"] and len(est["rows"]) == 1
+    row = est["rows"][0]
+    assert "error" not in row and row["step_s"] > 0 and row["probe"]["batch"] == 8
+    cal = Calibration.from_json(est["calibration"])
+    assert cal.step_seconds(Shape("cnn7", 3, 32, 32, 10, 8, "sequential")) == pytest.approx(row["step_s"])
+    # the GPU session's list: the paper's shapes the shipped H200 figures did not measure
+    missing = {s.model_key for s in study_shapes(with_defaults(read_yaml(ROOT / "config/config.yaml")), "cuda")
+               } - set(shipped_calibration("cuda").probes)
+    assert missing == {"cnn7/3x32x32/q10/vectorised", "resnet18/1x48x48/q7/vectorised"}

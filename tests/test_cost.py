@@ -174,7 +174,7 @@ def test_table_total_is_the_sum_of_its_rows(quick):
     assert job_seconds(b32, cal) == pytest.approx(b32.sgd_steps * 1.6 + b32.forward_samples * 1e-4 + 2.0)
     assert job_seconds(bs[0], cal) == pytest.approx(bs[0].sgd_steps * 1.5 + bs[0].forward_samples * 1e-4 + 2.0)
     text = format_table(rows, total, cal)
-    printed = [float(line.split()[-1]) for line in text.splitlines() if re.match(r"^[a-z_0-9]+ +[\d,]+ ", line)]
+    printed = [float(line.split()[4]) for line in text.splitlines() if re.match(r"^[a-z_0-9]+ +[\d,]+ ", line)]
     assert printed[-1] == pytest.approx(sum(printed[:-1]), abs=0.0005 * len(rows))
 
 
@@ -255,3 +255,88 @@ def test_cost_on_cuda_without_a_gpu_uses_the_shipped_calibration(capsys):
     assert got["calibration"]["device"] == "NVIDIA H200"
     assert main(["cost", "--config", "config/quick.yaml", "--device", "cuda"]) == 0
     assert "calibration: NVIDIA H200, measured 2026-11-27 at commit 91f7867" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- shapes the calibration did not measure
+
+
+def lenet_flops(h: int, w: int, q: int) -> int:
+    """LeNet5's forward FLOPs by hand (2 per multiply-add): conv5x5(6, pad 2), pool, conv5x5(16), pool, fc120, fc84, Q."""
+    h2, w2 = (h // 2 - 4), (w // 2 - 4)
+    macs = 6 * h * w * 25 + 16 * h2 * w2 * 6 * 25 + 16 * (h2 // 2) * (w2 // 2) * 120 + 120 * 84 + 84 * q
+    return 2 * macs
+
+
+def test_model_flops_by_hand():
+    """LeNet5 at 28x28 and 32x32, CNN7 at 32x32 (4 conv 3x3 of 32, 32, 64, 64 channels, fc 512, 128, 10)."""
+    from fedbalance.cost import model_flops
+
+    assert model_flops("lenet5", 1, 28, 28, 10) == lenet_flops(28, 28, 10) == 833_040
+    assert model_flops("lenet5", 1, 32, 32, 10) == lenet_flops(32, 32, 10)
+    cnn7 = 2 * (32 * 32 * 32 * 27 + 32 * 32 * 32 * 288 + 64 * 16 * 16 * 288 + 64 * 16 * 16 * 576
+                + 4096 * 512 + 512 * 128 + 128 * 10)
+    assert model_flops("cnn7", 3, 32, 32, 10) == cnn7
+
+
+def test_a_shape_not_measured_is_estimated_by_flops_and_says_so():
+    """LeNet5 at 32x32 from the measured 28x28 probe (the same model): seconds times the FLOPs ratio, by hand; the basis
+    says estimated and from which; a measured shape stays measured; a path with no measured probe is an error."""
+    from fedbalance.cost import CostError, with_estimates
+
+    cal = fixed_calibration(step_s=0.4, forward_s=1e-4, exact={f"{LENET}/b32": 1.2})
+    shapes = {Shape("lenet5", 1, 28, 28, 10, 32, "sequential"), Shape("lenet5", 1, 32, 32, 10, 32, "sequential")}
+    est = with_estimates(cal, shapes)
+    ratio = lenet_flops(32, 32, 10) / lenet_flops(28, 28, 10)
+    big = Shape("lenet5", 1, 32, 32, 10, 32, "sequential")
+    assert est.step_seconds(big) == pytest.approx(0.4 * ratio * 32 / 8, rel=1e-12)
+    assert est.forward_seconds(big) == pytest.approx(1e-4 * ratio, rel=1e-12)
+    assert est.basis(big).startswith(f"estimated (FLOPs-scaled from {LENET}") and f"x{ratio:.3g}" in est.basis(big)
+    assert est.basis(Shape("lenet5", 1, 28, 28, 10, 32, "sequential")) == "measured"
+    assert est.basis(Shape("lenet5", 1, 28, 28, 10, 64, "sequential")) == "measured at batch 8, scaled linearly"
+    assert Calibration.from_json(json.loads(json.dumps(est.to_json()))) == est and cal.estimated == {}
+    with pytest.raises(CostError, match="no measured shape on the vectorised path"):
+        with_estimates(cal, {Shape("cnn7", 3, 32, 32, 10, 32, "vectorised")})
+
+
+FAMILIES = {"mnist": ("mnist", "lenet5"), "cifar10": ("cifar10", "cnn7"), "fer2013": ("fer2013", "resnet18"),
+            "femnist": ("femnist", "resnet50")}
+
+
+def test_cost_on_cuda_covers_every_model_and_input(tmp_path, capsys):
+    """A study of every dataset's model (one small family each): every family and every model shape is a row, the
+    shipped H200 figures where they measured the shape, FLOPs estimates (said so) where not."""
+    import yaml
+
+    cfg = yaml.safe_load(open("config/quick.yaml"))
+    cfg["datasets"] = {d: {"source": src, "model": model, "minority_classes": [0, 1]} for d, (src, model) in FAMILIES.items()}
+    cfg["defaults"].update(rounds=2, path="auto")  # auto: vectorised on CUDA, as config/config.yaml
+    cfg["experiments"] = {f"fam_{d}": {"datasets": [d], "seeds": [0], "losses": ["ce"], "settings": {"default": {}}}
+                          for d in FAMILIES}
+    path = tmp_path / "every.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["cost", "--config", str(path), "--device", "cuda"]) == 0
+    out = capsys.readouterr().out
+    for d in FAMILIES:
+        assert re.search(rf"^fam_{d} +1 ", out, re.M), d
+    shapes = {line.split()[0]: line for line in out.splitlines() if re.match(r"^\w+/\d+x\d+x\d+/q\d+/", line)}
+    assert set(shapes) == {"lenet5/1x28x28/q10/vectorised/b32", "cnn7/3x32x32/q10/vectorised/b32",
+                           "resnet18/1x48x48/q7/vectorised/b32", "resnet50/1x28x28/q26/vectorised/b32"}
+    assert shapes["lenet5/1x28x28/q10/vectorised/b32"].endswith("measured")
+    assert shapes["resnet50/1x28x28/q26/vectorised/b32"].endswith("measured")
+    assert "estimated (FLOPs-scaled from resnet18/1x28x28/q26/vectorised" in shapes["resnet18/1x48x48/q7/vectorised/b32"]
+    assert "estimated (FLOPs-scaled from" in shapes["cnn7/3x32x32/q10/vectorised/b32"]
+    assert re.search(r"^fam_fer2013 .* estimated$", out, re.M) and "torch.utils.flop_counter" in out
+
+
+@pytest.mark.slow
+def test_cost_of_the_whole_paper_on_cuda_prints_every_family(capsys):
+    """The README's cost question for a GPU: every family of config/config.yaml and every model shape it trains, each
+    saying where its seconds come from (no shape missing from the calibration)."""
+    cfg = load_config("config/config.yaml")
+    assert main(["cost", "--config", "config/config.yaml", "--device", "cuda"]) == 0
+    out = capsys.readouterr().out
+    for family in cfg["experiments"]:
+        assert re.search(rf"^{family} +[\d,]+ +[\d,]+ +[\d,]+ +[\d.]+ +(measured|estimated|batch-scaled)", out, re.M), family
+    assert re.search(r"^total +2,748 ", out, re.M)
+    for model in ("lenet5/1x28x28/q10", "cnn7/3x32x32/q10", "resnet18/1x48x48/q7", "resnet50/1x28x28/q26"):
+        assert re.search(rf"^{model}/vectorised/b\d+ .*(measured|estimated)", out, re.M), model

@@ -414,21 +414,25 @@ def test_plugin_losses_and_estimators_are_lines_of_the_figures():
     from fedbalance.presentation.figures.monitor_imbalance import make_Monitor_under_imbalance
     from fedbalance.presentation.names import ESTIMATORS
 
+    def legend(fig):
+        return [t.get_text().split(" (")[0] if not t.get_text().startswith("Ratio") else t.get_text().rsplit(" (", 1)[0]
+                for t in fig.axes[0].get_legend().get_texts()]
+
     final = pd.DataFrame([{"experiment": "mismatch", "dataset": "mnist", "setting": f"c{c}_g10", "loss": loss,
                            "seed": 0, "mean_cs": 0.1 * c, "acc_minority": 0.5, "plugin": plugin}
                           for c in (2, 5) for loss, plugin in (("ce", None), ("ratio", None), ("cb", "fedbalance-cb 0.1.0"))])
-    fig = make_Res_mismatch(final, dataset="mnist")
-    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["CE", "Ratio (ours)", "cb"]
-    rounds = pd.DataFrame([{"experiment": "losses", "dataset": "mnist", "setting": "g100", "loss": loss, "seed": 0,
+    fig, _ = make_Res_mismatch(final)
+    assert legend(fig)[:3] == ["CE", "Ratio (ours)", "cb"]
+    rounds = pd.DataFrame([{"experiment": "losses", "dataset": "cifar10", "setting": "g100", "loss": loss, "seed": 0,
                             "round": r, "train_loss": 1.0 / (r + 1), "plugin": plugin}
                            for r in range(3) for loss, plugin in (("ce", None), ("cb", "fedbalance-cb 0.1.0"))])
-    fig = make_Sup_curve_cifar_four_losses(rounds=rounds, dataset="mnist")
-    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["CE", "cb"]
+    fig, _ = make_Sup_curve_cifar_four_losses(rounds=rounds)
+    assert legend(fig) == ["CE", "cb"]
     rounds = pd.DataFrame([{"experiment": "losses", "dataset": "mnist", "setting": f"g{g}", "loss": "ratio", "seed": 0,
                             "round": r, **{f"cs_{e}": 0.9 for e in ESTIMATORS}, "cs_ema": 0.95}
                            for g in (10, 100) for r in range(2)])
-    fig = make_Monitor_under_imbalance(rounds=rounds)
-    assert "ema" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    fig, _ = make_Monitor_under_imbalance(rounds=rounds)
+    assert "ema" in legend(fig)
 
 
 GOOD_DATA = '''

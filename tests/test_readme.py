@@ -25,7 +25,8 @@ README = REPO / "README.md"
 
 # prefix of a README command -> where it is tested
 COVERED = {
-    "pip install -e . && snakemake --cores all --configfile config/quick.yaml": "test_workflow::test_quick_dag_end_to_end",
+    "pip install -e .": "CI (.ci/run installs the checkout so) + test_workflow::test_quick_dag_end_to_end",
+    "snakemake --cores all --configfile config/quick.yaml": "test_workflow::test_quick_dag_end_to_end",
     "pip install -e '.[test]' && python -m pytest -q": "CI (.ci/run runs exactly this, in a fresh venv)",
     "python -m pytest -q -m slow": "CI (.ci/run runs it after the fast tier) + test_the_two_test_tiers",
     "python -m pytest -q": "CI (.ci/run runs this, with --durations, in a fresh venv) + test_the_two_test_tiers",

@@ -337,7 +337,7 @@ def test_write_tables_outputs(frames: tuple[pd.DataFrame, pd.DataFrame], tmp_pat
     assert fmt(float(np.std([40, 50], ddof=1)), "acm") in std
     cmp = pd.read_csv(out / "Res_3_datasets_vs_paper.csv")
     assert list(cmp.columns) == ["table", "metric", "dataset", "column", "row", "ours_mean", "ours_std", "n_seeds",
-                                 "paper", "diff"]
+                                 "paper", "diff", "protocol"]
     assert "Student-t test of the mean per-seed difference" in (out / "claims.md").read_text()
     for p in out.glob("*.tex"):
         text = p.read_text()
@@ -568,3 +568,84 @@ def test_the_cs_variance_claim_is_judged_on_the_log_scale(tmp_path: Path) -> Non
 
     old = next(c for c in claims(final, rounds, rule=PREVIOUS) if c.number == "28")
     assert "1.00 - 1.25 -" in unmarked(old.evidence) and "×" not in old.evidence
+
+
+# ---------------------------------------------------------------- the protocol beside a published value
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _raw(path: Path) -> dict:
+    from fedbalance.config import read_yaml, with_defaults
+
+    return with_defaults(read_yaml(path))
+
+
+def test_a_published_cell_of_another_protocol_is_marked_and_the_caption_names_the_studys_values(tmp_path: Path) -> None:
+    """The quick study runs the α sweep at Γ = 10 (its config, read by hand here), the paper at Γ = 50
+    (config/config.yaml): its Sup_hyper_a cells beside the published ones say the protocols differ, in Γ among other
+    keys, the LaTeX marks each difference and lists the keys, the HTML page gives no verdict, and the caption names
+    the study's Γ with the paper's beside it. The same cells at the paper's protocol say "same"."""
+    import yaml
+
+    from fedbalance.presentation.tables import write_table_html
+
+    quick_gamma = yaml.safe_load((REPO / "config/quick.yaml").read_text())["experiments"]["alpha"]["params"]["partition"]["gamma"]
+    paper = yaml.safe_load((REPO / "config/config.yaml").read_text())["experiments"]["alpha"]
+    paper_gamma = paper["params"]["partition"]["gamma"]
+    assert (quick_gamma, paper_gamma) == (10, 50)
+    root = tmp_path / "res"
+    for seed in (0, 1):
+        write_job(root, Job("alpha", "mnist", "a0.5", "ratio", seed), acm=0.6 + 0.01 * seed)
+    final, rounds = collect(root)
+    out = tmp_path / "quick"
+    write_table("Sup_hyper_a", final, rounds, out, study=_raw(REPO / "config/quick.yaml"))
+    cmp = pd.read_csv(out / "Sup_hyper_a_vs_paper.csv", dtype={"column": str}, keep_default_na=False)
+    shown = cmp[cmp.ours_mean != ""]
+    assert len(shown) == 2 and all(f"partition.gamma: {quick_gamma} vs {paper_gamma}" in p for p in shown.protocol)
+    assert (cmp[cmp.ours_mean == ""].protocol == "").all()  # no number of ours: nothing set beside the paper
+    tex = (out / "Sup_hyper_a_vs_paper.tex").read_text()
+    assert tex.count("$^\\dagger$") == 3 and "partition.gamma: 10 vs 50" in tex  # two cells and the note
+    caption = re.search(r"\\caption\{(.*)\}", (out / "Sup_hyper_a.tex").read_text()).group(1)
+    assert "$\\Gamma$ = 10:1 in this study (the paper: 50:1)" in caption and "$\\beta$ = 0.10)" not in caption
+    assert "$\\beta$ = 0.10," in caption
+    page = write_table_html("Sup_hyper_a", final, rounds, tmp_path / "page.html",
+                            study=_raw(REPO / "config/quick.yaml")).read_text()
+    assert "differs (above): no verdict" in page and "partition.gamma: 10 vs 50" in page
+    same = tmp_path / "paper"
+    write_table("Sup_hyper_a", final, rounds, same, study=_raw(REPO / "config/config.yaml"))
+    cmp = pd.read_csv(same / "Sup_hyper_a_vs_paper.csv", keep_default_na=False)
+    assert set(cmp[cmp.ours_mean != ""].protocol) == {"same"}
+    assert "$\\dagger$" not in (same / "Sup_hyper_a_vs_paper.tex").read_text()
+    assert "$\\Gamma$ = 50:1)" in (same / "Sup_hyper_a.tex").read_text()
+
+
+def test_tables_and_compare_read_one_protocol_rule(tmp_path: Path) -> None:
+    """The keys in which a table cell's protocol and the paper's differ are those ``compare`` finds between two result
+    folders holding one job of each protocol (``fedbalance.config.protocol``, one rule for both)."""
+    from fedbalance.config import resolve_job
+    from fedbalance.presentation.protocols import differences, paper_config
+    from fedbalance.reference import protocol_differences
+
+    job = Job("early", "mnist", "S", "ce", 0)
+    quick = _raw(REPO / "config/quick.yaml")
+    for name, cfg in (("ours", quick), ("paper", paper_config())):
+        write_job(tmp_path / name, job, config=resolve_job(cfg, job).as_dict())
+    cell = ("early", "mnist", "S", "ce")
+    folders = protocol_differences(tmp_path / "ours", tmp_path / "paper")[cell]
+    assert differences(quick, [cell])[cell] == folders
+    assert {"partition.gamma", "rounds", "switch_round", "source"} <= set(folders)
+
+
+def test_a_one_seed_table_prints_no_std_table(tmp_path: Path) -> None:
+    root = tmp_path / "res"
+    write_job(root, Job("alpha", "mnist", "a0.5", "ratio", 0), acm=0.6)
+    write_job(root, Job("alpha", "mnist", "a1.0", "ratio", 0), acm=0.7)
+    final, rounds = collect(root)
+    write_table("Sup_hyper_a", final, rounds, tmp_path / "one")
+    std = (tmp_path / "one" / "Sup_hyper_a_std.tex").read_text()
+    assert "rests on one seed" in std and "tabular" not in std and "\\ref{Sup_hyper_a}" in std
+    write_job(root, Job("alpha", "mnist", "a0.5", "ratio", 1), acm=0.62)
+    final, rounds = collect(root)
+    write_table("Sup_hyper_a", final, rounds, tmp_path / "two")
+    assert "tabular" in (tmp_path / "two" / "Sup_hyper_a_std.tex").read_text()

@@ -102,6 +102,22 @@ def test_dry_run_quick_protocol(tmp_path):
     assert counts["train"] == QUICK_JOBS - QUICK_TWINS - QUICK_DERIVED
     assert counts["prepare_data"] == 1
     assert_one_job_per_table_and_figure(counts, not_run=QUICK_NOT_RUN)
+    # the README's step count is Snakemake's, and says what it counts: the jobs and the other steps
+    readme = " ".join((REPO / "README.md").read_text().split())
+    m = re.search(r"Snakemake counts (\d+) steps: the (\d+) jobs and (\d+) others", readme)
+    assert m and tuple(map(int, m.groups())) == (counts["total"], QUICK_JOBS, counts["total"] - QUICK_JOBS), m
+    # docs/usage.md says what the others are
+    usage = " ".join((REPO / "docs" / "usage.md").read_text().split())
+    m = re.search(r"a count of (\d+) steps: the (\d+) jobs above and (\d+) others, one step each for the data, the "
+                  r"(\d+) partitions, the aggregation, the (\d+) tables, the (\d+) table pages and the (\d+) figures "
+                  r"the study fills, the claims, fidelity, reproduction and paper_tables summaries, the (\d+) summary "
+                  r"pages, the landing page and rule `all`", usage)
+    assert m and tuple(map(int, m.groups())) == (
+        counts["total"], QUICK_JOBS, counts["total"] - QUICK_JOBS, counts["partition"], counts["table"],
+        counts["table_page"], counts["figure"], counts["markdown_page"]), m
+    assert counts["total"] - QUICK_JOBS == sum(counts[r] for r in (
+        "prepare_data", "partition", "aggregate", "table", "table_page", "figure", "claims", "fidelity", "reproduction",
+        "paper_tables", "markdown_page", "landing_page", "all"))
 
 
 def assert_one_job_per_table_and_figure(counts: dict[str, int], *, not_run: set[str] = frozenset()) -> None:
@@ -110,7 +126,7 @@ def assert_one_job_per_table_and_figure(counts: dict[str, int], *, not_run: set[
     both = TABLE_NAMES & FIGURE_NAMES  # a table and a figure of the same name
     assert counts["table"] == len(TABLE_NAMES) == 17 and both == {"Monitor_under_imbalance", "Beyond_paper"}
     assert counts["table_page"] == len(TABLE_NAMES - not_run)
-    assert counts["figure"] == len(FIGURE_NAMES - not_run) and len(FIGURE_NAMES) == 13
+    assert counts["figure"] == len(FIGURE_NAMES - not_run) and len(FIGURE_NAMES) == 16
     assert "tables" not in counts and "figures" not in counts
 
 
@@ -124,12 +140,14 @@ FIGURE_NAMES = {
     "fig_monitoring", "Res_mismatch", "Sup_empirical_sim", "Sup_empirical_mul", "Sup_client_num_CIFAR10",
     "Sup_client_num_FEMNIST", "Sup_curve_cifar_ratio", "Sup_curve_femnist_ratio", "Sup_curve_cifar_four_losses",
     "Sup_curve_femnist_four_losses", "Sup_data_splitting", "Monitor_under_imbalance", "Beyond_paper",
+    "Losses_acm_gamma", "Headline_acm_gamma", "Headline_monitor",
 }
 # what config/quick.yaml (MNIST alone, Γ in {B., 10}, no FEMNIST family) fills none of, by hand: the FEMNIST, CIFAR10
-# and Fer2013 tables, the batch-size and epochs table (CIFAR10/FEMNIST cells), and the Γ = 100 curves
+# and Fer2013 tables, the batch-size and epochs table (CIFAR10/FEMNIST cells), and the figures of one dataset it lacks
+# (the CIFAR10 and FEMNIST curves and client numbers: a figure is drawn from the dataset it names, or not at all)
 QUICK_NOT_RUN = {"FL_FEMNIST", "Sup_bs_ep", "Sup_majority_femnist", "Sup_fe_dynamic", "Sup_data_CIFAR10",
-                 "Sup_data_Fer2013", "Sup_client_num_FEMNIST", "Sup_curve_cifar_four_losses",
-                 "Sup_curve_femnist_four_losses"}
+                 "Sup_data_Fer2013", "Sup_client_num_CIFAR10", "Sup_client_num_FEMNIST", "Sup_curve_cifar_ratio",
+                 "Sup_curve_femnist_ratio", "Sup_curve_cifar_four_losses", "Sup_curve_femnist_four_losses"}
 
 
 def test_one_figure_module_reruns_only_its_figures(tmp_path):
@@ -243,6 +261,32 @@ def assert_quick_criteria(c: dict) -> None:
     assert c["g10_ce_acm_mean"] >= MINORITY_LEARNT, c
 
 
+HEADER = re.compile(r"the quick run gives balanced CE (\d\.\d{3}) / (\d\.\d{3}) \(seeds 0 / 1\) and the Ratio Loss "
+                    r"(\d\.\d{3}) / (\d\.\d{3}) \(test accuracy")
+
+
+def header_numbers() -> tuple[float, ...]:
+    """The test accuracies config/quick.yaml's header quotes: balanced CE, seeds 0 and 1, then the Ratio Loss."""
+    text = " ".join(line.lstrip("# ") for line in QUICK.read_text().splitlines() if line.startswith("#"))
+    m = HEADER.search(" ".join(text.split()))
+    assert m, "config/quick.yaml's header no longer quotes the quick run's accuracies"
+    return tuple(float(x) for x in m.groups())
+
+
+def assert_header_numbers(res: Path) -> None:
+    """The accuracies config/quick.yaml's header quotes are the run's (losses/mnist/g1, final test accuracy), to 0.005
+    (another CPU's float kernels may move the third decimal)."""
+    got = tuple(json.loads((res / f"losses/mnist/g1/{loss}/seed{s}/metrics.json").read_text())["final"]["acc"]
+                for loss in ("ce", "ratio") for s in (0, 1))
+    assert header_numbers() == pytest.approx(got, abs=0.005), (header_numbers(), got)
+
+
+def test_the_quick_header_quotes_numbers() -> None:
+    """config/quick.yaml's header quotes four accuracies of the quick run (the end-to-end test compares them with the
+    run), each of them possible."""
+    assert len(header_numbers()) == 4 and all(0.5 < x <= 1.0 for x in header_numbers())
+
+
 def test_quick_criteria_can_fail(tmp_path):
     """The criteria check rejects a study that misses any one criterion (synthetic per-job files)."""
     def write(acc_of, acm_ce_g10=0.4, bad_loss=None, blown=None):
@@ -279,7 +323,7 @@ def test_quick_criteria_can_fail(tmp_path):
 def test_quick_dag_end_to_end(tmp_path):
     from fedbalance.aggregate import read_tidy
     from fedbalance.presentation.figures import FIGURES
-    from fedbalance.presentation.tables import TABLES, table_labels
+    from fedbalance.presentation.tables import TABLES, cell_values, table_labels
 
     t0 = time.perf_counter()
     r = in_tmp(tmp_path, "--cores", "2", "--configfile", str(QUICK), timeout=80 * 60)
@@ -296,12 +340,19 @@ def test_quick_dag_end_to_end(tmp_path):
     crit = quick_criteria(res)
     print(f"quick criteria: {crit}")
     assert_quick_criteria(crit)
+    assert_header_numbers(res)
+    # every step Snakemake counted ran, and the README says how many there are (test_dry_run_quick_protocol)
+    assert re.search(r"(\d+) of \1 steps \(100%\) done", r.stdout + r.stderr)
     final, rounds = read_tidy(res / "aggregate")
     assert len(final) == len(jobs(load_config(QUICK))) == QUICK_JOBS
     tables = res / "tables"
     for label in table_labels():
         for name, what in ((label, "mean"), (f"{label}_std", "std")):
             tex = (tables / f"{name}.tex").read_text()
+            seeds = cell_values(TABLES[label], final, rounds).n
+            if what == "std" and (seeds > 0).any() and seeds.max() == 1:  # one seed a cell: a line says why, no table
+                assert "rests on one seed" in tex and r"\begin{tabular}" not in tex, name
+                continue
             assert r"\begin{tabular}" in tex and r"\end{tabular}" in tex, name
             n = sum(1 for line in tex.splitlines() if line.rstrip().endswith("\\\\"))
             assert n == _expected_rows(label, final, rounds, what), name
@@ -313,7 +364,7 @@ def test_quick_dag_end_to_end(tmp_path):
     filled = cmp[(cmp.dataset == "mnist") & cmp.column.isin(["B.", "10:1"])]
     assert len(filled) == 16 and filled.ours_mean.notna().all() and (filled.n_seeds == 2).all()
     for name in FIGURES:
-        for ext in ("pdf", "png"):
+        for ext in ("pdf", "png", "csv"):
             p = res / "figures" / f"{name}.{ext}"
             # a figure no job of the study fills is not drawn (the landing page lists it)
             assert (p.is_file() and p.stat().st_size > 0) == (name not in QUICK_NOT_RUN), p
@@ -397,8 +448,8 @@ def assert_report_reads(report: Path, *, not_run: set[str]) -> None:
     # captions filled from the study: its datasets, settings, rounds and seeds, not the paper's protocol
     assert "MNIST (mnist5k); balanced; Γ = 10" in table["caption"] and "16 rounds" in table["caption"]
     assert "seeds 2 (0, 1)" in table["caption"]
-    curve = results["results/figures/Sup_curve_cifar_ratio.png"]
-    assert "Drawn from mnist" in curve["caption"] and "Γ = 10" in curve["caption"]
+    splitting = results["results/figures/Sup_data_splitting.png"]
+    assert "Drawn from mnist" in splitting["caption"] and "Γ = 10" in splitting["caption"]
     claims = base64.b64decode(results["results/claims.html"]["data_uri"].split("base64,", 1)[1]).decode()
     assert "<table>" in claims and "<th>Verdict</th>" in claims
     # the landing page names the study and lists what it did not run, once

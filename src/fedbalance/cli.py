@@ -605,11 +605,15 @@ def cmd_cost(args: argparse.Namespace) -> int:
         logger.info(f"calibrated {len(cal.probes)} model shape(s) on {cal.device} in {time.perf_counter() - t0:.1f} s")
         if args.calibration is not None:
             cost.save_calibration(cal, args.calibration)
+    if shipped:  # the shapes the shipped figures did not measure: estimated from a measured one (by FLOPs)
+        cal = cost.with_estimates(cal, {w.shape for w in works})
     rows, total = cost.estimate(works, cal, list(cfg["experiments"]))
+    shapes = cost.shape_rows(works, cal)
     if args.json:
-        print(json.dumps({"rows": [vars(r) for r in rows], "total": vars(total), "calibration": cal.to_json()}, indent=1))
+        print(json.dumps({"rows": [vars(r) for r in rows], "total": vars(total), "shapes": [vars(r) for r in shapes],
+                          "calibration": cal.to_json()}, indent=1))
     else:
-        print(cost.format_table(rows, total, cal))
+        print(cost.format_table(rows, total, cal, shapes))
     return 0
 
 

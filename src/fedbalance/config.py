@@ -35,6 +35,7 @@ from fedbalance.jobspec import (  # noqa: F401  (re-exported: the config's reade
     JobSpec,
     base_loss,
     covers,
+    flat_keys,
     has_key,
     job_value,
     loss_params_key,
@@ -613,6 +614,15 @@ def _check_names_and_dirs(cfg: Mapping[str, Any]) -> None:
                 raise ConfigError(str(exc)) from None
 
 
+def with_defaults(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``cfg`` with the schema's top-level defaults filled (what ``validate`` returns, unchecked)."""
+    out = copy.deepcopy(dict(cfg))
+    for k, prop in schema()["properties"].items():
+        if "default" in prop:
+            out.setdefault(k, prop["default"])
+    return out
+
+
 def validate(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """Check ``cfg`` against the schema and across keys; return it with top-level defaults filled.
 
@@ -628,10 +638,7 @@ def validate(cfg: Mapping[str, Any]) -> dict[str, Any]:
     if errors:
         e = errors[0]
         raise ConfigError(f"{_key(e.absolute_path)}: {e.message}")
-    out = copy.deepcopy(dict(cfg))
-    for k, prop in s["properties"].items():
-        if "default" in prop:
-            out.setdefault(k, prop["default"])
+    out = with_defaults(cfg)
     _check_plugins(out)
     _check_dataset_options(out)
     check_threads(out["threads"], "threads")
@@ -801,3 +808,32 @@ def load_config(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: the top level must be a mapping")
     return validate(data)
+
+
+def protocol(job_config: Mapping[str, Any], loss: str) -> dict[str, str]:
+    """A job's protocol, the keys that act on its result: its configured keys (``job_config``: metrics.json's
+    ``config``, ``JobSpec.as_dict()``) as dotted key -> JSON value, less what does not decide its training
+    (``jobspec.training_key``: the identity and output-only keys, the monitor of a loss not fed by it), the seed, the
+    parameters of other losses than its own (``loss_params.<loss>``) and the partition keys its scheme does not read
+    (``jobspec.PARTITION_KEYS``). An optional key left unset counts as its default (``JOB_DEFAULTS``). ``compare``
+    (``fedbalance.reference``) and the tables' published comparisons read it alike."""
+    config = deep_merge(JOB_DEFAULTS, {"loss": loss, **job_config})
+    flat = flat_keys(json.loads(training_key(config)))
+    flat.pop("seed", None)
+    own = f"loss_params.{base_loss(config)}."
+    scheme = (config.get("partition") or {}).get("scheme")
+    read = {f"partition.{k}" for k in PARTITION_KEYS.get(scheme, ())} | {"partition.scheme"}
+    return {k: v for k, v in flat.items() if (not k.startswith("loss_params.") or k.startswith(own))
+            and (not k.startswith("partition.") or scheme not in PARTITION_KEYS or k in read)}
+
+
+def shown_values(values: Collection[str]) -> str:
+    """The values a key takes (JSON, one per job of a cell) as printed: "16", "16/30", "unset" for none."""
+    return "/".join(sorted(str(v).strip('"') for v in values)) or "unset"
+
+
+def protocol_differences(a: Mapping[str, Collection[str]], b: Mapping[str, Collection[str]]) -> dict[str, tuple[str, str]]:
+    """The keys whose values differ between two cells' protocols (key -> the values its jobs were run with, as
+    ``protocol`` gives them) -> (a's, b's) as printed (``shown_values``); empty when the two were run alike."""
+    return {k: (shown_values(a.get(k, ())), shown_values(b.get(k, ()))) for k in sorted(set(a) | set(b))
+            if set(a.get(k, ())) != set(b.get(k, ()))}

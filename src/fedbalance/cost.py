@@ -144,6 +144,26 @@ def _chosen(selection: str, num_clients: int, k: int, seed: int, round_index: in
     return tuple(int(j) for j in select_clients(selection, num_clients, k, seed, round_index))
 
 
+def job_shape(spec: Mapping[str, Any] | JobSpec, device_type: str = "cpu") -> Shape:
+    """The model, input, classes, batch size and training path of one job on ``device_type`` (no data needed)."""
+    from fedbalance.data import dataset_info
+
+    spec = as_spec(spec)
+    info = dataset_info(spec.source, **dict(spec.options))
+    h, w = info["image_size"]
+    return Shape(spec.model, int(info["in_channels"]), int(h), int(w), int(info["num_classes"]), spec.batch_size,
+                 resolve_path(spec.path, device_type))
+
+
+def study_shapes(cfg: Mapping[str, Any], device_type: str = "cpu") -> set[Shape]:
+    """The shapes of every job of the study (``job_shape``), without counting its work: one job per experiment,
+    dataset and setting (the losses of a setting share its shape)."""
+    seen: dict[tuple[str, str, str], Job] = {}
+    for job in jobs(cfg):
+        seen.setdefault((job.experiment, job.dataset, job.setting), job)
+    return {job_shape(spec, device_type) for spec in resolve_jobs(cfg, list(seen.values())).values()}
+
+
 def job_work(
     spec: Mapping[str, Any] | JobSpec,
     *,
@@ -155,18 +175,14 @@ def job_work(
     """Count the SGD steps and forward samples of one job (its ``resolve_job`` spec; ``sizes``: its ``client_sizes``)
     from round ``start_round`` on (a branched job's first rounds are its source's: ``reuse.branches``)."""
     from fedbalance.centralised import num_epochs
-    from fedbalance.data import dataset_info
     from fedbalance.fl import needs_monitor
 
     spec = as_spec(spec)
     job, source = spec.job, spec.source
     if source not in TEST_SAMPLES:
         raise CostError(f"no test-set size known for source {source!r}; known: {sorted(TEST_SAMPLES)}")
-    info = dataset_info(source, **dict(spec.options))
-    q = int(info["num_classes"])
-    b = spec.batch_size
-    h, w = info["image_size"]
-    shape = Shape(spec.model, int(info["in_channels"]), int(h), int(w), q, b, resolve_path(spec.path, device_type))
+    shape = job_shape(spec, device_type)
+    q, b = shape.classes, shape.batch_size
     sizes = sizes if sizes is not None else client_sizes(spec, q, samples_per_writer)
     switch = spec.switch_round
     monitor = needs_monitor(spec)
@@ -234,7 +250,8 @@ class Calibration:
     ``steps[shape.key]``: seconds per SGD step of one copy at that batch size (GPU calibration);
     ``probes[shape.model_key]``: {"batch": b, "step_s": seconds per step at b, "forward_s": seconds
     per forward sample} (every calibration); a step at batch B without an exact entry costs
-    ``step_s * B / b``. ``startup_s``: start-up of one job process (imports), added per job.
+    ``step_s * B / b``. ``startup_s``: start-up of one job process (imports), added per job. ``estimated``: the probes
+    not measured on the device but estimated from a measured one (``with_estimates``): model_key -> how.
     """
 
     device: str
@@ -247,6 +264,7 @@ class Calibration:
     torch: str = ""
     version: int = CALIBRATION_VERSION
     source: str = ""  # where the figures come from, when not measured by ``calibrate`` here and now
+    estimated: dict[str, str] = field(default_factory=dict)
 
     def step_seconds(self, shape: Shape) -> float:
         """Seconds per SGD step of one copy of ``shape``."""
@@ -311,6 +329,75 @@ class Calibration:
             seconds(probe["forward_s"], f"probes.{name}.forward_s")
         for name, value in self.steps.items():
             seconds(value, f"steps.{name}", positive=True)
+        if not isinstance(self.estimated, dict) or not all(isinstance(v, str) for v in self.estimated.values()):
+            raise CostError("calibration estimated: must be an object of model shape -> how it was estimated")
+        for name in self.estimated:
+            if name not in self.probes:
+                raise CostError(f"calibration estimated.{name}: no probe of that shape")
+
+    def basis(self, shape: Shape) -> str:
+        """Where the seconds of ``shape`` come from: "measured" (at its batch size), "measured at batch b" (scaled
+        linearly to its own), or "estimated: ..." (``estimated``)."""
+        if shape.model_key in self.estimated:
+            return f"estimated ({self.estimated[shape.model_key]})"
+        if shape.key in self.steps:
+            return "measured"
+        self._probe(shape)
+        return f"measured at batch {self.probes[shape.model_key]['batch']}, scaled linearly"
+
+
+@functools.lru_cache(maxsize=None)
+def model_flops(model: str, channels: int, height: int, width: int, classes: int) -> int:
+    """Floating-point operations of one sample's forward pass of ``model`` (eval mode), counted by
+    ``torch.utils.flop_counter.FlopCounterMode`` (its matrix products and convolutions, 2 per multiply-add) on the
+    meta device (shapes only: nothing is allocated or computed)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from fedbalance.models import build_model
+
+    counter = FlopCounterMode(display=False)
+    with torch.device("meta"):
+        net = build_model(model, channels, classes, (height, width)).eval()
+        with torch.no_grad(), counter:
+            net(torch.zeros(1, channels, height, width))
+    return int(counter.get_total_flops())
+
+
+def _flops(model_key: str) -> int:
+    """``model_flops`` of a probe's model key ("resnet18/1x28x28/q26/vectorised")."""
+    model, size, q, _ = model_key.split("/")
+    c, h, w = (int(x) for x in size.split("x"))
+    return model_flops(model, c, h, w, int(q[1:]))
+
+
+def with_estimates(cal: Calibration, shapes: Iterable[Shape]) -> Calibration:
+    """``cal`` with a probe for every model and input of ``shapes`` it has not measured, estimated from a measured
+    probe on the same training path: the same model where it has one, else the one nearest in forward FLOPs
+    (``model_flops``), its step and forward seconds scaled by the two models' FLOPs ratio (an assumption: time in
+    proportion to arithmetic, which holds for a device kept busy and overstates small models on a large GPU).
+    ``estimated`` records each, with its source and factor; CostError when no probe of that path was measured."""
+    import math as _math
+
+    out = Calibration(**{**cal.to_json(), "probes": dict(cal.probes), "steps": dict(cal.steps),
+                         "estimated": dict(cal.estimated)})
+    for key in sorted({s.model_key for s in shapes} - set(cal.probes)):
+        model, *_, path = key.split("/")
+        measured = [k for k in cal.probes if k.endswith(f"/{path}") and k not in cal.estimated]
+        if not measured:
+            raise CostError(f"the calibration has no measured shape on the {path} path to estimate {key} from "
+                            f"(it has {sorted(cal.probes)}); run 'fedbalance cost --calibrate' on the device that will train")
+        target = _flops(key)
+        same = [k for k in measured if k.split("/")[0] == model]
+        ref = min(same or measured, key=lambda k: abs(_math.log(_flops(k) / target)))
+        ratio = target / _flops(ref)
+        probe = cal.probes[ref]
+        out.probes[key] = {"batch": probe["batch"], "step_s": probe["step_s"] * ratio,
+                           "forward_s": probe["forward_s"] * ratio}
+        out.estimated[key] = (f"FLOPs-scaled from {ref}: {target / 1e6:.1f} vs {_flops(ref) / 1e6:.1f} MFLOPs a "
+                              f"sample, x{ratio:.3g}")
+    out.check()
+    return out
 
 
 def load_calibration(path: str | Path) -> Calibration:
@@ -500,13 +587,16 @@ def calibrate(
 
 @dataclass(frozen=True)
 class CostRow:
-    """One experiment family (or the total): jobs, work and estimated device-hours."""
+    """One experiment family (or one model shape, or the total): jobs, work, estimated device-hours and where the
+    seconds come from (``basis``: "measured", "measured at batch b, scaled linearly", "estimated (...)", or for a row
+    of several shapes each basis with its share of the hours)."""
 
     experiment: str
     jobs: int
     sgd_steps: int
     forward_samples: int
     hours: float
+    basis: str = ""
 
 
 def job_seconds(work: JobWork, cal: Calibration) -> float:
@@ -514,38 +604,81 @@ def job_seconds(work: JobWork, cal: Calibration) -> float:
     return work.sgd_steps * cal.step_seconds(work.shape) + work.forward_samples * cal.forward_seconds(work.shape) + cal.startup_s
 
 
+def _kind(basis: str) -> str:
+    """A basis in one word: "measured", "batch-scaled" or "estimated"."""
+    return "estimated" if basis.startswith("estimated") else "measured" if basis == "measured" else "batch-scaled"
+
+
+def _row(name: str, ws: Sequence[JobWork], cal: Calibration, basis: str | None = None) -> CostRow:
+    seconds = [job_seconds(w, cal) for w in ws]
+    if basis is None:  # each kind of basis with its share of the row's hours
+        share: dict[str, float] = {}
+        for w, sec in zip(ws, seconds):
+            share[_kind(cal.basis(w.shape))] = share.get(_kind(cal.basis(w.shape)), 0.0) + sec
+        total = sum(share.values()) or 1.0
+        basis = next(iter(share)) if len(share) == 1 else ", ".join(
+            f"{k} {100 * v / total:.0f} %" if v / total >= 0.005 else f"{k} <1 %"
+            for k, v in sorted(share.items(), key=lambda kv: -kv[1]))
+    return CostRow(name, len(ws), sum(w.sgd_steps for w in ws), sum(w.forward_samples for w in ws), sum(seconds) / 3600,
+                   basis)
+
+
 def estimate(works: Sequence[JobWork], cal: Calibration, order: Sequence[str] = ()) -> tuple[list[CostRow], CostRow]:
     """Rows per experiment (those in ``order`` first, in that order) and their total (the sum of the rows)."""
     groups: dict[str, list[JobWork]] = {name: [] for name in order}
     for w in works:
         groups.setdefault(w.job.experiment, []).append(w)
-    rows = [
-        CostRow(name, len(ws), sum(w.sgd_steps for w in ws), sum(w.forward_samples for w in ws), sum(job_seconds(w, cal) for w in ws) / 3600)
-        for name, ws in groups.items()
-        if ws
-    ]
-    total = CostRow(
-        "total", sum(r.jobs for r in rows), sum(r.sgd_steps for r in rows), sum(r.forward_samples for r in rows), sum(r.hours for r in rows)
-    )
-    return rows, total
+    rows = [_row(name, ws, cal) for name, ws in groups.items() if ws]
+    return rows, _row("total", list(works), cal)
 
 
-def format_table(rows: Sequence[CostRow], total: CostRow, cal: Calibration) -> str:
-    """The cost table as printed by ``fedbalance cost``."""
-    head = ("experiment", "jobs", "SGD steps", "forward samples", "device-hours")
-    body = [(r.experiment, f"{r.jobs:,}", f"{r.sgd_steps:,}", f"{r.forward_samples:,}", f"{r.hours:.3f}") for r in [*rows, total]]
+def shape_rows(works: Sequence[JobWork], cal: Calibration) -> list[CostRow]:
+    """One row per model shape the study trains (model, input, classes, path, batch): its jobs, work, hours and
+    ``Calibration.basis``."""
+    groups: dict[Shape, list[JobWork]] = {}
+    for w in works:
+        groups.setdefault(w.shape, []).append(w)
+    return [_row(shape.key, groups[shape], cal, cal.basis(shape)) for shape in sorted(groups)]
+
+
+def _table(head: Sequence[str], body: Sequence[Sequence[str]], total: int | None = None) -> list[str]:
+    """Columns padded to their widest cell (the first left, the last left, the others right); a rule under the head
+    and before the last ``total`` line."""
     widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
 
     def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(cells))
+        return "  ".join(c.ljust(widths[i]) if i in (0, len(cells) - 1) else c.rjust(widths[i])
+                         for i, c in enumerate(cells)).rstrip()
 
     rule = "  ".join("-" * wd for wd in widths)
-    out = [line(head), rule, *(line(b) for b in body[:-1]), rule, line(body[-1])]
+    lines = [line(head), rule, *(line(b) for b in body)]
+    if total is not None:
+        lines.insert(len(lines) - total, rule)
+    return lines
+
+
+def format_table(rows: Sequence[CostRow], total: CostRow, cal: Calibration,
+                 shapes: Sequence[CostRow] = ()) -> str:
+    """The cost table as printed by ``fedbalance cost``: a row per experiment family and the total, each saying where
+    its seconds come from (``CostRow.basis``), then a row per model shape with its basis (``shape_rows``)."""
+    head = ("experiment", "jobs", "SGD steps", "forward samples", "device-hours", "seconds from")
+    body = [(r.experiment, f"{r.jobs:,}", f"{r.sgd_steps:,}", f"{r.forward_samples:,}", f"{r.hours:.3f}", r.basis)
+            for r in [*rows, total]]
+    out = _table(head, body, total=1)
+    if shapes:
+        out += ["", *_table(("model/input/classes/path/batch", "jobs", "SGD steps", "forward samples", "device-hours",
+                             "seconds from"),
+                            [(r.experiment, f"{r.jobs:,}", f"{r.sgd_steps:,}", f"{r.forward_samples:,}",
+                              f"{r.hours:.3f}", r.basis) for r in shapes])]
     paths = sorted({k.split("/")[3] for k in cal.probes})
     out.append(
         f"device: {cal.device} ({cal.device_type}, {cal.threads} thread(s), path {', '.join(paths)}"
         f"{f', {cal.copies} copies at once' if cal.copies > 1 else ''}); start-up {cal.startup_s:.2f} s per job; "
         "one job at a time (N jobs sharing the device divide wall time by at most N)"
         + (f"\ncalibration: {cal.source}" if cal.source else "")
+        + ("\nestimated: a shape the calibration did not measure takes a measured one's seconds scaled by the ratio of "
+           "their forward FLOPs (torch.utils.flop_counter; fedbalance.cost.with_estimates); measure it with "
+           "'fedbalance cost --calibrate' on the device, or benchmarks/gpu_suite.py's estimated section"
+           if cal.estimated else "")
     )
     return "\n".join(out)

@@ -14,8 +14,9 @@ import re
 import tempfile
 from pathlib import Path
 
-from fedbalance.aggregate import read_frame
+from fedbalance.aggregate import read_frame, read_tidy
 from fedbalance.jobfolder import JobFolderError
+from fedbalance.presentation.headline import install_figures, tally_text
 from fedbalance.presentation.prose import blocks as prose_blocks
 from fedbalance.provenance import PROVENANCE
 from fedbalance.records import Job
@@ -63,8 +64,9 @@ def rule_change_text(rendered: Path) -> str:
 
 def docs_texts(rendered: Path, reference: Path, docs: Path) -> dict[Path, str]:
     """docs/fidelity.md and docs/claims-mnist.md with the render of ``reference`` (in ``rendered``) spliced in, every
-    generated prose block (computed from ``reference``'s job folders) in its page, and the set's status in the sets'
-    README (``reference``'s parent, when it has the status marks)."""
+    generated prose block (computed from ``reference``'s job folders) in its page, the claims' tally in the README's
+    first screen (``docs``' parent) and the set's status in the sets' README (``reference``'s parent, when it has the
+    status marks)."""
     fidelity = (rendered / "tables" / "Fidelity.md").read_text()
     claims = (rendered / "claims.md").read_text().split("\n", 1)[1].lstrip("\n")
     reproduction = (rendered / "tables" / "Reproduction.md").read_text()
@@ -78,6 +80,10 @@ def docs_texts(rendered: Path, reference: Path, docs: Path) -> dict[Path, str]:
         (docs / "claims-mnist.md", "claims", f"`claims.md` of the render of the {every}:\n\n{claims}"),
         *((docs / page, name, body) for name, (page, body) in prose_blocks(reference).items()),
     ]
+    final, rounds = read_tidy(rendered / "aggregate")  # the README's first screen: the claims' verdicts counted
+    held = sum(1 for _ in provenances(reference))
+    blocks.append((docs.parent / "README.md", "findings",
+                   tally_text(final, rounds, f"the {held} jobs of {reference.as_posix()}")))
     texts: dict[Path, str] = {}
     for path, name, body in blocks:
         texts[path] = spliced(texts.get(path, path.read_text()), name, body, source=DOCS_SOURCE)
@@ -120,8 +126,9 @@ def check_render(rendered: Path, reference: Path, docs: Path, allow_fewer: bool)
 
 def splice(rendered: Path, reference: Path, docs: Path, *, check: bool = False,
            allow_fewer: bool = False) -> list[Path]:
-    """Splice the render of the reference set (``RENDERED_DOCS``) into the docs and the set's status into the sets'
-    README; with ``check`` only compare. Returns the files that differed (and, without ``check``, were written)."""
+    """Splice the render of the reference set (``RENDERED_DOCS``) into the docs, the README's tally and headline
+    figures (``presentation.headline``) and the set's status into the sets' README; with ``check`` only compare.
+    Returns the files that differed (and, without ``check``, were written)."""
     for name in RENDERED_DOCS:
         if not (rendered / name).is_file():
             raise RefSetError(f"{rendered / name} is missing: render the reference set first (reference/README.md)")
@@ -132,4 +139,5 @@ def splice(rendered: Path, reference: Path, docs: Path, *, check: bool = False,
             stale.append(path)
             if not check:
                 path.write_text(text)
+    stale += install_figures(rendered / "figures", docs / "figures", check=check)  # the README's headline figures
     return stale

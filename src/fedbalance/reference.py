@@ -21,8 +21,10 @@ from typing import Any
 import pandas as pd
 
 from fedbalance.aggregate import collect
-from fedbalance.config import ConfigError, deep_merge, jobs, resolve_job, twins
-from fedbalance.jobspec import JOB_DEFAULTS, PARTITION_KEYS, base_loss, covers, flat_keys, training_key
+from fedbalance.config import ConfigError, jobs, resolve_job, twins
+from fedbalance.config import protocol as config_protocol
+from fedbalance.config import protocol_differences as config_differences
+from fedbalance.jobspec import covers, flat_keys, training_key
 from fedbalance.records import Job, plus_minus
 from fedbalance.jobfolder import check, job_folders, read_metrics
 from fedbalance.jobfolder import finished as folder_finished
@@ -265,18 +267,9 @@ CELL = ("experiment", "dataset", "setting", "loss")
 
 
 def protocol(metrics: Mapping[str, Any]) -> dict[str, str]:
-    """A finished job's protocol: its configured keys as dotted key -> JSON value, less what does not decide its
-    training (``jobspec.training_key``: the identity and output-only keys, the monitor of a loss not fed by it),
-    the seed, the parameters of other losses than its own (``loss_params.<loss>``) and the partition keys its scheme
-    does not read (``jobspec.PARTITION_KEYS``). An optional key left unset counts as its default (``JOB_DEFAULTS``)."""
-    config = deep_merge(JOB_DEFAULTS, {"loss": metrics["job"]["loss"], **metrics["config"]})
-    flat = flat_keys(json.loads(training_key(config)))
-    flat.pop("seed", None)
-    own = f"loss_params.{base_loss(config)}."
-    scheme = (config.get("partition") or {}).get("scheme")
-    read = {f"partition.{k}" for k in PARTITION_KEYS.get(scheme, ())} | {"partition.scheme"}
-    return {k: v for k, v in flat.items() if (not k.startswith("loss_params.") or k.startswith(own))
-            and (not k.startswith("partition.") or scheme not in PARTITION_KEYS or k in read)}
+    """A finished job's protocol (``config.protocol`` of its metrics.json's ``config`` and loss: the keys that act on
+    its result)."""
+    return config_protocol(metrics["config"], metrics["job"]["loss"])
 
 
 def plugin_cells(root: str | Path) -> dict[tuple[str, ...], str]:
@@ -305,17 +298,12 @@ def _protocols(root: str | Path) -> dict[tuple[str, ...], dict[str, set[str]]]:
     return cells
 
 
-def _shown(values: set[str]) -> str:
-    return "/".join(sorted(v.strip('"') for v in values)) or "unset"
-
-
 def protocol_differences(ours: str | Path, reference: str | Path) -> dict[tuple[str, ...], dict[str, tuple[str, str]]]:
     """For each cell both sides hold: the keys whose values differ (``protocol``) -> (ours, reference) as printed."""
     a, b = _protocols(ours), _protocols(reference)
     out: dict[tuple[str, ...], dict[str, tuple[str, str]]] = {}
     for cell in sorted(set(a) & set(b)):
-        differ = {k: (_shown(a[cell].get(k, set())), _shown(b[cell].get(k, set())))
-                  for k in sorted(set(a[cell]) | set(b[cell])) if a[cell].get(k) != b[cell].get(k)}
+        differ = config_differences(a[cell], b[cell])
         if differ:
             out[cell] = differ
     return out

@@ -6,6 +6,7 @@
 # numpy, pandas or torch is imported inside a function that runs when the DAG is built (the reference set's check,
 # the report's contract, the GPU probe of device: auto) or in the rules' scripts.
 
+import json
 import re
 
 from functools import cache
@@ -297,22 +298,41 @@ def train_inputs(wildcards):
 PRESENTATION = Path(presentation_tables.__file__).parent
 TEMPLATES = presentation_tables.TEMPLATES
 NAMES_CODE = str(PRESENTATION / "names.py")
-TABLES_CODE = [str(PRESENTATION / "tables.py"), str(PRESENTATION / "table_specs.py"), NAMES_CODE]
+TABLES_CODE = [
+    str(PRESENTATION / "tables.py"),
+    str(PRESENTATION / "table_specs.py"),
+    str(PRESENTATION / "protocols.py"),
+    NAMES_CODE,
+]
+# the paper's protocol, which a published cell was made at (fedbalance.presentation.protocols)
+PAPER_PROTOCOL = str(Path(presentation_tables.PUBLISHED).with_name("paper_protocol.yaml"))
 TIDY = {name: result("aggregate", f"{name}.csv") for name in ("final", "rounds", "clients")}
 
 
 def table_inputs(wildcards):
-    """The tidy CSVs a table reads, its code, its templates and the published numbers."""
+    """The tidy CSVs a table reads, its code, its templates, the published numbers and the paper's protocol."""
     spec = TABLES[wildcards.label]
-    code = TABLES_CODE + [str(TEMPLATES / t) for t in ("table.tex.j2", "vs_paper.tex.j2")]
-    return {**{k: TIDY[k] for k in spec.inputs}, "code": code, "published": str(presentation_tables.PUBLISHED)}
+    templates = ("table.tex.j2", "vs_paper.tex.j2", "std_one_seed.tex.j2")
+    code = TABLES_CODE + [str(TEMPLATES / t) for t in templates]
+    return {
+        **{k: TIDY[k] for k in spec.inputs},
+        "code": code,
+        "published": str(presentation_tables.PUBLISHED),
+        "protocol": PAPER_PROTOCOL,
+    }
 
 
 def figure_inputs(wildcards):
-    """The tidy CSVs a figure reads and its code: its own module, the shared helpers and the registry."""
+    """The tidy CSVs a figure reads and its code: its own module, the shared helpers, the registry and the tables'
+    code (the seeds a table reads, the published numbers)."""
     spec = FIGURES[wildcards.name]
-    code = [str(spec.module_file), str(presentation_figures.COMMON_FILE), presentation_figures.__file__, NAMES_CODE]
-    return {**{k: TIDY[k] for k in spec.inputs}, "code": code}
+    code = [str(spec.module_file), str(presentation_figures.COMMON_FILE), presentation_figures.__file__, *TABLES_CODE]
+    return {**{k: TIDY[k] for k in spec.inputs}, "code": code, "published": str(presentation_tables.PUBLISHED)}
+
+
+def study_config():
+    """The study's config as plain data (the tables set its protocol beside the paper's)."""
+    return json.loads(json.dumps(config, default=str))
 
 
 # The protocol of the jobs each table and figure shows, for their pages' captions (rules table_page and figure).
@@ -325,4 +345,4 @@ def table_study(label):
 @cache
 def figure_study(name):
     """The protocol of the jobs figure ``name`` draws, in words."""
-    return describe(config, filling(figure_reads(name, FIGURE_DATASETS.get(name)), JOBS))
+    return describe(config, filling(figure_reads(name), JOBS))

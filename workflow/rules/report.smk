@@ -10,7 +10,6 @@
 
 import os
 
-from fedbalance.presentation.figures import DEFAULT_DATASET
 from fedbalance.presentation.study import (
     describe,
     figure_reads,
@@ -26,15 +25,16 @@ from fedbalance.presentation.table_specs import TABLE_SUFFIXES
 TABLES_DIR = result("tables")
 FIGURES_DIR = result("figures")
 FIGURE_FORMATS = presentation_figures.FORMATS
-# A figure drawn from one dataset (e.g. the CIFAR10 curves) uses the first dataset of the config
-# when that dataset is not part of the study (config/quick.yaml has only mnist).
-FIGURE_DATASETS = {name: (d if d in config["datasets"] else DATASETS[0]) for name, d in DEFAULT_DATASET.items()}
+# A table or figure is drawn from the datasets it names, or it is not run: a figure of one dataset (the CIFAR10
+# curves) needs that dataset's jobs (config/quick.yaml, MNIST alone, does not draw it).
 TABLES_RUN, TABLES_NOT_RUN = tables_run(JOBS)
-FIGURES_RUN, FIGURES_NOT_RUN = figures_run(JOBS, FIGURE_DATASETS)
+FIGURES_RUN, FIGURES_NOT_RUN = figures_run(JOBS)
 
 TABLE_FILES = [f"{TABLES_DIR}/{label}{suffix}" for label in TABLES for suffix in TABLE_SUFFIXES]
 TABLE_PAGES = [f"{TABLES_DIR}/{label}.html" for label in TABLES_RUN]
-FIGURE_FILES = [f"{FIGURES_DIR}/{name}.{ext}" for name in FIGURES_RUN for ext in FIGURE_FORMATS]
+FIGURE_FILES = [
+    f"{FIGURES_DIR}/{name}.{ext}" for name in FIGURES_RUN for ext in (*FIGURE_FORMATS, presentation_figures.POINTS)
+]
 SUMMARY_FILES = [result("claims.md"), result("paper_tables.tex")]
 FIDELITY_FILES = [f"{TABLES_DIR}/Fidelity.md", f"{TABLES_DIR}/Fidelity.csv", f"{TABLES_DIR}/Reproduction.md"]
 # the Markdown summaries as HTML pages (rule markdown_page), and the report's landing page (rule landing_page)
@@ -90,6 +90,7 @@ rule table:
     params:
         out_dir=lambda wildcards, output: str(Path(output[0]).parent),
         estimator=DEFAULT_ESTIMATOR,
+        study_config=study_config(),
     script:
         "../scripts/table.py"
 
@@ -99,6 +100,7 @@ rule table_page:
         final=TIDY["final"],
         rounds=TIDY["rounds"],
         code=[*TABLES_CODE, str(PRESENTATION / "html.py")],
+        protocol=PAPER_PROTOCOL,
     output:
         report(
             f"{TABLES_DIR}/{{label}}.html",
@@ -118,6 +120,7 @@ rule table_page:
         estimator=DEFAULT_ESTIMATOR,
         family=lambda wildcards: TABLES[wildcards.label].family,
         study=lambda wildcards: table_study(wildcards.label),
+        study_config=study_config(),
     script:
         "../scripts/table_page.py"
 
@@ -135,6 +138,7 @@ rule figure:
             )
             for ext in FIGURE_FORMATS
         ],
+        points=f"{FIGURES_DIR}/{{name}}.{presentation_figures.POINTS}",
     log:
         result("logs", "figures", "{name}.log"),
     conda:
@@ -145,7 +149,7 @@ rule figure:
         runtime=10,
     params:
         out_dir=lambda wildcards, output: str(Path(output[0]).parent),
-        dataset=lambda wildcards: FIGURE_DATASETS.get(wildcards.name),
+        dataset=lambda wildcards: FIGURES[wildcards.name].dataset,
         estimator=DEFAULT_ESTIMATOR,
         family=lambda wildcards: FIGURES[wildcards.name].family,
         study=lambda wildcards: figure_study(wildcards.name),

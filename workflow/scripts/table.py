@@ -1,5 +1,6 @@
 """Rule table: tidy CSVs -> one paper table as LaTeX (+ _std, + _vs_paper CSV and LaTeX)
-(fedbalance.presentation.tables.write_table, with the config's default monitor estimator)."""
+(fedbalance.presentation.tables.write_table, with the config's default monitor estimator and the study's config,
+whose protocol is set beside the paper's)."""
 
 import _common
 
@@ -13,5 +14,6 @@ smk = snakemake  # noqa: F821  (injected by Snakemake)
 with _common.logged(smk):
     final = read_frame(smk.input.final)
     rounds = read_frame(smk.input.rounds) if "rounds" in smk.input.keys() else pd.DataFrame()
-    written = write_table(smk.wildcards.label, final, rounds, smk.params.out_dir, estimator=smk.params.estimator)
+    written = write_table(smk.wildcards.label, final, rounds, smk.params.out_dir, estimator=smk.params.estimator,
+                          study=smk.params.study_config)
     print("\n".join(map(str, written)))

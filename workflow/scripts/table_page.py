@@ -13,5 +13,5 @@ with _common.logged(smk):
     final = read_frame(smk.input.final)
     rounds = read_frame(smk.input.rounds)
     written = write_table_html(smk.wildcards.label, final, rounds, smk.output[0], estimator=smk.params.estimator,
-                               description=study_line(smk.params.study, html=True))
+                               description=study_line(smk.params.study, html=True), study=smk.params.study_config)
     print(written)

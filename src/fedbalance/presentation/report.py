@@ -13,8 +13,7 @@ from fedbalance.records import DEFAULT_ESTIMATOR
 
 def write_report(final: pd.DataFrame, rounds: pd.DataFrame, out_dir: str | Path, *, estimator: str = DEFAULT_ESTIMATOR,
                  summary_dir: str | Path | None = None, templates: str | Path | None = None,
-                 clients: pd.DataFrame | None = None, figures_dir: str | Path | None = None,
-                 dataset_map: dict[str, str] | None = None) -> list[Path]:
+                 clients: pd.DataFrame | None = None, figures_dir: str | Path | None = None) -> list[Path]:
     """Write every table into ``out_dir``, ``claims.md`` and ``paper_tables.tex`` into ``summary_dir`` (default
     ``out_dir``) and, when ``figures_dir`` is given, every figure there; return the paths written."""
     summary = Path(summary_dir) if summary_dir is not None else Path(out_dir)
@@ -27,6 +26,5 @@ def write_report(final: pd.DataFrame, rounds: pd.DataFrame, out_dir: str | Path,
     if figures_dir is not None:
         from fedbalance.presentation.figures import write_figures
 
-        paths += write_figures(figures_dir, final=final, rounds=rounds, clients=clients, dataset_map=dataset_map,
-                               estimator=estimator)
+        paths += write_figures(figures_dir, final=final, rounds=rounds, clients=clients, estimator=estimator)
     return paths

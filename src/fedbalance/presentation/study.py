@@ -1,8 +1,9 @@
 """What a study's report is about: which tables and figures its jobs fill, and the protocol they ran.
 
 Standard library only (the workflow plans from it when it parses, tests/test_catalog.py): a table is *run* when a
-job of the study fills one of its cells (``TableSpec.cells``), a figure when a job of the study is one it reads
-(``FigureSpec.reads``, on the dataset it is drawn from); the others are listed once as "not run in this study" (the
+job of the study fills one of its cells (``TableSpec.cells``, each on the dataset it names), a figure when a job of
+the study is one it reads (``FigureSpec.reads``, on the dataset it names: the CIFAR10 curves need CIFAR10 jobs); the
+others are listed once as "not run in this study" (the
 report's landing page, paper_tables.tex) instead of being shown as dashes or empty panels. ``describe`` gives the
 protocol of a set of jobs in words (datasets, settings, rounds, clients, seeds) for the landing page and the
 captions.
@@ -42,12 +43,9 @@ def table_reads(label: str, jobs: Iterable[Job] = ()) -> list[Read]:
     return reads
 
 
-def figure_reads(name: str, dataset: str | None = None) -> list[Read]:
-    """The jobs figure ``name`` reads, on ``dataset`` when it is drawn from another one than the paper's (the workflow
-    draws a one-dataset figure from the study's first dataset when the study lacks the paper's)."""
-    spec = FIGURES[name]
-    return [Read(r.experiment, dataset if dataset and r.dataset else r.dataset, r.setting, r.loss, by=name)
-            for r in spec.reads]
+def figure_reads(name: str) -> list[Read]:
+    """The jobs figure ``name`` reads, on the datasets it names (a figure of one dataset: that dataset's jobs alone)."""
+    return [Read(r.experiment, r.dataset, r.setting, r.loss, by=name) for r in FIGURES[name].reads]
 
 
 def filling(reads: Iterable[Read], jobs: Iterable[Job]) -> list[Job]:
@@ -63,11 +61,10 @@ def tables_run(jobs: Iterable[Job]) -> tuple[list[str], list[str]]:
     return run, [label for label in TABLES if label not in run]
 
 
-def figures_run(jobs: Iterable[Job], datasets: Mapping[str, str | None] | None = None) -> tuple[list[str], list[str]]:
-    """(names of the figures a job of ``jobs`` fills, names of the others); ``datasets``: figure -> the dataset it is
-    drawn from."""
-    jobs, datasets = list(jobs), dict(datasets or {})
-    run = [name for name in FIGURES if filling(figure_reads(name, datasets.get(name)), jobs)]
+def figures_run(jobs: Iterable[Job]) -> tuple[list[str], list[str]]:
+    """(names of the figures a job of ``jobs`` fills, on the datasets each names; names of the others)."""
+    jobs = list(jobs)
+    run = [name for name in FIGURES if filling(figure_reads(name), jobs)]
     return run, [name for name in FIGURES if name not in run]
 
 

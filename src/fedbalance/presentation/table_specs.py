@@ -62,7 +62,9 @@ class TableSpec:
     where a grid table prints the partitions' realised CS of its groups: after each group's title
     ("title"), in a row under the column labels ("row"), or nowhere (None). ``open_rows``: a plug-in loss of the
     table's experiments gets a row; ``open_datasets``: a dataset of the study that is not one of the paper's (a
-    plug-in's) gets the first dataset's cells under its own name (``tables.with_plugins``).
+    plug-in's) gets the first dataset's cells under its own name (``tables.with_plugins``). ``caption_keys`` are the
+    values the caption names, as (placeholder in ``caption``, dotted config key): a study's table names the study's
+    values there, and the paper's beside them where they differ (``fedbalance.presentation.tables.table_caption``).
     """
 
     label: str
@@ -81,6 +83,7 @@ class TableSpec:
     realised: str | None = None
     open_rows: bool = False
     open_datasets: bool = False
+    caption_keys: tuple[tuple[str, str], ...] = ()
 
     def cell_frame(self) -> pd.DataFrame:
         """The cells as a frame (one row per cell)."""
@@ -141,20 +144,21 @@ def _mfe_table() -> TableSpec:
                   for m in ("acm", "auc") for c, cs in CS_LEVELS[q] for loss in ("mse", "mfe")]
     caption = (r"Comparison between the Mean-Square-Error Loss ($L_{M\!S\!E}$) and the MFE Loss with local knowledge "
                r"($L_{M\!F\!E}$) under different levels of mismatch (paper's $C\!S$; ours, realised, in the row "
-               r"below), $\Gamma=10:1$.")
+               r"below), $\Gamma$ = <<gamma>>.")
     return TableSpec("Sup_MFE", caption, "grid", tuple(cells), ("acm", "auc"),
                      (("mse", LOSS_LABEL["mse"]), ("mfe", LOSS_LABEL["mfe"])), tuple(groups),
-                     corner=(r"\textbf{Data}", r"$C\!S$"), family="mfe", realised="row", open_datasets=True)
+                     corner=(r"\textbf{Data}", r"$C\!S$"), family="mfe", realised="row", open_datasets=True,
+                     caption_keys=(("<<gamma>>", "partition.gamma"),))
 
 
 def _sweep_table(label: str, caption: str, experiment: str, prefix: str, row: str, symbol: str,
                  values: tuple[float, ...], metrics: tuple[str, ...], loss: str, source: str = "final",
-                 estimator: str | None = None) -> TableSpec:
+                 estimator: str | None = None, caption_keys: tuple[tuple[str, str], ...] = ()) -> TableSpec:
     cols = tuple((f"{v:.2f}", setting_name((prefix, v))) for v in values)
     cells = tuple(Cell(m, "mnist", c, row, experiment, s, loss) for m in metrics for c, s in cols)
     return TableSpec(label, caption, "sweep", cells, metrics, ((row, symbol),),
                      (Group("", "mnist", tuple((c, c) for c, _ in cols)),), corner=(symbol, ""), source=source,
-                     estimator=estimator, bold="row", family=experiment)
+                     estimator=estimator, bold="row", family=experiment, caption_keys=caption_keys)
 
 
 def _early_table() -> TableSpec:
@@ -163,10 +167,10 @@ def _early_table() -> TableSpec:
     cells = tuple(Cell(m, d, DATASET_NAME[d], st, "early", st, "ce")
                   for m in ("acm", "auc") for d in datasets for st, _ in stages)
     groups = tuple(Group(rf"\textbf{{{DATASET_NAME[d]}}}", d, ((DATASET_NAME[d], DATASET_NAME[d]),)) for d in datasets)
-    return TableSpec("Importance_early", "Comparison when global imbalance ($\\Gamma=100:1$) is acknowledged at "
+    return TableSpec("Importance_early", "Comparison when global imbalance ($\\Gamma$ = <<gamma>>) is acknowledged at "
                      "different stages of FL training (start S., middle M., end E.).", "single", cells,
                      ("acm", "auc"), stages, groups, corner=(r"\textbf{Metric}", r"\textbf{Stage}"), family="early",
-                     open_datasets=True)
+                     open_datasets=True, caption_keys=(("<<gamma>>", "partition.gamma"),))
 
 
 def _bs_ep_table() -> TableSpec:
@@ -238,12 +242,14 @@ def _specs() -> dict[str, TableSpec]:
                      "t_ra", "t", "T_Ra", "$T_{Ra}$",
                      (1.0, 1.05, 1.1, 1.15, 1.2, 1.25, 1.3, 1.4, 1.5, 2.0, 5.0), ("cs_mean", "cs_var"), "ce",
                      source="monitor", estimator="paper"),
-        _sweep_table("Sup_hyper_a", r"Performance comparison under different $\alpha$ values ($\beta=0.10$, global "
-                     r"imbalance $\Gamma=50:1$).", "alpha", "a", "alpha", r"$\alpha$",
-                     (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 3.0, 5.0), ("acm", "auc"), "ratio"),
-        _sweep_table("Sup_hyper_b", r"Performance comparison under different $\beta$ values ($\alpha=1.00$, global "
-                     r"imbalance $\Gamma=50:1$).", "beta", "b", "beta", r"$\beta$",
-                     (0.02, 0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2, 0.3), ("acm", "auc"), "ratio"),
+        _sweep_table("Sup_hyper_a", r"Performance comparison under different $\alpha$ values ($\beta$ = <<beta>>, global "
+                     r"imbalance $\Gamma$ = <<gamma>>).", "alpha", "a", "alpha", r"$\alpha$",
+                     (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 3.0, 5.0), ("acm", "auc"), "ratio",
+                     caption_keys=(("<<beta>>", "monitor.beta"), ("<<gamma>>", "partition.gamma"))),
+        _sweep_table("Sup_hyper_b", r"Performance comparison under different $\beta$ values ($\alpha$ = <<alpha>>, global "
+                     r"imbalance $\Gamma$ = <<gamma>>).", "beta", "b", "beta", r"$\beta$",
+                     (0.02, 0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2, 0.3), ("acm", "auc"), "ratio",
+                     caption_keys=(("<<alpha>>", "monitor.alpha"), ("<<gamma>>", "partition.gamma"))),
         _early_table(),
         _bs_ep_table(),
         _loss_table("Sup_majority", "Comparison of the classification accuracy on the majority classes between "

@@ -18,8 +18,9 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import replace
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 import jinja2
 import pandas as pd
@@ -184,15 +185,14 @@ def shared_seeds(spec: TableSpec, per_seed: pd.DataFrame) -> pd.DataFrame:
     every seed."""
     if per_seed.empty:
         return per_seed
-    keep = []
-    for _, group in per_seed.groupby(_groups(spec), sort=False):
-        cells = {c: set(g.seed) for c, g in group.groupby(["dataset", "column", "row"], sort=False)}
-        for cell, seeds in cells.items():
-            others = set().union(*(v for c, v in cells.items() if c != cell))
-            allowed = seeds & others if others else seeds
-            keep.append(group[(group[["dataset", "column", "row"]].apply(tuple, axis=1) == cell)
-                              & group.seed.isin(allowed)])
-    return pd.concat(keep, ignore_index=True) if keep else per_seed.iloc[:0]
+    group, cell = _groups(spec), ["dataset", "column", "row"]
+    held = per_seed[list(dict.fromkeys(group + cell)) + ["seed"]].drop_duplicates()
+    cells = held.drop_duplicates(list(dict.fromkeys(group + cell))).groupby(group, sort=False).size().rename("_cells")
+    holders = held.groupby(group + ["seed"], sort=False).size().rename("_holders")
+    counted = per_seed.join(cells, on=group).join(holders, on=group + ["seed"])
+    # a seed is kept where another cell of the group holds it too, or where the cell is alone in its group
+    keep = (counted["_cells"] == 1) | (counted["_holders"] >= 2)
+    return per_seed[keep.to_numpy()]
 
 
 def cell_seed_values(spec: TableSpec, final: pd.DataFrame, rounds: pd.DataFrame, estimator: str = DEFAULT_ESTIMATOR,
@@ -381,13 +381,43 @@ def layout(spec: TableSpec, values: pd.DataFrame, final: pd.DataFrame, what: str
 # ---------------------------------------------------------------- comparison with the paper
 
 
-def vs_paper(values: pd.DataFrame, pub: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Ours beside the published value of every cell: ours_mean, ours_std, n_seeds, paper, diff = ours - paper."""
+SAME_PROTOCOL = "same"
+"""The ``protocol`` of a cell set beside a published value made at the same protocol as ours."""
+CROSS_PROTOCOL_MARK = r"$^\dagger$"
+"""How the LaTeX comparison marks a difference across protocols (no verdict)."""
+
+
+def vs_paper(values: pd.DataFrame, pub: pd.DataFrame | None = None,
+             differ: Mapping[tuple[str, str, str, str], Mapping[str, tuple[str, str]]] | None = None) -> pd.DataFrame:
+    """Ours beside the published value of every cell: ours_mean, ours_std, n_seeds, paper, diff = ours - paper, and
+    ``protocol``: ``SAME_PROTOCOL``, or the keys that act on the result in which ours and the paper's protocol differ
+    ("partition.gamma: 10 vs 50; rounds: 16 vs 30": ``differ``, ``fedbalance.presentation.protocols.differences``);
+    empty where the cell has no published value or no number of ours, or ``differ`` does not know it."""
+    from fedbalance.presentation.protocols import differences_text
+
     pub = published() if pub is None else pub
     out = values.merge(pub.rename(columns={"value": "paper"}), on=["table"] + CELL_KEY, how="left")
     out = out.rename(columns={"mean": "ours_mean", "std": "ours_std", "n": "n_seeds"})
     out["diff"] = out["ours_mean"] - out["paper"]
-    return out[["table"] + CELL_KEY + ["ours_mean", "ours_std", "n_seeds", "paper", "diff"]]
+    differ = differ or {}
+    shown = out["paper"].notna() & out["ours_mean"].notna()
+    out["protocol"] = [("" if cell not in differ else differences_text(differ[cell]) or SAME_PROTOCOL) if ok else ""
+                       for cell, ok in zip(zip(out.experiment, out.dataset, out.setting, out.loss), shown)]
+    return out[["table"] + CELL_KEY + ["ours_mean", "ours_std", "n_seeds", "paper", "diff", "protocol"]]
+
+
+def cell_differences(spec: TableSpec, values: pd.DataFrame, study: Mapping[str, Any] | None
+                     ) -> dict[tuple[str, str, str, str], dict[str, tuple[str, str]]]:
+    """For the cells of ``values`` (``cell_values`` of ``spec``) with a number of ours and a published value: the keys
+    in which the ``study`` config's protocol and the paper's differ (``protocols.differences``); {} without a study."""
+    if study is None:
+        return {}
+    from fedbalance.presentation.protocols import differences
+
+    pub = published()
+    pub = pub[pub.table == spec.label]
+    have = values[values["mean"].notna()].merge(pub[CELL_KEY], on=CELL_KEY)
+    return differences(study, zip(have.experiment, have.dataset, have.setting, have.loss))
 
 
 def _vs_paper_rows(cmp: pd.DataFrame) -> list[list[str]]:
@@ -395,10 +425,39 @@ def _vs_paper_rows(cmp: pd.DataFrame) -> list[list[str]]:
     for _, r in cmp.iterrows():
         m = r["metric"]
         ours = MISSING if math.isnan(r["ours_mean"]) else f"{fmt(r['ours_mean'], m)} $\\pm$ {fmt(r['ours_std'], m)}"
+        across = r["protocol"] not in ("", SAME_PROTOCOL)
         rows.append([METRIC_LABEL.get(m, "CS"), dataset_label(str(r["dataset"])), str(r["column"]),
                      loss_label(str(r["row"])), ours, str(r["n_seeds"]),
-                     fmt(r["paper"], m), fmt_diff(r["diff"], m)])
+                     fmt(r["paper"], m), fmt_diff(r["diff"], m) + (CROSS_PROTOCOL_MARK if across else "")])
     return rows
+
+
+def table_caption(spec: TableSpec, study: Mapping[str, Any] | None = None) -> str:
+    """``spec.caption`` with the values it names (``caption_keys``) filled: the study's (the values its jobs of the
+    table's cells run with), and the paper's in brackets where they differ; without a study, the paper's."""
+    if not spec.caption_keys:
+        return spec.caption
+    from fedbalance.presentation.protocols import cell_protocols, paper_config
+
+    cells = [(c.experiment, c.dataset, c.setting, c.loss) for c in spec.cells]
+    paper = cell_protocols(paper_config(), cells)
+    ours = cell_protocols(study, cells) if study is not None else paper
+    text = spec.caption
+    for placeholder, key in spec.caption_keys:
+        mine, theirs = (_caption_value(key, {v for p in side.values() for v in p.get(key, ())}) for side in (ours, paper))
+        text = text.replace(placeholder, mine if mine == theirs else f"{mine} in this study (the paper: {theirs})")
+    return text
+
+
+def _caption_value(key: str, values: set[str]) -> str:
+    """A configured value as a caption prints it: Γ as "50:1", α and β with two decimals; several joined by "/"."""
+    import json
+
+    def one(v: str) -> str:
+        x = json.loads(v)
+        return f"{x:g}:1" if key == "partition.gamma" else f"{float(x):.2f}" if isinstance(x, (int, float)) else str(x)
+
+    return "/".join(one(v) for v in sorted(values, key=lambda v: json.loads(v))) or MISSING
 
 
 # ---------------------------------------------------------------- writing
@@ -415,30 +474,45 @@ def environment(templates: str | Path | None = None) -> jinja2.Environment:
 
 def write_table(label: str, final: pd.DataFrame, rounds: pd.DataFrame, out_dir: str | Path, *,
                 estimator: str = DEFAULT_ESTIMATOR, templates: str | Path | None = None,
-                values: pd.DataFrame | None = None) -> list[Path]:
-    """Write one table into ``out_dir``: mean, std and the comparison with the paper (CSV and LaTeX)."""
+                values: pd.DataFrame | None = None, study: Mapping[str, Any] | None = None) -> list[Path]:
+    """Write one table into ``out_dir``: mean, std and the comparison with the paper (CSV and LaTeX). ``study``: the
+    config of the study the numbers come from, so the caption names its values (``table_caption``) and the comparison
+    the keys in which its protocol and the paper's differ (``cell_differences``). A table whose every cell rests on
+    one seed has no standard deviation to print: its ``_std.tex`` says so in a line instead of a table of dashes."""
     spec = with_plugins(TABLES[label], final, rounds)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     env = environment(templates)
     values = cell_values(spec, final, rounds, estimator) if values is None else values
     paths: list[Path] = []
-    for what, name, cap in (("mean", label, spec.caption),
-                            ("std", f"{label}_std", f"Standard deviation over seeds of Table~\\ref{{{label}}}.")):
-        kind = "pm" if spec.layout == "imbalance" and what == "mean" else what
-        colspec, lines = layout(spec, values, final, kind)
-        p = out / f"{name}.tex"
-        p.write_text(env.get_template("table.tex.j2").render(colspec=colspec, lines=lines, caption=cap, label=name))
-        paths.append(p)
-    cmp = vs_paper(values)
+    colspec, lines = layout(spec, values, final, "pm" if spec.layout == "imbalance" else "mean")
+    p = out / f"{label}.tex"
+    p.write_text(env.get_template("table.tex.j2").render(colspec=colspec, lines=lines,
+                                                         caption=table_caption(spec, study), label=label))
+    paths.append(p)
+    p = out / f"{label}_std.tex"
+    seeds = values.loc[values["n"] > 0, "n"]
+    if len(seeds) and int(seeds.max()) <= 1:
+        p.write_text(env.get_template("std_one_seed.tex.j2").render(label=label))
+    else:
+        colspec, lines = layout(spec, values, final, "std")
+        p.write_text(env.get_template("table.tex.j2").render(
+            colspec=colspec, lines=lines, caption=f"Standard deviation over seeds of Table~\\ref{{{label}}}.",
+            label=f"{label}_std"))
+    paths.append(p)
+    differ = cell_differences(spec, values, study)
+    cmp = vs_paper(values, differ=differ)
     p = out / f"{label}_vs_paper.csv"
     cmp.to_csv(p, index=False)
     paths.append(p)
     rows = _vs_paper_rows(cmp[cmp.ours_mean.notna()])
     chunks = [rows[i:i + 35] for i in range(0, len(rows), 35)]
+    from fedbalance.presentation.protocols import differences_header
+
     p = out / f"{label}_vs_paper.tex"
-    p.write_text(env.get_template("vs_paper.tex.j2").render(title=label.replace("_", r"\_"), chunks=chunks,
-                                                            left_out=int(cmp.ours_mean.isna().sum())))
+    p.write_text(env.get_template("vs_paper.tex.j2").render(
+        title=label.replace("_", r"\_"), chunks=chunks, left_out=int(cmp.ours_mean.isna().sum()),
+        protocols=tex_escape(differences_header(differ)), mark=CROSS_PROTOCOL_MARK))
     paths.append(p)
     return paths
 
@@ -505,10 +579,14 @@ def table_frame(spec: TableSpec, values: pd.DataFrame) -> tuple[pd.DataFrame, li
     return frame, dropped
 
 
-def table_html(label: str, values: pd.DataFrame, *, description: str = "") -> str:
+def table_html(label: str, values: pd.DataFrame, *, description: str = "",
+               differ: Mapping[tuple[str, str, str, str], Mapping[str, tuple[str, str]]] | None = None) -> str:
     """Table ``label`` as an HTML page: ``description`` (HTML), the cells over seeds as the LaTeX table prints them
-    (the columns without data named below it, not shown), and every cell with data beside the published number."""
+    (the columns without data named below it, not shown), and every cell with data beside the published number, with
+    the protocol both were made at: where ours and the paper's differ (``differ``: ``cell_differences``) the page names
+    the keys and each such cell says so in its ``protocol`` column (the difference is no verdict)."""
     from fedbalance.presentation.html import frame_html, page
+    from fedbalance.presentation.protocols import differences_header
 
     spec = TABLES[label]
     extra = [r for r in dict.fromkeys(values["row"]) if r not in {x for x, _ in spec.rows}] if spec.open_rows else []
@@ -520,9 +598,11 @@ def table_html(label: str, values: pd.DataFrame, *, description: str = "") -> st
             f"<h2>Mean ± standard deviation over seeds ({', '.join(map(str, seeds)) or 'no'} seed"
             f"{'' if seeds == [1] else 's'} a cell; bold: the best, as in the paper)</h2>",
             frame_html(frame, escape=False)]
+    if seeds == [1]:
+        body.append("<p class=\"note\">Every cell rests on one seed: no standard deviation (a spread needs two).</p>")
     if dropped:
         body.append(f"<p class=\"note\">Not run in this study: {html_escape('; '.join(dropped))}.</p>")
-    cmp = vs_paper(values)
+    cmp = vs_paper(values, differ=differ)
     cmp = cmp[cmp.ours_mean.notna()]
     if len(cmp):
         shown = pd.DataFrame({
@@ -532,8 +612,12 @@ def table_html(label: str, values: pd.DataFrame, *, description: str = "") -> st
             "ours": [fmt(a, m) + ("" if math.isnan(s) else f" ± {fmt(s, m)}")
                      for a, s, m in zip(cmp.ours_mean, cmp.ours_std, cmp.metric)],
             "seeds": cmp.n_seeds.astype(int), "paper": [fmt(v, m) for v, m in zip(cmp.paper, cmp.metric)],
-            "ours − paper": [fmt_diff(v, m) for v, m in zip(cmp["diff"], cmp.metric)]})
-        body += ["<h2>Beside the published numbers</h2>", frame_html(shown, index=False)]
+            "ours − paper": [fmt_diff(v, m) for v, m in zip(cmp["diff"], cmp.metric)],
+            "protocol": ["" if pr == "" else pr if pr == SAME_PROTOCOL else "differs (above): no verdict"
+                         for pr in cmp.protocol]})
+        header = differences_header(differ or {})
+        body += ["<h2>Beside the published numbers</h2>",
+                 f"<p class=\"note\">{html_escape(header)}</p>" if header else "", frame_html(shown, index=False)]
     return page(label, "\n".join(b for b in body if b))
 
 
@@ -544,9 +628,13 @@ def html_escape(text: str) -> str:
 
 
 def write_table_html(label: str, final: pd.DataFrame, rounds: pd.DataFrame, path: str | Path, *,
-                     estimator: str = DEFAULT_ESTIMATOR, description: str = "") -> Path:
-    """Write table ``label`` as an HTML page (``table_html``) at ``path``."""
+                     estimator: str = DEFAULT_ESTIMATOR, description: str = "",
+                     study: Mapping[str, Any] | None = None) -> Path:
+    """Write table ``label`` as an HTML page (``table_html``) at ``path``; ``study``: the config its numbers come
+    from (the protocol beside the paper's: ``cell_differences``)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(table_html(label, cell_values(TABLES[label], final, rounds, estimator), description=description))
+    values = cell_values(TABLES[label], final, rounds, estimator)
+    p.write_text(table_html(label, values, description=description,
+                            differ=cell_differences(TABLES[label], values, study)))
     return p

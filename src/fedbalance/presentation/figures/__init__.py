@@ -1,10 +1,12 @@
 """The paper's figures (and ours), one module per family, as PDF and PNG; ``FIGURES`` is their registry.
 
-Each figure is drawn by ``make_<name>(final, rounds, clients, *, dataset, estimator)`` of its module
-from the tidy frames it lists in ``inputs`` (``fedbalance.aggregate``: final.csv, rounds.csv,
-clients.csv); curves are means over seeds per round, CS curves use the ``cs_<estimator>`` columns
-of rounds.csv with the uniform guess drawn beside them. The registry imports no module (nor
-matplotlib, nor pandas) until a figure is drawn, so the workflow plans from it with the standard library alone.
+Each figure is drawn by ``make_<name>(final, rounds, clients, *, estimator)`` of its module from the tidy frames it
+lists in ``inputs`` (``fedbalance.aggregate``: final.csv, rounds.csv, clients.csv), and only from the datasets it names:
+a figure of one dataset (``dataset``: the CIFAR10 curves, the FEMNIST client numbers) from that dataset's jobs alone,
+any other one panel per dataset, titled with it. ``make_<name>`` gives the figure and its plotted numbers
+(``Drawn``: ``common.POINT_COLUMNS``, the mean over seeds, its 95 % interval and the paper's value), which
+``write_figure`` writes beside the PDF and PNG as CSV. The registry imports no module (nor matplotlib, nor pandas)
+until a figure is drawn, so the workflow plans from it with the standard library alone.
 """
 
 from __future__ import annotations
@@ -12,23 +14,35 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from fedbalance.presentation.names import FOUR_LOSSES, GAMMAS, Read, gamma_setting
 from fedbalance.records import DEFAULT_ESTIMATOR
 
 if TYPE_CHECKING:
     import pandas as pd
+    from matplotlib.figure import Figure
 
 HERE = Path(__file__).parent
 COMMON_FILE = HERE / "common.py"
 FORMATS = ("pdf", "png")
+POINTS = "csv"
+"""The plotted numbers of a figure are written as ``<name>.csv`` beside its images."""
+
+
+class Drawn(NamedTuple):
+    """A drawn figure and the numbers it plots (``common.POINT_COLUMNS``)."""
+
+    figure: Figure
+    points: pd.DataFrame
 
 
 @dataclass(frozen=True)
 class FigureSpec:
-    """One figure: the module that draws it, its experiment family, the tidy frames it reads, its dataset
-    and the jobs it draws (``reads``, checked against the config by ``fedbalance.presentation.contract``)."""
+    """One figure: the module that draws it, its experiment family, the tidy frames it reads, the one dataset it is
+    drawn from (None: one panel per dataset the study has) and the jobs it draws (``reads``, on that dataset; checked
+    against the config by ``fedbalance.presentation.contract``, and what makes it run in a study:
+    ``fedbalance.presentation.study.figures_run``)."""
 
     name: str
     module: str
@@ -46,8 +60,9 @@ class FigureSpec:
 _IMBALANCED = tuple(gamma_setting(g) for _, g in GAMMAS[1:])
 _SPECS = (
     FigureSpec("fig_monitoring", "monitoring", "monitor", ("rounds",), reads=(Read("monitor"),)),
-    FigureSpec("Res_mismatch", "mismatch", "mismatch", ("final",), "cifar10",
-               reads=tuple(Read("mismatch", "cifar10", loss=loss) for loss in FOUR_LOSSES)),
+    FigureSpec("Res_mismatch", "mismatch", "mismatch", ("final",),
+               reads=tuple(Read(exp, d, loss=loss) for exp, d in (("mismatch", None), ("mismatch_fer2013", "fer2013"))
+                           for loss in FOUR_LOSSES)),
     FigureSpec("Sup_empirical_sim", "monitoring", "monitor", ("rounds",), reads=(Read("monitor"),)),
     FigureSpec("Sup_empirical_mul", "monitoring", "monitor", ("rounds",), reads=(Read("monitor"),)),
     FigureSpec("Sup_client_num_CIFAR10", "client_num", "clients", ("rounds",), "cifar10",
@@ -67,9 +82,15 @@ _SPECS = (
     FigureSpec("Monitor_under_imbalance", "monitor_imbalance", "losses", ("rounds",),
                reads=tuple(Read("losses", setting=s, loss="ratio") for s in _IMBALANCED)),
     FigureSpec("Beyond_paper", "beyond", "beyond", ("final",), reads=(Read("beyond"),)),
+    FigureSpec("Losses_acm_gamma", "losses", "losses", ("final",),
+               reads=tuple(Read("losses", loss=loss) for loss in FOUR_LOSSES)),
+    FigureSpec("Headline_acm_gamma", "losses", "losses", ("final",), "mnist",
+               reads=tuple(Read("losses", "mnist", loss=loss) for loss in FOUR_LOSSES)),
+    FigureSpec("Headline_monitor", "monitoring", "monitor", ("rounds",), "mnist", reads=(Read("monitor", "mnist"),)),
 )
 FIGURES: dict[str, FigureSpec] = {s.name: s for s in _SPECS}
-DEFAULT_DATASET: dict[str, str] = {s.name: s.dataset for s in _SPECS if s.dataset}
+HEADLINE = ("Headline_acm_gamma", "Headline_monitor")
+"""The figures of the README's first screen (small, one panel: MNIST), drawn from the reference set (docs/figures/)."""
 
 
 def module_file(name: str) -> Path:
@@ -85,26 +106,37 @@ def maker(name: str) -> Callable[..., Any]:
 
 def write_figure(name: str, out_dir: str | Path, *, final: pd.DataFrame | None = None,
                  rounds: pd.DataFrame | None = None, clients: pd.DataFrame | None = None,
-                 dataset: str | None = None, estimator: str = DEFAULT_ESTIMATOR) -> list[Path]:
-    """Draw figure ``name`` and write it as ``<name>.pdf`` and ``<name>.png`` into ``out_dir``."""
+                 estimator: str = DEFAULT_ESTIMATOR, formats: tuple[str, ...] = FORMATS) -> list[Path]:
+    """Draw figure ``name`` and write it as ``<name>.<format>`` for each of ``formats`` into ``out_dir``, and its plotted
+    numbers as ``<name>.csv``; a PNG records the CSV's SHA-256 in its metadata (``csv-sha256``)."""
+    import hashlib
+
     from fedbalance.presentation.figures.common import plt
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    fig = maker(name)(final, rounds, clients, dataset=dataset or DEFAULT_DATASET.get(name), estimator=estimator)
+    fig, points = maker(name)(final, rounds, clients, estimator=estimator)
+    csv = points_csv(points)
+    digest = hashlib.sha256(csv.encode()).hexdigest()
     paths = []
-    for ext in FORMATS:
+    for ext in formats:
         p = out / f"{name}.{ext}"
-        fig.savefig(p, dpi=120)
+        meta = {"csv-sha256": digest, "Software": "fedbalance"} if ext == "png" else None
+        fig.savefig(p, dpi=120 if name not in HEADLINE else 100, metadata=meta, bbox_inches="tight")
         paths.append(p)
     plt.close(fig)
-    return paths
+    p = out / f"{name}.{POINTS}"
+    p.write_text(csv)
+    return [*paths, p]
+
+
+def points_csv(points: pd.DataFrame) -> str:
+    """A figure's plotted numbers as CSV text, rounded to 6 significant digits (what ``write_figure`` writes)."""
+    return points.to_csv(index=False, float_format="%.6g", lineterminator="\n")
 
 
 def write_figures(out_dir: str | Path, *, final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,
-                  clients: pd.DataFrame | None = None, dataset_map: dict[str, str] | None = None,
-                  estimator: str = DEFAULT_ESTIMATOR) -> list[Path]:
-    """Write every figure; ``dataset_map`` overrides a figure's dataset."""
-    dataset_map = {**DEFAULT_DATASET, **(dataset_map or {})}
+                  clients: pd.DataFrame | None = None, estimator: str = DEFAULT_ESTIMATOR) -> list[Path]:
+    """Write every figure (``write_figure``)."""
     return [p for name in FIGURES for p in write_figure(name, out_dir, final=final, rounds=rounds, clients=clients,
-                                                        dataset=dataset_map.get(name), estimator=estimator)]
+                                                        estimator=estimator)]

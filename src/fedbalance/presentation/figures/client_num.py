@@ -1,44 +1,45 @@
-"""Sup_client_num_CIFAR10 and Sup_client_num_FEMNIST: the monitor's CS per round for each number of selected clients."""
+"""Sup_client_num_CIFAR10 and Sup_client_num_FEMNIST: the monitor's CS per round for each number of selected clients,
+on the one dataset each is named for."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from fedbalance.presentation.figures.common import Figure, no_data, per_round_mean, plt, select
+from fedbalance.presentation.figures import FIGURES, Drawn
+from fedbalance.presentation.figures.common import (
+    BOUNDS, concat_points, draw_points, no_data, panel_title, plt, round_points, select,
+)
 from fedbalance.records import DEFAULT_ESTIMATOR, cs_column, setting_value
 
 
-def _clients(setting: str) -> int | float | None:
-    return setting_value(setting, "k")
-
-
-def _client_num(rounds: pd.DataFrame, experiment: str, dataset: str, estimator: str) -> Figure:
-    sel = select(rounds, experiment=experiment, dataset=dataset)
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    settings = sorted(set(sel.setting), key=lambda s: _clients(str(s)) or 0)
-    if sel.empty:
-        no_data(ax, f"{experiment}/{dataset}")
+def _client_num(rounds: pd.DataFrame | None, name: str, estimator: str) -> Drawn:
+    spec = FIGURES[name]
+    experiment, dataset = spec.reads[0].experiment, spec.dataset
+    sel = select(rounds, experiment=experiment, dataset=dataset) if rounds is not None and len(rounds) else pd.DataFrame()
+    settings = sorted(set(sel.setting), key=lambda s: setting_value(str(s), "k") or 0) if len(sel) else []
+    parts = []
     for s in settings:
-        cs = per_round_mean(sel, cs_column(estimator), setting=s)
-        if not cs.empty:
-            k = _clients(str(s))
-            ax.plot(cs.index, cs.values, marker=".", label=f"{s if k is None else k} clients")
-    if settings:
-        ax.legend()
-    ax.set(title=f"CS per round, {dataset} ({estimator})", xlabel="round", ylabel="CS")
+        k = setting_value(str(s), "k")
+        parts.append(round_points(sel, cs_column(estimator), f"{s if k is None else k} clients", dataset,
+                                  BOUNDS["fraction"], setting=s))
+    points = concat_points(parts)
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    if points.empty:
+        no_data(ax, f"{experiment}/{dataset}")
+    else:
+        draw_points(ax, points, band=True)
+    ax.set(title=f"CS per round, {panel_title(dataset)} ({estimator})", xlabel="round", ylabel="CS")
     fig.tight_layout()
-    return fig
+    return Drawn(fig, points)
 
 
 def make_Sup_client_num_CIFAR10(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,
-                                clients: pd.DataFrame | None = None, *, dataset: str | None = None,
-                                estimator: str = DEFAULT_ESTIMATOR) -> Figure:
-    """CS per round for each number of selected clients (``clients_cifar10``)."""
-    return _client_num(rounds, "clients_cifar10", dataset or "cifar10", estimator)
+                                clients: pd.DataFrame | None = None, *, estimator: str = DEFAULT_ESTIMATOR) -> Drawn:
+    """CS per round for each number of selected clients (``clients_cifar10``, CIFAR10 alone)."""
+    return _client_num(rounds, "Sup_client_num_CIFAR10", estimator)
 
 
 def make_Sup_client_num_FEMNIST(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,
-                                clients: pd.DataFrame | None = None, *, dataset: str | None = None,
-                                estimator: str = DEFAULT_ESTIMATOR) -> Figure:
-    """CS per round for each number of selected clients (``clients_femnist``)."""
-    return _client_num(rounds, "clients_femnist", dataset or "femnist", estimator)
+                                clients: pd.DataFrame | None = None, *, estimator: str = DEFAULT_ESTIMATOR) -> Drawn:
+    """CS per round for each number of selected clients (``clients_femnist``, FEMNIST alone)."""
+    return _client_num(rounds, "Sup_client_num_FEMNIST", estimator)

@@ -1,59 +1,78 @@
-"""fig_monitoring and the Sup_empirical figures: the monitor experiment per round."""
+"""fig_monitoring, Headline_monitor and the Sup_empirical figures: the monitor experiment per round."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from fedbalance.presentation.figures.common import Figure, datasets, grid, no_data, per_round_mean, plt
-from fedbalance.presentation.names import ESTIMATORS
+from fedbalance.presentation.figures import FIGURES, Drawn
+from fedbalance.presentation.figures.common import (
+    BOUNDS, POINT_COLUMNS, concat_points, datasets, draw_points, no_data, panel_title, panels, plt, round_points,
+)
+from fedbalance.presentation.names import ESTIMATORS, UNIFORM
 from fedbalance.records import DEFAULT_ESTIMATOR, cs_column
 
 
+def monitor_points(rounds: pd.DataFrame | None, estimators: list[str], only: str | None = None) -> pd.DataFrame:
+    """CS per round of each of ``estimators`` (``UNIFORM``: the uniform guess), one panel per dataset of the monitor
+    experiment (``only``: that dataset alone)."""
+    if rounds is None or rounds.empty:
+        return pd.DataFrame(columns=POINT_COLUMNS)
+    ds = [d for d in datasets(rounds, "monitor") if only in (None, d)]
+    return concat_points(round_points(rounds, cs_column(est), est, d, BOUNDS["fraction"], experiment="monitor",
+                                      dataset=d) for d in ds for est in estimators)
+
+
 def make_fig_monitoring(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,
-                        clients: pd.DataFrame | None = None, *, dataset: str | None = None,
-                        estimator: str = DEFAULT_ESTIMATOR) -> Figure:
-    """CS of every estimator and of the uniform guess per round, one panel per dataset (``monitor``)."""
-    ds = datasets(rounds, "monitor")
-    fig, axes = grid(max(len(ds), 1), "Composition estimate vs ground truth (monitor)")
-    if not ds:
-        no_data(axes[0], "monitor/<any dataset>")
-    for ax, d in zip(axes, ds):
-        for est in ESTIMATORS:
-            s = per_round_mean(rounds, cs_column(est), experiment="monitor", dataset=d)
-            if not s.empty:
-                ax.plot(s.index, s.values, "--" if est == "uniform" else "-", marker=".", label=est)
-        ax.set(title=d, xlabel="round", ylabel="CS")
-        ax.legend(fontsize=7)
+                        clients: pd.DataFrame | None = None, *, estimator: str = DEFAULT_ESTIMATOR) -> Drawn:
+    """CS of every estimator and of the uniform guess per round, mean over seeds with its 95 % band, one panel per
+    dataset (``monitor``)."""
+    points = monitor_points(rounds, list(ESTIMATORS))
+    fig = panels(points, "Composition estimate vs ground truth (monitor)", "monitor/<any dataset>", xlabel="round",
+                 ylabel="CS", band=True, dashed={UNIFORM})
+    return Drawn(fig, points)
+
+
+def make_Headline_monitor(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,
+                          clients: pd.DataFrame | None = None, *, estimator: str = DEFAULT_ESTIMATOR) -> Drawn:
+    """The README's monitor figure: CS per round of the default estimator against the uniform guess N/Q, on
+    ``FIGURES["Headline_monitor"].dataset`` (mean over seeds, 95 % band)."""
+    dataset = FIGURES["Headline_monitor"].dataset
+    points = monitor_points(rounds, [estimator, UNIFORM], only=dataset)
+    points["series"] = points.series.map({estimator: f"monitor, {estimator}", UNIFORM: "uniform guess N/Q"})
+    fig, ax = plt.subplots(figsize=(5.0, 4.2))
+    if points.empty:
+        no_data(ax, f"monitor/{dataset}")
+    else:
+        draw_points(ax, points, band=True, dashed={"uniform guess N/Q"}, fontsize=8.5, below=True)
+    ax.set(title=f"Monitor, {panel_title(dataset)}: CS to the round's composition", xlabel="round",
+           ylabel="cosine similarity")
     fig.tight_layout()
-    return fig
+    return Drawn(fig, points)
 
 
-def _empirical(rounds: pd.DataFrame, column: str, title: str, ylabel: str) -> Figure:
+def _empirical(rounds: pd.DataFrame | None, column: str, title: str, ylabel: str, bounds: tuple[float, float]) -> Drawn:
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    ds = [d for d in datasets(rounds, "monitor")
-          if not per_round_mean(rounds, column, experiment="monitor", dataset=d).empty]
-    if not ds:
+    ds = datasets(rounds, "monitor") if rounds is not None and len(rounds) else []
+    points = concat_points(round_points(rounds, column, panel_title(d), "", bounds, experiment="monitor", dataset=d)
+                           for d in ds)
+    if points.empty:
         no_data(ax, "monitor/<any dataset> (" + column + ")")
-    for d in ds:
-        s = per_round_mean(rounds, column, experiment="monitor", dataset=d)
-        ax.plot(s.index, s.values, marker=".", label=d)
-    if ds:
-        ax.legend()
+    else:
+        draw_points(ax, points, band=True)
     ax.set(title=title, xlabel="round", ylabel=ylabel)
     fig.tight_layout()
-    return fig
+    return Drawn(fig, points)
 
 
 def make_Sup_empirical_sim(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,
-                           clients: pd.DataFrame | None = None, *, dataset: str | None = None,
-                           estimator: str = DEFAULT_ESTIMATOR) -> Figure:
-    """Mean cosine similarity of same-class last-layer inputs Y per round (``monitor``)."""
-    return _empirical(rounds, "emp_cos", "Cosine similarity of Y within a class", "cosine similarity")
+                           clients: pd.DataFrame | None = None, *, estimator: str = DEFAULT_ESTIMATOR) -> Drawn:
+    """Mean cosine similarity of same-class last-layer inputs Y per round, a line per dataset (``monitor``)."""
+    return _empirical(rounds, "emp_cos", "Cosine similarity of Y within a class", "cosine similarity",
+                      BOUNDS["fraction"])
 
 
 def make_Sup_empirical_mul(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,
-                           clients: pd.DataFrame | None = None, *, dataset: str | None = None,
-                           estimator: str = DEFAULT_ESTIMATOR) -> Figure:
-    """Coefficient of variation of the products of same-class Y per round (``monitor``)."""
+                           clients: pd.DataFrame | None = None, *, estimator: str = DEFAULT_ESTIMATOR) -> Drawn:
+    """Coefficient of variation of the products of same-class Y per round, a line per dataset (``monitor``)."""
     return _empirical(rounds, "emp_cv", "Coefficient of variation of Y products within a class",
-                      "coefficient of variation")
+                      "coefficient of variation", BOUNDS["positive"])

@@ -1,0 +1,65 @@
+"""The README's first screen: what the reproduction found, from a render of the reference set.
+
+``tally_text``: the paper's headline claims counted by their verdict (``fedbalance.presentation.claims``), in a
+sentence; ``install_figures``: the figures of ``figures.HEADLINE`` (drawn by rule ``figure`` of the render, PNG and the
+plotted numbers as CSV) copied into docs/figures/. ``fedbalance reference docs`` (``fedbalance.refdocs``) calls both; tests/test_headline.py
+checks the README's block against docs/claims-mnist.md and the CSVs against the reference set.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+from fedbalance.presentation.claims import FAILS, FEW_SEEDS, HOLDS, INDISTINCT, NO_DATA, VERDICTS, claims
+from fedbalance.presentation.figures import HEADLINE, POINTS
+from fedbalance.records import DEFAULT_ESTIMATOR
+
+SAYS = {HOLDS: "hold", FAILS: "do not hold", INDISTINCT: "are not distinguishable at 95 %",
+        FEW_SEEDS: "rest on too few seeds", NO_DATA: "lack data (the set holds none of their jobs)"}
+"""How the tally says each verdict of ``claims.VERDICTS`` (a count before it)."""
+
+
+def tally(verdicts: Iterable[str]) -> dict[str, int]:
+    """How many claims have each verdict, in ``claims.VERDICTS``' order (every verdict, 0 included)."""
+    counts = Counter(verdicts)
+    unknown = set(counts) - set(VERDICTS)
+    if unknown:
+        raise ValueError(f"unknown verdicts {sorted(unknown)}; known: {list(VERDICTS)}")
+    return {v: counts.get(v, 0) for v in VERDICTS}
+
+
+def tally_text(final: pd.DataFrame, rounds: pd.DataFrame, source: str, *, estimator: str = DEFAULT_ESTIMATOR) -> str:
+    """The claims' verdicts on the render ``final``/``rounds`` of ``source`` (e.g. "the 299 jobs of reference/mnist")
+    counted in a sentence: "Of the paper's 31 headline claims, judged on ...: 5 hold, ..."."""
+    counts = tally(c.verdict for c in claims(final, rounds, estimator))
+    parts = [f"**{n}** {SAYS[v]}" for v, n in counts.items() if n]
+    listed = ", ".join(parts[:-1]) + f" and {parts[-1]}" if len(parts) > 1 else parts[0]
+    return (f"Of the paper's {sum(counts.values())} headline claims, judged on {source} seed by seed (95 % "
+            f"intervals): {listed}.")
+
+
+def install_figures(figures: str | Path, out_dir: str | Path, *, check: bool = False) -> list[Path]:
+    """Copy each ``HEADLINE`` figure of a render (``figures``: its results_dir/figures: ``<name>.png`` and
+    ``<name>.csv``) into ``out_dir`` where its plotted numbers differ from those there (or it is missing); the paths
+    that differed (``check``: compare only, copy nothing). FileNotFoundError naming a figure the render lacks."""
+    src, out = Path(figures), Path(out_dir)
+    stale = []
+    for name in HEADLINE:
+        csv, png = src / f"{name}.{POINTS}", src / f"{name}.png"
+        for p in (csv, png):
+            if not p.is_file():
+                raise FileNotFoundError(f"{p}: the render has no {name} figure (render the reference set first)")
+        mine = out / csv.name
+        if mine.is_file() and mine.read_text() == csv.read_text() and (out / png.name).is_file():
+            continue
+        stale += [mine, out / png.name]
+        if not check:
+            out.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(csv, mine)
+            shutil.copyfile(png, out / png.name)
+    return stale

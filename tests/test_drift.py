@@ -236,6 +236,7 @@ def test_an_estimator_reads_the_loss_the_server_sent_not_a_clients_counts(loss: 
     cfg["experiments"] = {"losses": {"datasets": ["mnist"], "losses": [loss], "seeds": [0], "params": {"monitor": {"record": True}},
                                      "grid": {"g": {"key": "partition.gamma", "values": [10]}}}}
     spec = resolve_job(load_config(cfg), Job("losses", "mnist", "g10", loss, 0)).as_dict()
+    spymod.SEEN.clear()  # the estimator contract's one call on a synthetic round, at load (fedbalance.contracts)
     spec["partition"].update(num_clients=4, majority_samples=12)
     spec["monitor"] = {**spec["monitor"], "aux_per_class": 8}
     spec.update(clients_per_round=3, rounds=3, batch_size=16, lr=0.05, local_epochs=1, path="sequential")

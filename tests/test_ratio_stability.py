@@ -50,10 +50,14 @@ def _toy_job(root: Path, loss: str, seed: int, acc: list[float], acm: float, wei
     folder = root / "ratio_stability" / "mnist" / "g50" / loss / f"seed{seed}"
     base = "ratio" if loss.startswith("ratio") else loss
     metrics = {"job": {"experiment": "ratio_stability", "dataset": "mnist", "setting": "g50", "loss": loss, "seed": seed},
-               "config": {"experiment": "ratio_stability", "setting": "g50", "loss": loss, "base_loss": base, "seed": seed},
-               "final": {"acc": acc[-1], "acc_minority": acm, "acc_majority": 0.9 + seed / 100, "auc_hard": 0.95},
+               "config": {"experiment": "ratio_stability", "setting": "g50", "loss": loss, "base_loss": base, "seed": seed,
+                          "minority_classes": [0]},
+               "final": {"acc": acc[-1], "acc_minority": acm, "acc_majority": 0.9 + seed / 100, "auc_hard": 0.95,
+                         "train_loss": 0.1, "auc_micro": 0.95, "auc_macro": 0.95,
+                         "per_class_acc": [acm] + [0.9 + seed / 100] * 9},
                "rounds": len(acc)}
-    rows = [{"round": t, "acc": a, "acc_minority": acm, "weights": None if weights is None else weights[t]}
+    rows = [{"round": t, "acc": a, "acc_minority": acm, "acc_majority": 0.9 + seed / 100, "train_loss": 0.1,
+             "auc_micro": 0.95, "auc_hard": 0.95, "weights": None if weights is None else weights[t]}
             for t, a in enumerate(acc)]
     jobfolder.write(folder, metrics, jobfolder.rounds_text(rows))
     return folder

@@ -147,7 +147,8 @@ def test_cost_command_prints_a_table(tmp_path: Path) -> None:
     r = subprocess.run(args + ["--calibration", str(cal)], cwd=REPO, capture_output=True, text=True, timeout=900,
                        env={**os.environ, "PYTHONPATH": str(REPO / "src")})
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    rows = {line.split()[0] for line in r.stdout.splitlines() if line and not line.startswith(("-", "experiment", "device"))}
+    families = r.stdout.split("\n\n")[0]  # the first table: one row per experiment (then one per model and input)
+    rows = {line.split()[0] for line in families.splitlines() if line and not line.startswith(("-", "experiment", "device"))}
     # a row per experiment that trains a job (t_ra's are all copied or derived: study_work leaves them out)
     assert rows == {w.job.experiment for w in study_work(cfg)} | {"total"}
     assert "t_ra" not in rows and set(cfg["experiments"]) - rows == {"t_ra"}

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import write_job
 from fedbalance.config import SCHEMA_PATH, ConfigError, load_config, configured_job, validate
 from fedbalance.records import Job
 
@@ -510,11 +511,9 @@ def test_aggregate_runs_this_checkout_even_with_another_fedbalance_first(tmp_pat
     all_jobs = jobs(cfg)
     for j in all_jobs:
         touch(results / "partitions" / j.experiment / j.dataset / j.setting / f"seed{j.seed}.json", "{}", 10)
-        metrics = {"job": {"experiment": j.experiment, "dataset": j.dataset, "setting": j.setting, "loss": j.loss,
-                           "seed": j.seed}, "config": {}, "final": {"acc": 0.5}, "rounds": 1,
-                   "partition": {"gamma": 10.0, "class_counts": [[3, 0], [1, 2]]}}
-        touch(results / j.path / "metrics.json", json.dumps(metrics), 20)
-        touch(results / j.path / "rounds.csv", "round,acc\n0,0.5\n", 20)
+        folder = write_job(results, j)  # a whole finished job (jobfolder.check), its final acc 0.9
+        for name in ("metrics.json", "rounds.csv"):
+            os.utime(folder / name, (1_700_000_000 + 20,) * 2)
     poison = tmp_path / "other" / "fedbalance"
     poison.mkdir(parents=True)
     (poison / "__init__.py").write_text("raise ImportError('another installed copy of fedbalance')\n")
@@ -526,7 +525,7 @@ def test_aggregate_runs_this_checkout_even_with_another_fedbalance_first(tmp_pat
     log = results / "logs" / "aggregate.log"
     assert r.returncode == 0, r.stdout + r.stderr + (log.read_text() if log.is_file() else "")
     final = pd.read_csv(results / "aggregate" / "final.csv")
-    assert len(final) == len(all_jobs) and set(final["acc"]) == {0.5}
+    assert len(final) == len(all_jobs) and set(final["acc"]) == {0.9}
 
 
 # --- item 13: prepare parses the files; infeasible partitions and MNIST errors name the key or file ------

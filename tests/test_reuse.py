@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import write_job
 from fedbalance.config import ConfigError, load_config, configured_job, twins
 from fedbalance.records import Job
 from fedbalance.reuse import write_twin
@@ -64,15 +65,8 @@ def test_job_from_path_round_trips() -> None:
 
 
 def _source(tmp: Path, cfg: dict, job: Job) -> Path:
-    folder = tmp / job.path
-    folder.mkdir(parents=True)
-    spec = configured_job(cfg, job)
-    metrics = {"job": {"experiment": job.experiment, "dataset": job.dataset, "setting": job.setting,
-                       "loss": job.loss, "seed": job.seed},
-               "config": spec, "final": {"acc": 0.9123}, "wall_time_s": 3.5, "rounds": 2}
-    (folder / "metrics.json").write_text(json.dumps(metrics))
-    (folder / "rounds.csv").write_bytes(b"round,acc\n0,0.5\n1,0.9123\n")
-    return folder
+    """A finished job of ``cfg``'s spec for ``job`` (a whole folder: ``jobfolder.check``)."""
+    return write_job(tmp, job, config=configured_job(cfg, job))
 
 
 def test_write_twin_rewrites_the_identity_only(tmp_path: Path, quick: dict) -> None:
@@ -83,7 +77,8 @@ def test_write_twin_rewrites_the_identity_only(tmp_path: Path, quick: dict) -> N
     got = json.loads((out / "metrics.json").read_text())
     assert got["job"] == {"experiment": "alpha", "dataset": "mnist", "setting": "a1", "loss": "ratio", "seed": 0}
     assert got["config"] == json.loads(json.dumps(configured_job(quick, twin)))
-    assert got["final"] == {"acc": 0.9123} and got["wall_time_s"] == 3.5
+    source = json.loads((folder / "metrics.json").read_text())
+    assert got["final"] == source["final"] and got["wall_time_s"] == source["wall_time_s"] == 1.5
     assert got["reused_from"] == str(folder)
     assert (out / "rounds.csv").read_bytes() == (folder / "rounds.csv").read_bytes()
 

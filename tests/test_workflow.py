@@ -109,14 +109,14 @@ def test_dry_run_quick_protocol(tmp_path):
     # docs/usage.md says what the others are
     usage = " ".join((REPO / "docs" / "usage.md").read_text().split())
     m = re.search(r"a count of (\d+) steps: the (\d+) jobs above and (\d+) others, one step each for the data, the "
-                  r"(\d+) partitions, the aggregation, the (\d+) tables, the (\d+) table pages and the (\d+) figures "
+                  r"(\d+) partitions, the (\d+) kept rounds? a branched job starts from \(rule `keep`\), the aggregation, the (\d+) tables, the (\d+) table pages and the (\d+) figures "
                   r"the study fills, the claims, fidelity, reproduction and paper_tables summaries, the (\d+) summary "
                   r"pages, the landing page and rule `all`", usage)
     assert m and tuple(map(int, m.groups())) == (
-        counts["total"], QUICK_JOBS, counts["total"] - QUICK_JOBS, counts["partition"], counts["table"],
+        counts["total"], QUICK_JOBS, counts["total"] - QUICK_JOBS, counts["partition"], counts["keep"], counts["table"],
         counts["table_page"], counts["figure"], counts["markdown_page"]), m
     assert counts["total"] - QUICK_JOBS == sum(counts[r] for r in (
-        "prepare_data", "partition", "aggregate", "table", "table_page", "figure", "claims", "fidelity", "reproduction",
+        "prepare_data", "partition", "keep", "aggregate", "table", "table_page", "figure", "claims", "fidelity", "reproduction",
         "paper_tables", "markdown_page", "landing_page", "all"))
 
 

@@ -233,8 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
         "metrics.json's plugins). A job that trains on the plug-in is planned again by the workflow; one whose monitor "
         "only recorded an estimator keeps that version's columns until rerun (snakemake --forcerun its metrics.json).",
     )
-    plug.add_argument("--config", required=True, type=path_argument, help="study configuration YAML")
-    plug.add_argument("--results", type=path_argument, default=None,
+    plug.add_argument("--config", required=True, type=read_path, help="study configuration YAML")
+    plug.add_argument("--results", type=read_path, default=None,
                       help="results folder whose finished jobs to check (default: the config's results_dir)")
     plug.set_defaults(func=cmd_plugins)
 
@@ -307,10 +307,10 @@ def _reference_parser(sub: Any) -> None:
         "its commit), then write the new set beside the old one and swap them in one rename, holding the set's lock: "
         "a kill leaves the old set or the new one (--recover finishes or undoes an interrupted collect).",
     )
-    col.add_argument("runs", nargs="?", type=path_argument, default=None, metavar="RUNS",
+    col.add_argument("runs", nargs="?", type=read_path, default=None, metavar="RUNS",
                      help="the results_dir the workflow ran the jobs in")
-    col.add_argument("--into", required=True, type=path_argument, metavar="SET", help="the reference set (e.g. reference/mnist)")
-    col.add_argument("--config", type=path_argument, default=None, help="the study config of a new set (default "
+    col.add_argument("--into", required=True, type=read_path, metavar="SET", help="the reference set (e.g. reference/mnist)")
+    col.add_argument("--config", type=read_path, default=None, help="the study config of a new set (default "
                      "config/mnist.yaml), or of a sealed set moved away from it; a sealed set's is in its marker")
     col.add_argument("--replace", action="store_true", help="replace jobs of the set that differ from the runs'")
     col.add_argument("--reason", default=None, help="why (with --replace): recorded in the replaced jobs' provenance")
@@ -320,27 +320,27 @@ def _reference_parser(sub: Any) -> None:
     st = rsub.add_parser("status", help="what the set holds (Markdown)",
                          description="Per (experiment, setting, loss) the seeds the set holds; its commits, devices, "
                          "runners and minutes a job.")
-    st.add_argument("--reference", required=True, type=path_argument, help="the reference set")
-    st.add_argument("--readme", type=path_argument, default=None, help="write the table into this README's status block")
+    st.add_argument("--reference", required=True, type=read_path, help="the reference set")
+    st.add_argument("--readme", type=written_path, default=None, help="write the table into this README's status block")
     st.set_defaults(func=cmd_reference_status)
     mi = rsub.add_parser("missing", help="the jobs the set lacks, in the evidence order (job paths, or targets)",
                          description="The jobs of the study the set lacks (twins: the job trained in their place), in "
                          "the evidence issue's order, one a line; a count per step on stderr.")
-    mi.add_argument("--reference", type=path_argument, default=Path("reference/mnist"), help="the reference set")
-    mi.add_argument("--config", type=path_argument, default=None,
+    mi.add_argument("--reference", type=read_path, default=Path("reference/mnist"), help="the reference set")
+    mi.add_argument("--config", type=read_path, default=None,
                     help="the study config (default: the set's marker's, else config/mnist.yaml)")
     mi.add_argument("--dataset", default="mnist")
     mi.add_argument("--plan", nargs="+", default=None, help="steps experiment:settings:seeds (settings: globs, empty "
                     "for all) in order; default: the evidence order (fedbalance.refset.EVIDENCE_PLAN)")
-    mi.add_argument("--targets", type=path_argument, default=None, metavar="RUNS",
+    mi.add_argument("--targets", type=read_path, default=None, metavar="RUNS",
                     help="print Snakemake targets under this results_dir (RUNS/<job>/metrics.json) instead of job paths")
     mi.set_defaults(func=cmd_reference_missing)
     dc = rsub.add_parser("docs", help="splice a render of the set into docs/ and its status into reference/README.md",
                          description="Splice the rendered Fidelity.md, Reproduction.md and claims.md into docs/ (between "
                          "their marks), every prose block computed from the set, and the set's status table.")
-    dc.add_argument("--rendered", type=path_argument, default=Path("results_reference"), help="results_dir of the render")
-    dc.add_argument("--reference", type=path_argument, default=Path("reference/mnist"))
-    dc.add_argument("--docs", type=path_argument, default=Path("docs"))
+    dc.add_argument("--rendered", type=read_path, default=Path("results_reference"), help="results_dir of the render")
+    dc.add_argument("--reference", type=read_path, default=Path("reference/mnist"))
+    dc.add_argument("--docs", type=written_path, default=Path("docs"))
     dc.add_argument("--check", action="store_true", help="change nothing; exit 1 when a doc differs from the render")
     dc.add_argument("--allow-fewer", action="store_true", help="splice a render of fewer jobs than the docs were rendered from")
     dc.set_defaults(func=cmd_reference_docs)

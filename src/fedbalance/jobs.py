@@ -302,13 +302,15 @@ def _locked(run: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]
 
 
 def fingerprint(spec: JobSpec, partitions: Mapping[str, Partition]) -> str:
-    """Hash of the job spec (configured, with the resolved path), its partitions and, for a job with plug-ins, the
-    versions installed (an estimator's, which its spec does not record, included); a checkpoint resumes only the job
-    that wrote it."""
+    """Hash of the job spec (configured, with the resolved path), its partitions and, for a job with plug-ins, their
+    versions (as the spec records them; an estimator's, which its spec does not record, as installed); a checkpoint
+    resumes only the job that wrote it."""
     body: dict[str, Any] = {"spec": clean(spec.resolved_dict()), "partitions": {k: p.to_json() for k, p in partitions.items()}}
-    ran = _ran(installed_plugins(spec)) if spec.plugins else []
-    if ran:
-        body["plugins"] = [[what, rec.get("target"), rec.get("version")] for what, rec in ran]
+    versions = [[what, name, rec.get("target"), rec["version"] if "version" in rec else
+                 plugins.check_installed(kind, name, rec).version]
+                for what, kind, name, rec in plugin_items(spec) if what != "estimators" or needs_monitor(spec)]
+    if versions:
+        body["plugins"] = versions
     payload = json.dumps(body, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 

@@ -35,12 +35,24 @@ def tally(verdicts: Iterable[str]) -> dict[str, int]:
 
 def tally_text(final: pd.DataFrame, rounds: pd.DataFrame, source: str, *, estimator: str = DEFAULT_ESTIMATOR) -> str:
     """The claims' verdicts on the render ``final``/``rounds`` of ``source`` (e.g. "the 299 jobs of reference/mnist")
-    counted in a sentence: "Of the paper's 31 headline claims, judged on ...: 5 hold, ..."."""
-    counts = tally(c.verdict for c in claims(final, rounds, estimator))
+    counted in a sentence: "Of the paper's 31 headline claims (34 verdicts: ...), judged on ...: 5 hold, ...". A claim
+    judged for both readings of the Ratio Loss (claim N and Nr) is one claim of two verdicts; the verdicts are counted."""
+    judged = claims(final, rounds, estimator)
+    counts = tally(c.verdict for c in judged)
     parts = [f"**{n}** {SAYS[v]}" for v, n in counts.items() if n]
     listed = ", ".join(parts[:-1]) + f" and {parts[-1]}" if len(parts) > 1 else parts[0]
-    return (f"Of the paper's {sum(counts.values())} headline claims, judged on {source} seed by seed (95 % "
-            f"intervals): {listed}.")
+    numbers = list(dict.fromkeys(c.number.rstrip("r") for c in judged))
+    both = [c.number[:-1] for c in judged if c.number.endswith("r")]
+    readings = "" if not both else (
+        f" ({len(judged)} verdicts: claim{'s' if len(both) > 1 else ''} {_listed(both)} judged for both readings of "
+        "the Ratio Loss, the paper's equation and the released code's)")
+    return (f"Of the paper's {len(numbers)} headline claims{readings}, judged on {source} seed by seed (95 % "
+            f"intervals), the verdicts: {listed}.")
+
+
+def _listed(items: list[str]) -> str:
+    """'1', '1 and 2', '1, 2 and 15'."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" and {items[-1]}"
 
 
 def install_figures(figures: str | Path, out_dir: str | Path, *, check: bool = False) -> list[Path]:

@@ -134,8 +134,8 @@ def test_mnist_config_is_the_full_protocol_on_mnist(full: dict) -> None:
     assert mnist["datasets"] == {"mnist": full["datasets"]["mnist"]}
     expected = {name for name, e in full["experiments"].items() if "mnist" in e["datasets"]}
     assert set(mnist["experiments"]) == expected
+    cfg_m, cfg_f = load_config(mnist), load_config(full)
     for name in expected:
-        cfg_m, cfg_f = load_config(mnist), load_config(full)
         assert settings(cfg_m, name) == settings(cfg_f, name), name
         for s in settings(cfg_f, name):
             fm = configured_job(cfg_m, Job(name, "mnist", s, "ce", 0))

@@ -36,7 +36,7 @@ COVERED = {
         "test_module::test_snakedeploy_from_a_git_host",
     "cd my-study && snakemake --cores all --configfile config/quick.yaml": "test_module::test_snakedeploy_from_a_git_host",
     "snakemake --workflow-profile profiles/local --use-conda --configfile config/config.yaml":
-        "test_full_protocol_command_plans",
+        "test_full_protocol_command_plans_every_job",
     "snakemake --workflow-profile profiles/slurm": "test_profiles::test_readme_slurm_commands_plan_the_train_jobs",
     "snakemake --cores all --configfile config/mnist.yaml": "test_mnist_command_plans",
     "python -m fedbalance cost --config config/config.yaml": "test_cost_command_prints_a_table",
@@ -77,9 +77,16 @@ def test_every_readme_command_is_covered() -> None:
 
 
 @pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
-def test_full_protocol_command_plans(tmp_path: Path) -> None:
+def test_full_protocol_command_plans_every_job(tmp_path: Path) -> None:
     """The full-paper command, as a dry run in a scratch directory (--use-conda only where conda exists): the
-    profile it names, profiles/local, is the only one loaded."""
+    profile it names, profiles/local, is the only one loaded, and it plans every job of config/config.yaml — each
+    trained once (a twin copied, a derived job derived from a trained source), each branch source's kept rounds, a
+    partition per trained setting and seed, one step per table and figure (one DAG for both checks: it is the tier's
+    slowest plan)."""
+    from fedbalance.config import jobs, load_config, twins
+    from fedbalance.reuse import branches, derived
+    from test_workflow import assert_one_job_per_table_and_figure, job_stats
+
     args = shlex.split(_command("snakemake --workflow-profile profiles/local --use-conda"))
     if shutil.which("conda") is None:
         args.remove("--use-conda")
@@ -87,8 +94,28 @@ def test_full_protocol_command_plans(tmp_path: Path) -> None:
                        cwd=REPO, capture_output=True, text=True, timeout=900)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
-    assert re.search(r"^train\s+\d+$", out, re.M), out[-3000:]
     assert re.findall(r"^Using workflow specific profile (\S+)", out, re.M) == ["profiles/local"], out[:3000]
+    cfg = load_config(REPO / "config" / "config.yaml")
+    expected = jobs(cfg)
+    counts = job_stats(out)
+    twin_of, derived_of = twins(cfg), derived(cfg)
+    # a twin is trained nowhere else: its source is trained, not itself a twin; a derived job's source is trained
+    assert all(src not in twin_of for src in twin_of.values())
+    assert all(src not in twin_of and src not in derived_of for src in derived_of.values())
+    assert len(expected) == 2951  # 2565 of the paper (centralised with both readings of the Ratio Loss) + 350 of beyond + 36 of ratio_stability
+    assert counts["train"] + counts["reuse"] + counts["derive"] == len(expected)
+    assert counts["reuse"] == len(twin_of) > 0 and counts["derive"] == len(derived_of) > 0
+    assert len(branches(cfg)) == 40  # early's S and M, 4 datasets x 5 seeds: trained (rule train) after their E
+    # each E trains to the round it shares with S, then to M's, in a job of its own (rule keep), then to its end
+    assert counts["keep"] == len(set(branches(cfg).values())) == 40
+    partitions = {(j.experiment, j.dataset, j.setting, j.seed) for j in expected if j not in twin_of and j not in derived_of}
+    assert counts["partition"] == len(partitions)
+    assert counts["prepare_data"] == len(cfg["datasets"])
+    for rule in ("aggregate", "claims", "paper_tables", "fidelity", "reproduction", "all"):
+        assert counts[rule] == 1
+    assert_one_job_per_table_and_figure(counts)
+    # every experiment family is planned
+    assert {j.experiment for j in expected} == set(cfg["experiments"])
 
 
 @pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
@@ -139,7 +166,8 @@ def test_cost_command_prints_a_table(tmp_path: Path) -> None:
     from fedbalance.cost import Calibration, save_calibration, study_work
 
     cfg = load_config(REPO / "config" / "config.yaml")
-    probes = {w.shape.model_key: {"batch": 32, "step_s": 0.01, "forward_s": 0.0} for w in study_work(cfg)}
+    work = study_work(cfg)
+    probes = {w.shape.model_key: {"batch": 32, "step_s": 0.01, "forward_s": 0.0} for w in work}
     cal = tmp_path / "cal.json"
     save_calibration(Calibration(device="test", device_type="cpu", threads=1, copies=1, startup_s=1.0, probes=probes), cal)
     args = shlex.split(_command("python -m fedbalance cost --config config/config.yaml"))
@@ -150,7 +178,7 @@ def test_cost_command_prints_a_table(tmp_path: Path) -> None:
     families = r.stdout.split("\n\n")[0]  # the first table: one row per experiment (then one per model and input)
     rows = {line.split()[0] for line in families.splitlines() if line and not line.startswith(("-", "experiment", "device"))}
     # a row per experiment that trains a job (t_ra's are all copied or derived: study_work leaves them out)
-    assert rows == {w.job.experiment for w in study_work(cfg)} | {"total"}
+    assert rows == {w.job.experiment for w in work} | {"total"}
     assert "t_ra" not in rows and set(cfg["experiments"]) - rows == {"t_ra"}
 
 

@@ -63,32 +63,6 @@ def test_lint_is_clean():
     assert "Lints for" not in r.stdout + r.stderr
 
 
-def test_dry_run_full_protocol_plans_every_job(tmp_path):
-    cfg = load_config(FULL)
-    expected = jobs(cfg)
-    r = in_tmp(tmp_path, "-n", "--quiet", "rules", "--configfile", str(FULL))
-    assert r.returncode == 0, r.stdout + r.stderr
-    counts = job_stats(r.stdout + r.stderr)
-    twin_of, derived_of = twins(cfg), derived(cfg)
-    # a twin is trained nowhere else: its source is trained, not itself a twin; a derived job's source is trained
-    assert all(src not in twin_of for src in twin_of.values())
-    assert all(src not in twin_of and src not in derived_of for src in derived_of.values())
-    assert len(expected) == 2951  # 2565 of the paper (centralised with both readings of the Ratio Loss) + 350 of beyond + 36 of ratio_stability
-    assert counts["train"] + counts["reuse"] + counts["derive"] == len(expected)
-    assert counts["reuse"] == len(twin_of) > 0 and counts["derive"] == len(derived_of) > 0
-    assert len(branches(cfg)) == 40  # early's S and M, 4 datasets x 5 seeds: trained (rule train) after their E
-    # each E trains to the round it shares with S, then to M's, in a job of its own (rule keep), then to its end
-    assert counts["keep"] == len(set(branches(cfg).values())) == 40
-    partitions = {(j.experiment, j.dataset, j.setting, j.seed) for j in expected if j not in twin_of and j not in derived_of}
-    assert counts["partition"] == len(partitions)
-    assert counts["prepare_data"] == len(cfg["datasets"])
-    for rule in ("aggregate", "claims", "paper_tables", "fidelity", "reproduction", "all"):
-        assert counts[rule] == 1
-    assert_one_job_per_table_and_figure(counts)
-    # every experiment family is planned
-    assert {j.experiment for j in expected} == set(cfg["experiments"])
-
-
 def test_dry_run_quick_protocol(tmp_path):
     """--configfile replaces config/config.yaml (not merged into it): only the quick jobs are planned."""
     r = in_tmp(tmp_path, "-n", "--quiet", "rules", "--configfile", str(QUICK))

@@ -9,12 +9,12 @@ Sections (``--sections``, default all, in this order):
 
 * ``estimated``: the model shapes of ``--config`` (default config/config.yaml) that the shipped GPU calibration
   (``src/fedbalance/calibrations/``) did not measure, and so ``fedbalance cost`` estimates by FLOPs
-  (``fedbalance.cost.with_estimates``: CNN7 at 3x32x32, ResNet18 at Fer2013's 48x48), measured with
-  ``fedbalance.cost.calibrate`` (every batch size the study trains them at, K copies at once): a calibration to
+  (``fedbalance.jobs.cost.with_estimates``: CNN7 at 3x32x32, ResNet18 at Fer2013's 48x48), measured with
+  ``fedbalance.jobs.cost.calibrate`` (every batch size the study trains them at, K copies at once): a calibration to
   merge into the shipped one. On a CUDA device it runs first even when ``--sections`` does not name it (a short
   session measures what the cost table only estimates before anything else; ``--sections`` naming it places it).
   ``--smoke``: one CNN7 shape at batch 8 on the CPU.
-* ``memory``: the memory model (``fedbalance.vectorised.estimate_memory``, on meta tensors, no device
+* ``memory``: the memory model (``fedbalance.training.vectorised.estimate_memory``, on meta tensors, no device
   needed) of the grid's largest vectorised calls, and the copies per vmap call chosen for this device's
   budget (CUDA) and for an 80 GB H100 (``--assume-free-gib`` free).
 * ``round``: one FedAvg round, sequential vs vectorised ``train_copies`` under the job's plan
@@ -71,19 +71,19 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-import fedbalance.sgd  # noqa: E402
-from fedbalance import jobfolder  # noqa: E402
-from fedbalance.config import load_config, resolve_job  # noqa: E402
-from fedbalance.records import Job  # noqa: E402
-import fedbalance.vectorised  # noqa: E402
-from fedbalance.cost import cpu_name  # noqa: E402
-from fedbalance.estimators import Observer  # noqa: E402
-from fedbalance.losses import get_loss  # noqa: E402
-from fedbalance.models import build_model  # noqa: E402
-from fedbalance.monitor import Monitor  # noqa: E402
-from fedbalance.sgd import make_optimizer, precision, register_step_post_hook, sgd_steps  # noqa: E402
-from fedbalance.train import CopyPlan, SGDConfig, average_stacked, batch_schedule, copy_plan, job_plan, train_copies  # noqa: E402
-from fedbalance.vectorised import data_bytes, estimate_memory  # noqa: E402
+import fedbalance.training.sgd  # noqa: E402
+from fedbalance.jobs import jobfolder  # noqa: E402
+from fedbalance.jobs.config import load_config, resolve_job  # noqa: E402
+from fedbalance.common.records import Job  # noqa: E402
+import fedbalance.training.vectorised  # noqa: E402
+from fedbalance.jobs.cost import cpu_name  # noqa: E402
+from fedbalance.monitor.estimators import Observer  # noqa: E402
+from fedbalance.methods.losses import get_loss  # noqa: E402
+from fedbalance.methods.models import build_model  # noqa: E402
+from fedbalance.monitor.monitor import Monitor  # noqa: E402
+from fedbalance.training.sgd import make_optimizer, precision, register_step_post_hook, sgd_steps  # noqa: E402
+from fedbalance.training.train import CopyPlan, SGDConfig, average_stacked, batch_schedule, copy_plan, job_plan, train_copies  # noqa: E402
+from fedbalance.training.vectorised import data_bytes, estimate_memory  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from round_speed import _datasets as _sets  # noqa: E402  (synthetic client and per-class sets)
@@ -278,7 +278,7 @@ def _check(name: str, loss_name: str, exact: dict[str, float], timed: dict[str, 
 @contextlib.contextmanager
 def _float64() -> Iterator[None]:
     """Images to float64 instead of float32 on both paths (``sgd.to_float``, ``vectorised.to_float``)."""
-    modules = (fedbalance.sgd, fedbalance.vectorised)
+    modules = (fedbalance.training.sgd, fedbalance.training.vectorised)
     before = [m.to_float for m in modules]
     for m in modules:
         m.to_float = lambda x: x.double().div_(255.0) if x.dtype == torch.uint8 else x.double()
@@ -389,9 +389,9 @@ def section_round(args: argparse.Namespace, device: torch.device, report: Report
 
 def section_estimated(args: argparse.Namespace, device: torch.device, report: Report) -> dict[str, Any]:
     """The study's model shapes the shipped calibration lacks, measured (``cost.calibrate``); a row per shape and the
-    calibration of those measured (``calibration``, ``fedbalance.cost.Calibration``'s JSON)."""
-    from fedbalance import cost
-    from fedbalance.config import read_yaml, with_defaults
+    calibration of those measured (``calibration``, ``fedbalance.jobs.cost.Calibration``'s JSON)."""
+    from fedbalance.jobs import cost
+    from fedbalance.jobs.config import read_yaml, with_defaults
 
     if args.smoke:
         missing = [cost.Shape("cnn7", 3, 32, 32, 10, 8, "sequential")]

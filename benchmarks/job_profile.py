@@ -2,7 +2,7 @@
 
 Runs one job of ``--config`` (default config/mnist.yaml, ``losses`` at Γ = 10 with the Ratio Loss)
 shortened to ``--rounds`` rounds under cProfile, one torch thread, and prints JSON: seconds and share
-of the local-SGD loop (``fedbalance.sgd.sgd_steps``, clients and the monitor's copies) per part, and
+of the local-SGD loop (``fedbalance.training.sgd.sgd_steps``, clients and the monitor's copies) per part, and
 the run's total. Needs the real MNIST under ``--data-dir``.
 
     python benchmarks/job_profile.py --data-dir DATA --rounds 1
@@ -19,9 +19,9 @@ import time
 
 import torch
 
-from fedbalance.config import load_config, resolve_job
-from fedbalance.records import Job
-from fedbalance.jobs import run_job
+from fedbalance.jobs.config import load_config, resolve_job
+from fedbalance.common.records import Job
+from fedbalance.jobs.run import run_job
 
 def _own(stats: pstats.Stats, name: str) -> float:
     return sum(v[2] for (f, _, fn), v in stats.stats.items() if fn in (name, f"<built-in method torch.{name}>",
@@ -53,12 +53,12 @@ def main(argv: list[str] | None = None) -> None:
         prof.disable()
         total = time.perf_counter() - t0
     stats = pstats.Stats(prof)
-    loop = _cum(stats, "fedbalance/sgd.py", "sgd_steps")
+    loop = _cum(stats, "fedbalance/training/sgd.py", "sgd_steps")
     parts = {
         "backward": _own(stats, "run_backward"),
         "forward": sum(_own(stats, n) for n in ("conv2d", "max_pool2d", "relu", "linear", "flatten")),
-        "sgd_step": _cum(stats, "fedbalance/sgd.py", "step"),
-        "loss": sum(_cum(stats, "fedbalance/losses.py", n) for n in ("ratio_loss", "cross_entropy", "focal_loss", "ghmc_loss")),
+        "sgd_step": _cum(stats, "fedbalance/training/sgd.py", "step"),
+        "loss": sum(_cum(stats, "fedbalance/methods/losses.py", n) for n in ("ratio_loss", "cross_entropy", "focal_loss", "ghmc_loss")),
     }
     parts["everything_else_in_loop"] = loop - sum(parts.values())
     print(json.dumps({

@@ -23,10 +23,10 @@ import time
 import numpy as np
 import torch
 
-from fedbalance.data import load_dataset
-from fedbalance.models import build_model
-from fedbalance.monitor import UPDATE_METHODS as METHODS, aux_updates, class_ratios, cosine_similarity, estimate_composition, uniform_guess
-from fedbalance.train import SGDConfig, average_stacked, train_copies
+from fedbalance.data.datasets import load_dataset
+from fedbalance.methods.models import build_model
+from fedbalance.monitor.monitor import UPDATE_METHODS as METHODS, aux_updates, class_ratios, cosine_similarity, estimate_composition, uniform_guess
+from fedbalance.training.train import SGDConfig, average_stacked, train_copies
 
 MINORITY = (2, 4, 7)
 
@@ -52,7 +52,7 @@ def take(pools: list[list[int]], c: int, n: int) -> list[int]:
 def protocol_clients(y: torch.Tensor, q: int, n_clients: int, per_class: int, rng: np.random.Generator) -> list[np.ndarray]:
     """Paper monitor protocol: each client a random 1..Q classes with ``per_class`` samples each.
 
-    Same design as ``fedbalance.partition.monitor_partition`` (written alongside), drawn inline.
+    Same design as ``fedbalance.data.partition.monitor_partition`` (written alongside), drawn inline.
     """
     pools = class_pools(y, q, rng)
     clients = []

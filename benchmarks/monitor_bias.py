@@ -34,15 +34,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from fedbalance.fl import select_clients
-from fedbalance.models import to_float
-from fedbalance.monitor import (
+from fedbalance.engine.fl import select_clients
+from fedbalance.methods.models import to_float
+from fedbalance.monitor.monitor import (
     RELEASED_UPPER, _numbers_all, _owner_mask, _per_sample, _released_keep, class_gradients, client_steps,
     bias_target, estimate_composition, momentum_weights, recovered_counts, simulated_updates,
 )
-from fedbalance.records import share_ratios, total_variation
-from fedbalance.replay import load_trajectory, replay_setup
-from fedbalance.sgd import SGDConfig, make_optimizer
+from fedbalance.common.records import share_ratios, total_variation
+from fedbalance.jobs.replay import load_trajectory, replay_setup
+from fedbalance.training.sgd import SGDConfig, make_optimizer
 
 
 def released_cuts(dW: torch.Tensor, dG: torch.Tensor, n_aux: torch.Tensor, totals: list[int]) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 For every round of ``--rounds`` of each saved job (``--trajectory``: G_t, G_{t+1}, totals and true composition; the
 job's rounds.csv beside it gives the round's Ratio-Loss weights π and prior), the solve ``monitor.recovered_counts``
-with the residual matrix r of ``fedbalance.drift`` measured along:
+with the residual matrix r of ``fedbalance.monitor.drift`` measured along:
 
 * ``clients``: the round's real clients, each its own local run replayed exactly (its batches, its loss with the
   round's π): the solve's own error (weight decay's approximation only);
@@ -38,16 +38,16 @@ from typing import Any
 import torch
 
 from fedbalance.atomic import write_json
-from fedbalance.drift import (
+from fedbalance.monitor.drift import (
     ITERATIONS, clients_residuals, estimate_drift, residual_matrix, simulated_clients, simulated_residuals,
     weighted_run_residuals,
 )
-from fedbalance.fl import TAG_CLIENT, TAG_MONITOR, select_clients, torch_generator
-from fedbalance.jobfolder import round_records
-from fedbalance.losses import feed, get_loss
-from fedbalance.monitor import bias_target, recovered_counts
-from fedbalance.records import est_column, share_ratios, total_variation, worst_share_factor
-from fedbalance.replay import load_trajectory, replay_setup
+from fedbalance.engine.fl import TAG_CLIENT, TAG_MONITOR, select_clients, torch_generator
+from fedbalance.jobs.jobfolder import round_records
+from fedbalance.methods.losses import feed, get_loss
+from fedbalance.monitor.monitor import bias_target, recovered_counts
+from fedbalance.common.records import est_column, share_ratios, total_variation, worst_share_factor
+from fedbalance.jobs.replay import load_trajectory, replay_setup
 
 GOAL_TV, GOAL_FACTOR = 0.05, 1.5
 LAYOUT_K = (3, 5)

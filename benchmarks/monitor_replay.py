@@ -6,7 +6,7 @@ Three ways in:
   true``, e.g. the loss-comparison jobs of config/mnist.yaml);
 * ``--recorded A/ B/ ...``: finished job folders with ``monitor.record``: the recorded estimators'
   CS as written in rounds.csv, plus every history estimator (``pooled``, ``shrunk``: computed from the
-  recorded per-round estimates as the run computes them, ``fedbalance.replay.recorded``);
+  recorded per-round estimates as the run computes them, ``fedbalance.jobs.replay.recorded``);
   seconds, no model replayed (no ``simulated``, whose estimates a job records only when it runs it);
 * ``--run --seed S``: first train the five jobs of the paper's protocol on real MNIST
   (``losses`` at Γ = 10 and 50 with CE and the Ratio Loss; the ``monitor`` experiment with random
@@ -16,7 +16,7 @@ Three ways in:
 Prints one JSON document: for each job and estimator (and the uniform guess) the CS per round,
 its minimum and mean (all rounds, and from round 1 on), the rounds at CS >= 0.97, the rounds below
 the uniform guess, and the estimator's mean seconds per round. ``--estimators`` takes any name of
-``fedbalance.estimators.REGISTRY``.
+``fedbalance.monitor.estimators.REGISTRY``.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from pathlib import Path
 
 import torch
 
-from fedbalance.config import load_config, resolve_job
-from fedbalance.records import Job
-from fedbalance.jobs import run_job
-from fedbalance.estimators import REGISTRY, named_targets, plan, plugin_origins
-from fedbalance.records import ESTIMATORS, UNIFORM, cs_column
-from fedbalance.replay import load_trajectory, recorded, replay
+from fedbalance.jobs.config import load_config, resolve_job
+from fedbalance.common.records import Job
+from fedbalance.jobs.run import run_job
+from fedbalance.monitor.estimators import REGISTRY, named_targets, plan, plugin_origins
+from fedbalance.common.records import ESTIMATORS, UNIFORM, cs_column
+from fedbalance.jobs.replay import load_trajectory, recorded, replay
 
 PAPER_JOBS = (
     Job("losses", "mnist", "g10", "ce", 0),

@@ -1,7 +1,7 @@
 """Every class's share, not only the cosine: TV, share ratios and max/min of each estimator, by group of jobs.
 
 Reads finished job folders (``--recorded``, seconds: the recorded estimates plus the history estimators,
-``fedbalance.replay.recorded``) or replays saved trajectories (``--trajectory``, every estimator named by
+``fedbalance.jobs.replay.recorded``) or replays saved trajectories (``--trajectory``, every estimator named by
 ``--estimators``, minutes per job). The rounds from ``--from-round`` on (default 1) of the jobs of one
 (setting, loss) are pooled into one group; for each estimator (and the uniform guess):
 
@@ -38,15 +38,15 @@ from typing import Any
 import torch
 
 from fedbalance.atomic import write_json
-from fedbalance.estimators import REGISTRY, named_targets, plan, plugin_origins
-from fedbalance.jobspec import as_spec
-from fedbalance.monitor import Acknowledger
-from fedbalance.estimators import sharpened_counts
-from fedbalance.records import (
+from fedbalance.monitor.estimators import REGISTRY, named_targets, plan, plugin_origins
+from fedbalance.common.jobspec import as_spec
+from fedbalance.monitor.monitor import Acknowledger
+from fedbalance.monitor.estimators import sharpened_counts
+from fedbalance.common.records import (
     ESTIMATORS, TRUE_IMBALANCE, UNIFORM, cs_column, est_column, imbalance_column, shares_column, total_variation,
     tv_column, worst_share_column, worst_share_factor,
 )
-from fedbalance.replay import load_trajectory, recorded, replay
+from fedbalance.jobs.replay import load_trajectory, recorded, replay
 
 GOAL_TV = 0.05
 GOAL_FACTOR = 1.5

@@ -4,7 +4,7 @@ For every round of each ``trajectory.pt`` (``save_trajectory: true``) the monito
 copies are retrained exactly as in the job (same seeds), and these read-outs of the same dW and dG
 are scored by CS against the true composition:
 
-* ``released``, ``nnls``, ``paper``: fedbalance.monitor's estimators;
+* ``released``, ``nnls``, ``paper``: fedbalance.monitor.monitor's estimators;
 * ``owner_median`` / ``owner_median_ceil``: the released per-weight equation, median instead of
   mean, without / with the released 1.5 N/Q ceiling;
 * ``nnls_owned``: nnls on the weights the released filter keeps;
@@ -27,13 +27,13 @@ import numpy as np
 import torch
 from scipy.optimize import nnls
 
-from fedbalance import monitor as M
-from fedbalance.data import load_dataset
-from fedbalance.fl import TAG_MONITOR, build_monitor, sgd_config, torch_generator
-from fedbalance.jobs import auxiliary_data, build_partitions
-from fedbalance.jobspec import as_spec
-from fedbalance.models import build_model
-from fedbalance.replay import load_trajectory
+from fedbalance.monitor import monitor as M
+from fedbalance.data.datasets import load_dataset
+from fedbalance.engine.fl import TAG_MONITOR, build_monitor, sgd_config, torch_generator
+from fedbalance.jobs.run import auxiliary_data, build_partitions
+from fedbalance.common.jobspec import as_spec
+from fedbalance.methods.models import build_model
+from fedbalance.jobs.replay import load_trajectory
 
 
 def cs(a, b) -> float:

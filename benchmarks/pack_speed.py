@@ -1,4 +1,4 @@
-"""Seconds per round of S jobs run one after another against the same S jobs as one pack (``fedbalance.pack``).
+"""Seconds per round of S jobs run one after another against the same S jobs as one pack (``fedbalance.jobs.pack``).
 
 The jobs are ``--job``'s experiment/dataset/setting of ``--config`` with the losses of ``--losses`` and seeds 0, 1, ...
 (S = ``--jobs``; loss i mod len(losses), seed i), every job's rounds cut to ``--rounds`` and its path set to
@@ -29,11 +29,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from fedbalance.config import load_config, resolve_job  # noqa: E402
-from fedbalance.cost import cpu_name  # noqa: E402
-from fedbalance.jobs import run_job  # noqa: E402
-from fedbalance.pack import run_pack  # noqa: E402
-from fedbalance.records import Job  # noqa: E402
+from fedbalance.jobs.config import load_config, resolve_job  # noqa: E402
+from fedbalance.jobs.cost import cpu_name  # noqa: E402
+from fedbalance.jobs.run import run_job  # noqa: E402
+from fedbalance.jobs.pack import run_pack  # noqa: E402
+from fedbalance.common.records import Job  # noqa: E402
 
 
 def job_specs(config: Path, job: str, losses: list[str], jobs: int, rounds: int, path: str = "vectorised") -> list[dict]:

@@ -30,12 +30,12 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from fedbalance.config import base_loss
-from fedbalance.fl import TAG_MONITOR, torch_generator
-from fedbalance.jobfolder import read_metrics, round_records
-from fedbalance.monitor import VARIANTS, _diag, _others_mean, class_ratios, unit_ratios
-from fedbalance.records import plus_minus
-from fedbalance.replay import load_trajectory, replay_setup
+from fedbalance.jobs.config import base_loss
+from fedbalance.engine.fl import TAG_MONITOR, torch_generator
+from fedbalance.jobs.jobfolder import read_metrics, round_records
+from fedbalance.monitor.monitor import VARIANTS, _diag, _others_mean, class_ratios, unit_ratios
+from fedbalance.common.records import plus_minus
+from fedbalance.jobs.replay import load_trajectory, replay_setup
 
 READINGS = VARIANTS
 

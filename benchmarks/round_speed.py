@@ -19,10 +19,10 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from fedbalance.losses import get_loss
-from fedbalance.models import build_model
-from fedbalance.train import SGDConfig, to_float, train_copies
-from fedbalance.vectorised import VectorisedOptions, train_copies_vectorised
+from fedbalance.methods.losses import get_loss
+from fedbalance.methods.models import build_model
+from fedbalance.training.train import SGDConfig, to_float, train_copies
+from fedbalance.training.vectorised import VectorisedOptions, train_copies_vectorised
 
 # model -> (dataset shape it stands for, in_channels, image size, classes)
 SHAPES: dict[str, tuple[str, int, tuple[int, int], int]] = {

@@ -45,13 +45,13 @@ sys.path.insert(0, str(ROOT / "src"))
 import gpu_suite  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-from fedbalance.config import load_config, resolve_job  # noqa: E402
-from fedbalance.cost import cpu_name  # noqa: E402
-from fedbalance.data import load_dataset  # noqa: E402
-from fedbalance.fl import needs_monitor  # noqa: E402
-from fedbalance.jobspec import as_spec  # noqa: E402
-from fedbalance.models import build_model, to_float  # noqa: E402
-from fedbalance.records import Job  # noqa: E402
+from fedbalance.jobs.config import load_config, resolve_job  # noqa: E402
+from fedbalance.jobs.cost import cpu_name  # noqa: E402
+from fedbalance.data.datasets import load_dataset  # noqa: E402
+from fedbalance.engine.fl import needs_monitor  # noqa: E402
+from fedbalance.common.jobspec import as_spec  # noqa: E402
+from fedbalance.methods.models import build_model, to_float  # noqa: E402
+from fedbalance.common.records import Job  # noqa: E402
 
 
 def forward_backward_flops(model: torch.nn.Module, shape: tuple[int, ...], classes: int, batch: int) -> tuple[float, float]:

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedbalance import jobfolder
-from fedbalance.records import Job
-from fedbalance.records import cs_column
+from fedbalance.jobs import jobfolder
+from fedbalance.common.records import Job
+from fedbalance.common.records import cs_column
 
 
 def write_job(
@@ -72,7 +72,7 @@ def write_job(
 
 
 def _spec(config: str | Path, job: Job) -> dict:
-    from fedbalance.config import resolve_job
+    from fedbalance.jobs.config import resolve_job
 
     return resolve_job(_study(str(Path(config).resolve())), job).as_dict()
 
@@ -80,14 +80,14 @@ def _spec(config: str | Path, job: Job) -> dict:
 @functools.cache
 def _study(config: str) -> dict:
     """A study config, loaded and validated once per test process (``write_job(spec_of=...)`` asks for it per job)."""
-    from fedbalance.config import load_config
+    from fedbalance.jobs.config import load_config
 
     return load_config(config)
 
 
 def seal_set(root: Path, config: str | Path) -> None:
-    """Seal ``root`` as ``collect`` would (``fedbalance.seal``): a reference set of the study ``config``."""
-    from fedbalance import seal
+    """Seal ``root`` as ``collect`` would (``fedbalance.jobs.seal``): a reference set of the study ``config``."""
+    from fedbalance.jobs import seal
 
     seal.seal(root, config)
 
@@ -119,7 +119,7 @@ def tiny_job_data():
     first 4 test images of each class as the aux set, minority classes 2, 4, 7."""
     import torch
 
-    from fedbalance.fl import JobData
+    from fedbalance.engine.fl import JobData
 
     q = 10
     g = torch.Generator().manual_seed(0)

@@ -10,10 +10,10 @@ import pytest
 
 from conftest import write_job
 
-from fedbalance.aggregate import (
+from fedbalance.jobs.aggregate import (
     AggregateError, class_counts, collect, collect_tidy, parse_list, read_clients, read_tidy, write_tidy,
 )
-from fedbalance.records import Job
+from fedbalance.common.records import Job
 
 def test_collect_one_row_per_job_and_round(tmp_path: Path) -> None:
     a = Job("losses", "mnist", "g10", "ce", 0)

@@ -186,8 +186,8 @@ def test_checks_beyond_tolerance_fail_the_suite(monkeypatch: pytest.MonkeyPatch)
 def test_estimated_section_measures_the_shapes_the_cost_table_estimates(smoke):
     """--smoke: the one CNN7 shape, measured (a probe and a step at its batch), as a calibration ``cost`` reads; first of
     the sections. On a GPU the shapes are those config/config.yaml trains and the shipped calibration lacks."""
-    from fedbalance.cost import Calibration, Shape, shipped_calibration, study_shapes
-    from fedbalance.config import read_yaml, with_defaults
+    from fedbalance.jobs.cost import Calibration, Shape, shipped_calibration, study_shapes
+    from fedbalance.jobs.config import read_yaml, with_defaults
 
     est = smoke["estimated"]
     assert [k for k in smoke if k in _suite().SECTIONS][0] == "estimated"  # measured before every other section

@@ -9,11 +9,11 @@ import json
 import pytest
 import torch
 
-from fedbalance.config import configured_job, load_config
-from fedbalance.jobfolder import branch_file, branch_files
-from fedbalance.jobs import CHECKPOINT, JobError, run_job
-from fedbalance.jobspec import shared_rounds
-from fedbalance.records import Job
+from fedbalance.jobs.config import configured_job, load_config
+from fedbalance.jobs.jobfolder import branch_file, branch_files
+from fedbalance.jobs.run import CHECKPOINT, JobError, run_job
+from fedbalance.common.jobspec import shared_rounds
+from fedbalance.common.records import Job
 
 torch.set_num_threads(1)
 
@@ -154,9 +154,9 @@ def test_the_train_command_keeps_and_branches(quick, tmp_path, capsys):
 
 
 def test_the_cost_of_a_branched_job_is_its_rounds_after_the_branch(quick):
-    from fedbalance.config import resolve_job
-    from fedbalance.cost import job_work, study_work
-    from fedbalance.reuse import branch_rounds, branches
+    from fedbalance.jobs.config import resolve_job
+    from fedbalance.jobs.cost import job_work, study_work
+    from fedbalance.jobs.reuse import branch_rounds, branches
 
     plan = branches(quick)
     s, e = Job("early", "mnist", "S", "ce", 0), Job("early", "mnist", "E", "ce", 0)

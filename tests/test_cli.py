@@ -11,8 +11,8 @@ import torch
 import yaml
 
 from fedbalance.cli import main
-from fedbalance.data import load_dataset
-from fedbalance.jobs import load_partitions
+from fedbalance.data.datasets import load_dataset
+from fedbalance.jobs.run import load_partitions
 
 torch.set_num_threads(1)
 QUICK = "config/quick.yaml"

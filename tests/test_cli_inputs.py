@@ -11,7 +11,7 @@ import pytest
 
 from conftest import write_job
 from fedbalance.cli import main
-from fedbalance.records import Job
+from fedbalance.common.records import Job
 
 REPO = Path(__file__).resolve().parents[1]
 QUICK = str(REPO / "config" / "quick.yaml")
@@ -27,14 +27,14 @@ def _one_line(capsys, words: str) -> None:
 @pytest.fixture()
 def no_work(monkeypatch):
     """Fail the test if data is loaded or a job starts."""
-    import fedbalance.data
-    import fedbalance.jobs
+    import fedbalance.data.datasets
+    import fedbalance.jobs.run
 
     def refuse(*args, **kwargs):
         raise AssertionError("work started")
 
-    monkeypatch.setattr(fedbalance.data, "load_dataset", refuse)
-    monkeypatch.setattr(fedbalance.jobs, "run_job", refuse)
+    monkeypatch.setattr(fedbalance.data.datasets, "load_dataset", refuse)
+    monkeypatch.setattr(fedbalance.jobs.run, "run_job", refuse)
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -87,8 +87,8 @@ def test_train_never_writes_over_a_reference_job(tmp_path: Path, capsys, no_work
 
 
 def _calibration(tmp_path: Path) -> dict:
-    from fedbalance import cost
-    from fedbalance.config import load_config
+    from fedbalance.jobs import cost
+    from fedbalance.jobs.config import load_config
 
     keys = {w.shape.model_key for w in cost.study_work(load_config(QUICK), None, device_type="cpu")}
     cal = cost.Calibration(device="cpu", device_type="cpu", threads=1, copies=1, startup_s=2.0,

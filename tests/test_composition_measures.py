@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fedbalance.records import (
+from fedbalance.common.records import (
     TRUE_IMBALANCE, composition_measures, imbalance_ratio, share_ratios, total_variation, worst_share_factor,
 )
 
@@ -61,7 +61,7 @@ def test_a_class_estimated_at_zero_is_infinitely_off_and_an_absent_class_is_skip
 
 @pytest.mark.skipif(not REFERENCE_JOB.is_dir(), reason="no reference set in this checkout")
 def test_a_rounds_csv_without_the_measures_gets_them_at_read_time() -> None:
-    from fedbalance.replay import recorded
+    from fedbalance.jobs.replay import recorded
 
     rows = recorded(REFERENCE_JOB)
     with open(REFERENCE_JOB / "rounds.csv", newline="") as fh:

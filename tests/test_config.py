@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedbalance.config import ConfigError, deep_merge, jobs, load_config, configured_job, settings
-from fedbalance.partition import partition_args
-from fedbalance.records import Job
+from fedbalance.jobs.config import ConfigError, deep_merge, jobs, load_config, configured_job, settings
+from fedbalance.data.partition import partition_args
+from fedbalance.common.records import Job
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -146,7 +146,7 @@ def test_mnist_config_is_the_full_protocol_on_mnist(full: dict) -> None:
 
 
 def test_beyond_family(full: dict, quick: dict) -> None:
-    from fedbalance.fl import needs_monitor
+    from fedbalance.engine.fl import needs_monitor
 
     cfg = load_config(full)
     beyond = [j for j in jobs(cfg) if j.experiment == "beyond"]
@@ -166,9 +166,9 @@ def test_beyond_family(full: dict, quick: dict) -> None:
 
 
 def test_schema_lists_exactly_the_recorded_estimators() -> None:
-    from fedbalance.config import schema
-    from fedbalance.estimators import REGISTRY
-    from fedbalance.records import ESTIMATORS, REPLAY_ESTIMATORS
+    from fedbalance.jobs.config import schema
+    from fedbalance.monitor.estimators import REGISTRY
+    from fedbalance.common.records import ESTIMATORS, REPLAY_ESTIMATORS
 
     def enums(node):
         """Every enum of the built-in names of a list property named ``estimators`` anywhere in the schema (the
@@ -192,7 +192,7 @@ def test_schema_lists_exactly_the_recorded_estimators() -> None:
 def test_resolve_jobs_equals_resolve_job_and_follows_the_configs_content() -> None:
     """The bulk resolution (cached by content) gives each job's spec as resolving it alone does, and an edited
     config (same object, other content) gets specs of its own."""
-    from fedbalance.config import resolve_job, resolve_jobs
+    from fedbalance.jobs.config import resolve_job, resolve_jobs
 
     cfg = load_config(ROOT / "config" / "quick.yaml")
     every = jobs(cfg)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fedbalance.config import ConfigError, jobs, load_config, read_yaml
+from fedbalance.jobs.config import ConfigError, jobs, load_config, read_yaml
 
 QUICK = Path(__file__).resolve().parents[1] / "config" / "quick.yaml"
 

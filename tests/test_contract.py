@@ -10,11 +10,11 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from fedbalance.config import load_config, jobs, read_yaml
+from fedbalance.jobs.config import load_config, jobs, read_yaml
 from fedbalance.presentation.contract import contract_warnings, report_reads, setting_shape, unmatched, unread
 from fedbalance.presentation.figures import FIGURES
 from fedbalance.presentation.tables import TABLES, cell_values
-from fedbalance.records import ESTIMATORS, UNIFORM, cs_column
+from fedbalance.common.records import ESTIMATORS, UNIFORM, cs_column
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL = ROOT / "config" / "config.yaml"
@@ -114,7 +114,7 @@ def test_snakemake_warns_when_it_plans_the_study(tmp_path):
 
 def test_a_reference_set_of_some_families_gets_no_warning():
     """Rendering from a reference set that holds some families only (``reference_dir``): the others are not run."""
-    from fedbalance.reference import reference_jobs
+    from fedbalance.evidence.reference import reference_jobs
 
     cfg = load_config(ROOT / "config" / "mnist.yaml")
     held, twin = reference_jobs(cfg, ROOT / "reference" / "mnist")

@@ -12,11 +12,11 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from fedbalance.cli import main
-from fedbalance.sgd import register_step_post_hook
-from fedbalance.config import jobs, load_config, configured_job, twins
-from fedbalance.records import Job
-from fedbalance.reuse import derived
-from fedbalance.cost import (
+from fedbalance.training.sgd import register_step_post_hook
+from fedbalance.jobs.config import jobs, load_config, configured_job, twins
+from fedbalance.common.records import Job
+from fedbalance.jobs.reuse import derived
+from fedbalance.jobs.cost import (
     TEST_SAMPLES,
     Calibration,
     Shape,
@@ -29,8 +29,8 @@ from fedbalance.cost import (
     save_calibration,
     study_work,
 )
-from fedbalance.data import load_dataset
-from fedbalance.jobs import build_partitions, run_job
+from fedbalance.data.datasets import load_dataset
+from fedbalance.jobs.run import build_partitions, run_job
 
 torch.set_num_threads(1)
 LENET = "lenet5/1x28x28/q10/sequential"
@@ -120,8 +120,8 @@ def tiny(quick: dict, **over) -> dict:
 )
 def test_counts_equal_the_engine(quick, tmp_path, monkeypatch, over):
     """The counted SGD steps and evaluated samples equal what run_job does on the real mnist5k labels."""
-    import fedbalance.fl
-    import fedbalance.jobs
+    import fedbalance.engine.fl
+    import fedbalance.jobs.run
 
     spec = tiny(quick, **over)
     data = load_dataset("mnist5k")
@@ -131,14 +131,14 @@ def test_counts_equal_the_engine(quick, tmp_path, monkeypatch, over):
     steps = []
     handles = [register_optimizer_step_post_hook(lambda *a: steps.append(1)), register_step_post_hook(lambda *a: steps.append(1))]
     evaluated = []
-    original = fedbalance.fl.evaluate
+    original = fedbalance.engine.fl.evaluate
 
     def counting(model, x, *args, **kwargs):
         evaluated.append(len(x))
         return original(model, x, *args, **kwargs)
 
-    monkeypatch.setattr(fedbalance.fl, "evaluate", counting)
-    monkeypatch.setattr(fedbalance.jobs, "evaluate", counting)
+    monkeypatch.setattr(fedbalance.engine.fl, "evaluate", counting)
+    monkeypatch.setattr(fedbalance.jobs.run, "evaluate", counting)
     try:
         run_job(spec, tmp_path, device="cpu", progress=False)
     finally:
@@ -220,7 +220,7 @@ def test_shipped_gpu_calibration_is_the_measured_figures():
     import statistics
     from pathlib import Path
 
-    from fedbalance.cost import calibration_from_suite, shipped_calibration
+    from fedbalance.jobs.cost import calibration_from_suite, shipped_calibration
 
     repo = Path(__file__).resolve().parents[1]
     cal = shipped_calibration("cuda")
@@ -244,7 +244,7 @@ def test_shipped_gpu_calibration_is_the_measured_figures():
 
 
 def test_cost_on_cuda_without_a_gpu_uses_the_shipped_calibration(capsys):
-    from fedbalance.cost import shipped_calibration
+    from fedbalance.jobs.cost import shipped_calibration
 
     quick = load_config("config/quick.yaml")
     assert main(["cost", "--config", "config/quick.yaml", "--device", "cuda", "--json"]) == 0
@@ -269,7 +269,7 @@ def lenet_flops(h: int, w: int, q: int) -> int:
 
 def test_model_flops_by_hand():
     """LeNet5 at 28x28 and 32x32, CNN7 at 32x32 (4 conv 3x3 of 32, 32, 64, 64 channels, fc 512, 128, 10)."""
-    from fedbalance.cost import model_flops
+    from fedbalance.jobs.cost import model_flops
 
     assert model_flops("lenet5", 1, 28, 28, 10) == lenet_flops(28, 28, 10) == 833_040
     assert model_flops("lenet5", 1, 32, 32, 10) == lenet_flops(32, 32, 10)
@@ -281,7 +281,7 @@ def test_model_flops_by_hand():
 def test_a_shape_not_measured_is_estimated_by_flops_and_says_so():
     """LeNet5 at 32x32 from the measured 28x28 probe (the same model): seconds times the FLOPs ratio, by hand; the basis
     says estimated and from which; a measured shape stays measured; a path with no measured probe is an error."""
-    from fedbalance.cost import CostError, with_estimates
+    from fedbalance.jobs.cost import CostError, with_estimates
 
     cal = fixed_calibration(step_s=0.4, forward_s=1e-4, exact={f"{LENET}/b32": 1.2})
     shapes = {Shape("lenet5", 1, 28, 28, 10, 32, "sequential"), Shape("lenet5", 1, 32, 32, 10, 32, "sequential")}

@@ -14,8 +14,8 @@ import pytest
 import scipy.io
 import torch
 
-from fedbalance import data
-from fedbalance.data import DataError, Dataset, available_datasets, dataset_info, load_dataset, prepare_dataset
+from fedbalance.data import datasets as data
+from fedbalance.data.datasets import DataError, Dataset, available_datasets, dataset_info, load_dataset, prepare_dataset
 
 RNG = np.random.default_rng(0)
 

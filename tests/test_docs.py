@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 import torch
 
-from fedbalance.estimators import shrunk_counts
-from fedbalance.monitor import pooled_counts
+from fedbalance.monitor.estimators import shrunk_counts
+from fedbalance.monitor.monitor import pooled_counts
 from fedbalance.presentation import prose
 from fedbalance.presentation.tables import published
-from fedbalance.replay import recorded
+from fedbalance.jobs.replay import recorded
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "reference" / "mnist"
@@ -333,7 +333,7 @@ def test_cuda_against_cpu_prediction_intervals() -> None:
 def test_reference_readme_status_is_current() -> None:
     """reference/README.md's status table is what the set holds now (``status_text``), recounted here from the job
     folders: every (experiment, setting, loss) with its seeds, and the number of jobs."""
-    from fedbalance.refset import STATUS_SOURCE, status_text
+    from fedbalance.evidence.refset import STATUS_SOURCE, status_text
 
     text = (REPO / "reference" / "README.md").read_text()
     m = re.search(rf"<!-- status: {re.escape(STATUS_SOURCE)} -->\n(.*?)<!-- /status -->", text, re.S)

@@ -1,4 +1,4 @@
-"""The ``drift`` estimator and its parts (fedbalance.drift): (4') holds exactly for real runs with their own loss,
+"""The ``drift`` estimator and its parts (fedbalance.monitor.drift): (4') holds exactly for real runs with their own loss,
 the simulated-client layout keeps the counts, the weighted simulated client is the real one where it can be, and the
 estimator recovers a composition exactly where its simulation reproduces the client."""
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedbalance.drift import (
+from fedbalance.monitor.drift import (
     RunSums,
     aux_client,
     clients_residuals,
@@ -20,11 +20,11 @@ from fedbalance.drift import (
     simulated_clients,
     weighted_run_residuals,
 )
-from fedbalance.losses import CrossEntropyLoss
-from fedbalance.models import build_model
-from fedbalance.monitor import bias_target, class_gradients, recovered_counts
-from fedbalance.records import total_variation
-from fedbalance.sgd import SGDConfig, local_sgd
+from fedbalance.methods.losses import CrossEntropyLoss
+from fedbalance.methods.models import build_model
+from fedbalance.monitor.monitor import bias_target, class_gradients, recovered_counts
+from fedbalance.common.records import total_variation
+from fedbalance.training.sgd import SGDConfig, local_sgd
 
 Q = 4
 
@@ -168,9 +168,9 @@ def test_the_ceiling_benchmark_solves_the_real_clients_exactly(tmp_path) -> None
     their loss with the π the job recorded the round before) the solve returns the truth; the uniform row is the guess."""
     from pathlib import Path
 
-    from fedbalance.config import configured_job, load_config
-    from fedbalance.jobs import run_job
-    from fedbalance.records import Job
+    from fedbalance.jobs.config import configured_job, load_config
+    from fedbalance.jobs.run import run_job
+    from fedbalance.common.records import Job
 
     root = Path(__file__).resolve().parents[1]
     spec = configured_job(load_config(root / "config" / "quick.yaml"), Job("losses", "mnist", "g10", "ratio", 0))
@@ -219,13 +219,13 @@ def test_an_estimator_reads_the_loss_the_server_sent_not_a_clients_counts(loss: 
 
     import yaml
 
-    from fedbalance.config import load_config, resolve_job
-    from fedbalance.jobs import run_job
-    from fedbalance.records import Job
+    from fedbalance.jobs.config import load_config, resolve_job
+    from fedbalance.jobs.run import run_job
+    from fedbalance.common.records import Job
 
     (tmp_path / "spymod.py").write_text(SPY)
     monkeypatch.syspath_prepend(str(tmp_path))
-    from fedbalance import plugins
+    from fedbalance.common import plugins
 
     plugins.forget()
     monkeypatch.delitem(__import__("sys").modules, "spymod", raising=False)
@@ -236,7 +236,7 @@ def test_an_estimator_reads_the_loss_the_server_sent_not_a_clients_counts(loss: 
     cfg["experiments"] = {"losses": {"datasets": ["mnist"], "losses": [loss], "seeds": [0], "params": {"monitor": {"record": True}},
                                      "grid": {"g": {"key": "partition.gamma", "values": [10]}}}}
     spec = resolve_job(load_config(cfg), Job("losses", "mnist", "g10", loss, 0)).as_dict()
-    spymod.SEEN.clear()  # the estimator contract's one call on a synthetic round, at load (fedbalance.contracts)
+    spymod.SEEN.clear()  # the estimator contract's one call on a synthetic round, at load (fedbalance.jobs.contracts)
     spec["partition"].update(num_clients=4, majority_samples=12)
     spec["monitor"] = {**spec["monitor"], "aux_per_class": 8}
     spec.update(clients_per_round=3, rounds=3, batch_size=16, lr=0.05, local_epochs=1, path="sequential")

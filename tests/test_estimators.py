@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 import torch
 
-from fedbalance.config import load_config, configured_job
-from fedbalance.records import Job
-from fedbalance.estimators import REGISTRY, Track, estimator, plan, shrinkage_weight, shrunk_counts, track_estimates
-from fedbalance.monitor import Estimate, pooled_counts
-from fedbalance.records import ESTIMATORS
+from fedbalance.jobs.config import load_config, configured_job
+from fedbalance.common.records import Job
+from fedbalance.monitor.estimators import REGISTRY, Track, estimator, plan, shrinkage_weight, shrunk_counts, track_estimates
+from fedbalance.monitor.monitor import Estimate, pooled_counts
+from fedbalance.common.records import ESTIMATORS
 
 REPO = Path(__file__).resolve().parents[1]
 QUICK = REPO / "config" / "quick.yaml"
@@ -62,7 +62,7 @@ def _cs(a, b) -> float:
 
 
 def test_a_toy_estimator_reaches_rounds_csv_and_the_replay_benchmark(tmp_path: Path, toy: str) -> None:
-    from fedbalance.jobs import run_job
+    from fedbalance.jobs.run import run_job
 
     torch.set_num_threads(1)
     out = tmp_path / "job"
@@ -89,8 +89,8 @@ def test_a_toy_estimator_reaches_rounds_csv_and_the_replay_benchmark(tmp_path: P
 
 
 def test_history_estimators_from_the_record_equal_the_run(tmp_path: Path) -> None:
-    from fedbalance.jobs import run_job
-    from fedbalance.replay import recorded
+    from fedbalance.jobs.run import run_job
+    from fedbalance.jobs.replay import recorded
 
     torch.set_num_threads(1)
     run_job(_tiny_spec(["shrunk", "pooled", "paper"], rounds=4), tmp_path, device="cpu", progress=False)
@@ -165,7 +165,7 @@ def test_track_estimates_computes_history_only() -> None:
 
 
 def test_observer_groups_share_a_required_estimator_by_hand() -> None:
-    from fedbalance.replay import observer_groups
+    from fedbalance.jobs.replay import observer_groups
 
     assert observer_groups(["released", "pooled", "shrunk", "paper"]) == [("released", "pooled", "shrunk"), ("paper",)]
     assert observer_groups(["rlu_pooled", "rlu", "pooled"]) == [("rlu", "rlu_pooled"), ("pooled",)]
@@ -177,10 +177,10 @@ def test_observer_groups_share_a_required_estimator_by_hand() -> None:
 def test_a_replay_runs_a_shared_requirement_once_and_gives_each_estimator_its_run_value(tmp_path: Path) -> None:
     """A per-round estimator counted per call: replaying it with a history estimator that requires it calls it once
     a round, and both columns equal the replay of each alone."""
-    from fedbalance.jobs import run_job
-    from fedbalance.monitor import pooled_counts
-    from fedbalance.replay import load_trajectory, replay
-    from fedbalance.estimators import _as_estimate, _client_index
+    from fedbalance.jobs.run import run_job
+    from fedbalance.monitor.monitor import pooled_counts
+    from fedbalance.jobs.replay import load_trajectory, replay
+    from fedbalance.monitor.estimators import _as_estimate, _client_index
 
     calls = []
 
@@ -214,7 +214,7 @@ def test_a_replay_runs_a_shared_requirement_once_and_gives_each_estimator_its_ru
 
 
 def test_sharpened_counts_by_hand() -> None:
-    from fedbalance.estimators import sharpened_counts
+    from fedbalance.monitor.estimators import sharpened_counts
 
     # shares (0.6, 0.3, 0.1) of 200 -> squared 0.36, 0.09, 0.01 (sum 0.46) -> 200 x (36, 9, 1) / 46
     out = sharpened_counts(torch.tensor([120.0, 60.0, 20.0]))

@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 
 from conftest import write_job
-from fedbalance import jobfolder, seal
-from fedbalance.config import ConfigError, load_config, validate
-from fedbalance.jobfolder import JobFolderError
-from fedbalance.records import Job
+from fedbalance.jobs import jobfolder
+from fedbalance.jobs import seal
+from fedbalance.jobs.config import ConfigError, load_config, validate
+from fedbalance.jobs.jobfolder import JobFolderError
+from fedbalance.common.records import Job
 
 REPO = Path(__file__).resolve().parents[1]
 MNIST = REPO / "config" / "mnist.yaml"
@@ -133,7 +134,7 @@ def test_a_consistent_forgery_in_a_clone_is_refused_by_every_read_naming_the_fil
     the commit does not: a render's render_jobs, compare and the runner's status refuse it naming the three files, and
     neither git's index (--assume-unchanged), a replacement object (git replace) nor GIT_DIR naming a repository whose
     HEAD holds the forgery hides it."""
-    from fedbalance.reference import ReferenceSetError, compare, render_jobs
+    from fedbalance.evidence.reference import ReferenceSetError, compare, render_jobs
 
     clone = _clone(tmp_path)
     root = clone / "reference" / "cuda-vs-cpu"
@@ -186,7 +187,7 @@ def test_uncommitted_evidence_is_read_only_on_purpose_and_said(tmp_path: Path) -
     """A set collected but not committed (a new job, the manifest rewritten by `collect`): refused by default; read with
     compare --accept-uncommitted (above the table and on stderr), the config's accept_uncommitted (the render's notice)
     or FEDBALANCE_ACCEPT_UNCOMMITTED=1 (status), each naming the files."""
-    from fedbalance.reference import render_jobs
+    from fedbalance.evidence.reference import render_jobs
 
     clone = _clone(tmp_path)
     root = clone / "reference" / "cuda-vs-cpu"
@@ -509,7 +510,7 @@ def test_an_impossible_job_is_refused_by_the_one_check(tmp_path: Path, case: str
 def test_impossible_values_are_refused_by_compare_adopt_and_the_tidy_frames(tmp_path: Path) -> None:
     """The issue's reads of final.acc_minority Infinity: compare printed 'inf (1)', collect --adopt sealed it; now each
     refuses, in one line and exit status 2 for the commands."""
-    from fedbalance.aggregate import collect_tidy
+    from fedbalance.jobs.aggregate import collect_tidy
 
     folder = _job(tmp_path)
     _both(folder, "acc_minority", "Infinity")
@@ -546,7 +547,7 @@ def test_a_nan_recorded_twice_is_named_as_not_finite(tmp_path: Path) -> None:
 @pytest.mark.parametrize("kind", ["link-to-file", "link-to-folder", "dangling-link", "pipe"])
 def test_a_set_holding_a_link_or_a_pipe_is_refused_in_one_line(tmp_path: Path, kind: str) -> None:
     """status, compare and a render: one line naming the entry, exit status 2, no traceback and no wait on a pipe."""
-    from fedbalance.reference import ReferenceSetError, render_jobs
+    from fedbalance.evidence.reference import ReferenceSetError, render_jobs
 
     ref = _sealed_copy(tmp_path / "set", ["losses/mnist/g10/ce/seed0"])
     entry = ref / "losses" / "extra"
@@ -567,7 +568,7 @@ def test_a_set_holding_a_link_or_a_pipe_is_refused_in_one_line(tmp_path: Path, k
 
 def _hold_lock(folder: Path) -> subprocess.Popen:
     """Another process holding ``folder``'s job lock (as a running job does), until it is killed."""
-    code = ("import sys, time; from pathlib import Path; from fedbalance.jobs import job_lock\n"
+    code = ("import sys, time; from pathlib import Path; from fedbalance.jobs.run import job_lock\n"
             "with job_lock(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(600)\n")
     proc = subprocess.Popen([sys.executable, "-c", code, str(folder)], env=_env(), stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "held"
@@ -579,7 +580,7 @@ def test_derive_respects_a_running_jobs_lock_on_its_out_and_its_source(tmp_path:
     and writes nothing."""
     import torch
 
-    from fedbalance.config import resolve_job
+    from fedbalance.jobs.config import resolve_job
 
     src_job = Job("monitor", "mnist", "default", "ce", 0)
     source = write_job(tmp_path / "runs", src_job, spec_of=QUICK)

@@ -70,7 +70,7 @@ def _interval(mean: float, std: float, n: int) -> tuple[float, float]:
 ])
 def test_paper_verdict_by_hand(mean, std, seeds, paper, metric, want) -> None:
     from fedbalance.presentation.fidelity import paper_verdict
-    from fedbalance.seedstats import mean_interval
+    from fedbalance.evidence.seedstats import mean_interval
 
     assert paper_verdict(mean, std, seeds, paper, metric) == want
     if seeds > 1 and std == std:

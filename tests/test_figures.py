@@ -14,7 +14,7 @@ from conftest import write_job
 from PIL import Image
 from scipy import stats
 
-from fedbalance.aggregate import collect, collect_tidy
+from fedbalance.jobs.aggregate import collect, collect_tidy
 from fedbalance.presentation.figures import FIGURES, maker, module_file, points_csv, write_figure
 from fedbalance.presentation.figures.beyond import make_Beyond_paper
 from fedbalance.presentation.figures.common import BOUNDS, plt, spread
@@ -25,7 +25,7 @@ from fedbalance.presentation.figures.monitoring import make_fig_monitoring
 from fedbalance.presentation.names import ESTIMATORS
 from fedbalance.presentation.study import figures_run
 from fedbalance.presentation.tables import published
-from fedbalance.records import Job, cs_column
+from fedbalance.common.records import Job, cs_column
 
 CS0 = {"paper": [0.90, 0.92], "released": [0.95, 0.97], "nnls": [0.80, 0.99], "uniform": [0.85, 0.86]}
 CS1 = {"paper": [0.70, 0.72], "released": [0.85, 0.89], "nnls": [0.60, 0.91], "uniform": [0.75, 0.80]}

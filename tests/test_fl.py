@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedbalance.centralised import num_epochs, run_centralised
-from fedbalance.fl import (
+from fedbalance.engine.centralised import num_epochs, run_centralised
+from fedbalance.engine.fl import (
     ROUND_COLUMNS,
     TAG_CLIENT,
     FLError,
@@ -23,10 +23,10 @@ from fedbalance.fl import (
     sgd_config,
     torch_generator,
 )
-from fedbalance.losses import LogitAdjustedLoss, get_loss
-from fedbalance.models import build_model
-from fedbalance.partition import make_partition
-from fedbalance.train import local_sgd
+from fedbalance.methods.losses import LogitAdjustedLoss, get_loss
+from fedbalance.methods.models import build_model
+from fedbalance.data.partition import make_partition
+from fedbalance.training.train import local_sgd
 
 torch.set_num_threads(1)
 Q = 10

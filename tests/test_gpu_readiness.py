@@ -32,17 +32,17 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode, return_and_correct_aliasing
 from torch.utils._pytree import tree_leaves, tree_map
 
-import fedbalance.jobs as jobs_mod
-from fedbalance.config import load_config, configured_job
-from fedbalance.records import Job
-from fedbalance.estimators import Observer
-from fedbalance.losses import LOSSES, feed, get_loss
-from fedbalance.metrics import empirical_y_stats
-from fedbalance.models import build_model
-from fedbalance.monitor import Monitor, simulated_updates
-from fedbalance.sgd import PRECISIONS, local_sgd, precision
-from fedbalance.train import CopyPlan, SGDConfig, copy_plan, train_copies
-from fedbalance.vectorised import VectorisedOptions, make_masked_loss, takes_client_counts, train_copies_vectorised
+import fedbalance.jobs.run as jobs_mod
+from fedbalance.jobs.config import load_config, configured_job
+from fedbalance.common.records import Job
+from fedbalance.monitor.estimators import Observer
+from fedbalance.methods.losses import LOSSES, feed, get_loss
+from fedbalance.methods.metrics import empirical_y_stats
+from fedbalance.methods.models import build_model
+from fedbalance.monitor.monitor import Monitor, simulated_updates
+from fedbalance.training.sgd import PRECISIONS, local_sgd, precision
+from fedbalance.training.train import CopyPlan, SGDConfig, copy_plan, train_copies
+from fedbalance.training.vectorised import VectorisedOptions, make_masked_loss, takes_client_counts, train_copies_vectorised
 
 ROOT = Path(__file__).resolve().parents[1]
 DEVICE = torch.device("lazy", 0)
@@ -440,7 +440,7 @@ def test_job_precision_is_recorded_and_a_resume_under_another_is_refused(tmp_pat
 def test_cublas_workspace_is_set_when_the_job_module_is_imported() -> None:
     env = {k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH")) if p)
-    code = "import os, torch; import fedbalance.jobs; print(os.environ.get('CUBLAS_WORKSPACE_CONFIG'))"
+    code = "import os, torch; import fedbalance.jobs.run; print(os.environ.get('CUBLAS_WORKSPACE_CONFIG'))"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ":4096:8"
 

@@ -31,8 +31,8 @@ def train_resources(tmp: Path, device: str) -> list[dict[str, str]]:
 
 @pytest.mark.parametrize("device, wanted", [("cuda", "1"), ("cpu", "0")])
 def test_train_jobs_ask_a_gpu_and_a_slot(tmp_path, device, wanted):
-    from fedbalance.config import jobs, load_config, twins
-    from fedbalance.reuse import derived
+    from fedbalance.jobs.config import jobs, load_config, twins
+    from fedbalance.jobs.reuse import derived
 
     res = train_resources(tmp_path, device)
     quick = load_config(REPO / "config" / "quick.yaml")

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from fedbalance.aggregate import collect
+from fedbalance.jobs.aggregate import collect
 from fedbalance.presentation.figures import HEADLINE, maker
 from fedbalance.presentation.headline import SAYS, install_figures, tally
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedbalance.config import ConfigError, dataset_spec, load_config, configured_job
-from fedbalance.records import Job
+from fedbalance.jobs.config import ConfigError, dataset_spec, load_config, configured_job
+from fedbalance.common.records import Job
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEFILE = ROOT / "workflow" / "Snakefile"
@@ -131,8 +131,8 @@ def _tiny(loss: str = "ce", setting: str = "g10", experiment: str = "losses") ->
 def test_twin_of_a_job_trained_under_path_auto(tmp_path: Path) -> None:
     import torch
 
-    from fedbalance.jobs import run_job
-    from fedbalance.reuse import write_twin
+    from fedbalance.jobs.run import run_job
+    from fedbalance.jobs.reuse import write_twin
 
     torch.set_num_threads(1)
     spec = _tiny()
@@ -145,7 +145,7 @@ def test_twin_of_a_job_trained_under_path_auto(tmp_path: Path) -> None:
 
 
 def test_twin_of_an_older_metrics_file_with_the_resolved_path() -> None:
-    from fedbalance.reuse import twin_metrics
+    from fedbalance.jobs.reuse import twin_metrics
 
     spec = _tiny()
     old = {"config": {**spec, "path": "sequential"}, "final": {"acc": 0.5}}
@@ -163,13 +163,13 @@ def test_twin_of_an_older_metrics_file_with_the_resolved_path() -> None:
 
 
 def test_cost_calibration_folder_fails_before_measuring(tmp_path: Path, capsys, monkeypatch) -> None:
-    import fedbalance.cost
+    import fedbalance.jobs.cost
     from fedbalance.cli import main
 
     def no_measuring(*args, **kwargs):
         raise AssertionError("calibration started")
 
-    monkeypatch.setattr(fedbalance.cost, "calibrate", no_measuring)
+    monkeypatch.setattr(fedbalance.jobs.cost, "calibrate", no_measuring)
     (tmp_path / "cal").mkdir()
     before = set(tmp_path.iterdir())
     assert main(["cost", "--config", str(QUICK), "--calibration", str(tmp_path / "cal")]) == 2
@@ -190,13 +190,13 @@ def _train(out: Path) -> list[str]:
 
 @pytest.mark.parametrize("case", ["below_a_file", "lock_is_a_folder", "not_writable"])
 def test_unusable_out_is_one_line_before_any_work(tmp_path: Path, capsys, monkeypatch, case: str) -> None:
-    import fedbalance.jobs
+    import fedbalance.jobs.run
     from fedbalance.cli import main
 
     def no_training(*args, **kwargs):
         raise AssertionError("training started")
 
-    monkeypatch.setattr(fedbalance.jobs, "load_dataset", no_training)
+    monkeypatch.setattr(fedbalance.jobs.run, "load_dataset", no_training)
     if case == "below_a_file":
         (tmp_path / "f").write_text("x")
         out, words = tmp_path / "f" / "job", "a part of the path is a file"
@@ -236,13 +236,13 @@ def test_full_disk_is_named(tmp_path: Path, exc: Exception) -> None:
 
 
 def test_full_disk_in_the_cli_is_one_line(tmp_path: Path, capsys, monkeypatch) -> None:
-    import fedbalance.jobs
+    import fedbalance.jobs.run
     from fedbalance.cli import main
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "no space left on the device while writing x (0.0 MiB free there)")
 
-    monkeypatch.setattr(fedbalance.jobs, "load_dataset", full)
+    monkeypatch.setattr(fedbalance.jobs.run, "load_dataset", full)
     assert main(_train(tmp_path / "job")) == 1
     assert capsys.readouterr().err == "fedbalance train: error: no space left on the device while writing x (0.0 MiB free there)\n"
 

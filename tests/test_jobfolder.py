@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 import torch
 
-from fedbalance import jobfolder
-from fedbalance.aggregate import AggregateError, collect_tidy
-from fedbalance.records import ROUND_COLUMNS, Job, cs_column, est_column
+from fedbalance.jobs import jobfolder
+from fedbalance.jobs.aggregate import AggregateError, collect_tidy
+from fedbalance.common.records import ROUND_COLUMNS, Job, cs_column, est_column
 
 QUICK = Path(__file__).resolve().parents[1] / "config" / "quick.yaml"
 
@@ -111,10 +111,10 @@ def _truncate(folder, keep):
 
 def _readers(root, folder):
     """Every reader of a job folder: the jobfolder readers, the tidy frames, compare, twins and the recorded monitor."""
-    from fedbalance.config import ConfigError, configured_job, load_config
-    from fedbalance.reference import compare
-    from fedbalance.replay import recorded
-    from fedbalance.reuse import write_twin
+    from fedbalance.jobs.config import ConfigError, configured_job, load_config
+    from fedbalance.evidence.reference import compare
+    from fedbalance.jobs.replay import recorded
+    from fedbalance.jobs.reuse import write_twin
 
     def twin():
         try:
@@ -186,7 +186,7 @@ def test_a_seed_copied_under_another_seed_is_not_counted_twice(tmp_path):
     import shutil
 
     from conftest import write_job
-    from fedbalance.reference import compare
+    from fedbalance.evidence.reference import compare
 
     root = tmp_path / "res"
     for seed, acm in enumerate([0.5, 0.6, 0.7]):

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from fedbalance.config import load_config, configured_job
-from fedbalance.records import Job
-from fedbalance.data import Dataset, load_dataset
-from fedbalance.fl import ROUND_COLUMNS
-from fedbalance.jobs import (
+from fedbalance.jobs.config import load_config, configured_job
+from fedbalance.common.records import Job
+from fedbalance.data.datasets import Dataset, load_dataset
+from fedbalance.engine.fl import ROUND_COLUMNS
+from fedbalance.jobs.run import (
     CHECKPOINT,
     JobError,
     auxiliary_data,
@@ -22,7 +22,7 @@ from fedbalance.jobs import (
     run_job,
     save_partitions,
 )
-from fedbalance.partition import PartitionError, make_partition
+from fedbalance.data.partition import PartitionError, make_partition
 
 torch.set_num_threads(1)
 
@@ -157,7 +157,7 @@ def test_run_job_centralised_and_bad_partition(quick, tmp_path):
 
 
 def test_auto_path_is_vectorised_on_cuda_only() -> None:
-    from fedbalance.jobs import resolve_path
+    from fedbalance.jobs.run import resolve_path
 
     assert resolve_path("auto", torch.device("cuda")) == "vectorised"
     assert resolve_path("auto", torch.device("cpu")) == "sequential"

@@ -1,4 +1,4 @@
-"""fedbalance.jobspec: the typed, frozen job spec every consumer reads, checked against the configured dicts."""
+"""fedbalance.common.jobspec: the typed, frozen job spec every consumer reads, checked against the configured dicts."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pickle
 
 import pytest
 
-from fedbalance.config import ConfigError, configured_job, jobs, load_config, resolve_job, run_key
-from fedbalance.jobspec import JOB_DEFAULTS, JobSpec, as_spec
-from fedbalance.records import Job
+from fedbalance.jobs.config import ConfigError, configured_job, jobs, load_config, resolve_job, run_key
+from fedbalance.common.jobspec import JOB_DEFAULTS, JobSpec, as_spec
+from fedbalance.common.records import Job
 
 CONFIGS = ("config/quick.yaml", "config/mnist.yaml", "config/config.yaml")
 
@@ -112,7 +112,7 @@ def test_training_and_monitor_keys_leave_the_spec_as_it_was() -> None:
     """The keys drop dotted keys from a view of the configured dict; the spec keeps them all."""
     from pathlib import Path
 
-    from fedbalance.jobspec import monitor_key, training_key
+    from fedbalance.common.jobspec import monitor_key, training_key
 
     cfg = load_config(Path(__file__).resolve().parents[1] / "config" / "quick.yaml")
     spec = resolve_job(cfg, Job("monitor", "mnist", "default", "ce", 0))

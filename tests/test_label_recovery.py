@@ -7,11 +7,11 @@ import pytest
 import torch
 from torch import nn
 
-from fedbalance.estimators import REGISTRY
-from fedbalance.models import build_model
-from fedbalance.monitor import estimate_label_recovery, recovered_counts, update_target
-from fedbalance.records import total_variation
-from fedbalance.sgd import SGDConfig
+from fedbalance.monitor.estimators import REGISTRY
+from fedbalance.methods.models import build_model
+from fedbalance.monitor.monitor import estimate_label_recovery, recovered_counts, update_target
+from fedbalance.common.records import total_variation
+from fedbalance.training.sgd import SGDConfig
 
 N_TRUE = [120.0, 6.0, 40.0, 250.0, 25.0]
 
@@ -85,8 +85,8 @@ def test_registered_as_a_per_round_estimator() -> None:
 def test_rlu_pooled_is_the_ridge_mean_of_the_rounds_for_fixed_clients() -> None:
     """Same K clients every round: sum_j c_j = (K sum_t v_t + ridge N / Q) / (T K + ridge) (the normal equations
     summed over the clients), then rescaled to N."""
-    from fedbalance.estimators import Track
-    from fedbalance.monitor import POOLED_RIDGE
+    from fedbalance.monitor.estimators import Track
+    from fedbalance.monitor.monitor import POOLED_RIDGE
 
     track = Track()
     rounds = [[50.0, 30.0, 20.0], [70.0, 20.0, 10.0], [40.0, 40.0, 20.0]]
@@ -101,8 +101,8 @@ def test_rlu_pooled_is_the_ridge_mean_of_the_rounds_for_fixed_clients() -> None:
 
 def test_rlu_and_rlu_pooled_run_live_through_the_observer() -> None:
     """What the run calls every round: both estimators from a model pair, summing to the round's total."""
-    from fedbalance.estimators import Observer
-    from fedbalance.monitor import Monitor, pooled_counts
+    from fedbalance.monitor.estimators import Observer
+    from fedbalance.monitor.monitor import Monitor, pooled_counts
 
     torch.manual_seed(0)
     model = build_model("lenet5", 1, 3, (28, 28))

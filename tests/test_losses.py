@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedbalance.losses import (
+from fedbalance.methods.losses import (
     LOSSES,
     GHMCLoss,
     RatioLoss,
@@ -26,7 +26,7 @@ from fedbalance.losses import (
     feed,
     receives,
 )
-from fedbalance.vectorised import make_masked_loss, takes_client_counts
+from fedbalance.training.vectorised import make_masked_loss, takes_client_counts
 
 LOGITS = np.array(
     [[2.0, -1.0, 0.5, 0.0], [0.1, 0.2, 3.0, -2.0], [-1.5, 4.0, 0.3, 1.0], [0.0, 0.0, 0.0, 0.0], [1.0, 2.0, -3.0, 0.5]]
@@ -95,7 +95,7 @@ def test_ratio_loss_is_alpha_times_ce_plus_beta_times_the_ratio_weighted_ce() ->
     so at one learning rate alpha scales the step (alpha = 5 steps about 5 times as far as alpha = 1) while the
     minority's weight relative to the majority's, (alpha + beta Ra_min) / (alpha + beta Ra_maj), shrinks towards 1
     (docs/fidelity.md, "The alpha and beta sweeps")."""
-    from fedbalance.monitor import ratio_weights
+    from fedbalance.monitor.monitor import ratio_weights
 
     z, y = _t(LOGITS, TARGET)
     ce = _np_ce(LOGITS, TARGET)

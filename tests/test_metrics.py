@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedbalance.metrics import empirical_y_stats, evaluate
+from fedbalance.methods.metrics import empirical_y_stats, evaluate
 
 
 class FixedLogits(nn.Module):

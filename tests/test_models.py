@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.func import functional_call, stack_module_state, vmap
 
-from fedbalance.models import LAST_LAYER, FedModel, available_models, build_model
+from fedbalance.methods.models import LAST_LAYER, FedModel, available_models, build_model
 
 # name -> (in_channels, num_classes, image_size, s, batch)
 PAPER = {

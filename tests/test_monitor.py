@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from fedbalance.estimators import Observer
-from fedbalance.monitor import (
+from fedbalance.monitor.estimators import Observer
+from fedbalance.monitor.monitor import (
     Acknowledger,
     Estimate,
     Monitor,
@@ -26,7 +26,7 @@ from fedbalance.monitor import (
     uniform_guess,
     unit_ratios,
 )
-from fedbalance.train import SGDConfig, average_stacked, local_sgd, train_copies
+from fedbalance.training.train import SGDConfig, average_stacked, local_sgd, train_copies
 
 @pytest.fixture(autouse=True)
 def _one_thread():
@@ -334,7 +334,7 @@ def test_ratio_clip_bounds_the_weights() -> None:
 
 
 def test_pooled_counts_fixed_clients_is_the_mean_of_the_rounds() -> None:
-    from fedbalance.monitor import pooled_counts
+    from fedbalance.monitor.monitor import pooled_counts
 
     raw = torch.tensor([[50.0, 30.0, 20.0], [40.0, 40.0, 20.0], [60.0, 20.0, 20.0], [46.0, 34.0, 20.0]])
     n = torch.tensor([30.0, 70.0])  # two clients, both every round: N = 100
@@ -345,7 +345,7 @@ def test_pooled_counts_fixed_clients_is_the_mean_of_the_rounds() -> None:
 
 
 def test_pooled_counts_recovers_the_composition_of_changing_client_sets() -> None:
-    from fedbalance.monitor import pooled_counts
+    from fedbalance.monitor.monitor import pooled_counts
 
     gen = torch.Generator().manual_seed(0)
     comp = torch.randint(0, 20, (6, 4), generator=gen).double()  # 6 clients' fixed class counts
@@ -361,7 +361,7 @@ def test_pooled_counts_recovers_the_composition_of_changing_client_sets() -> Non
 
 
 def test_pooled_counts_averages_noise_away() -> None:
-    from fedbalance.monitor import cosine_similarity, pooled_counts
+    from fedbalance.monitor.monitor import cosine_similarity, pooled_counts
 
     gen = torch.Generator().manual_seed(1)
     truth = torch.tensor([300.0, 300.0, 30.0, 300.0, 30.0], dtype=torch.float64)
@@ -375,7 +375,7 @@ def test_pooled_counts_averages_noise_away() -> None:
 
 def test_stabilised_readings_by_hand() -> None:
     """``median`` and ``sums``: Ra_p from the units above T_Ra, computed here from dW by hand (Q = 3, s = 4)."""
-    from fedbalance.monitor import class_ratios
+    from fedbalance.monitor.monitor import class_ratios
 
     q, s = 3, 4
     own = torch.tensor([[2.0, 3.0, 1.0, 5.0], [4.0, 1.0, 2.0, 2.0], [1.0, 1.0, 1.0, 1.0]], dtype=torch.float64)

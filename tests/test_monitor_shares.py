@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedbalance.config import configured_job, load_config
-from fedbalance.jobs import run_job
-from fedbalance.records import Job
+from fedbalance.jobs.config import configured_job, load_config
+from fedbalance.jobs.run import run_job
+from fedbalance.common.records import Job
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,7 +94,7 @@ def test_the_bias_solve_with_the_real_clients_residuals_recovers_a_ce_round(tmp_
     spec = importlib.util.spec_from_file_location("monitor_bias", ROOT / "benchmarks" / "monitor_bias.py")
     bias = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bias)
-    from fedbalance.replay import load_trajectory, replay_setup
+    from fedbalance.jobs.replay import load_trajectory, replay_setup
 
     job = configured_job(load_config(ROOT / "config" / "quick.yaml"), Job("losses", "mnist", "g10", "ce", 0))
     job["partition"].update(num_clients=4, majority_samples=40)
@@ -122,7 +122,7 @@ def test_saved_replays_give_the_table_of_the_replay_and_a_missing_estimator_is_r
 def test_the_oracle_exponent_undoes_a_known_compression() -> None:
     """Estimates that are the truth's shares to the power 1/3 (renormalised): the oracle reads exponent 3.0 and puts
     every round at the goal; the estimates themselves (exponent 1) are not."""
-    from fedbalance.records import share_ratios
+    from fedbalance.common.records import share_ratios
 
     bench = _bench()
     rows = []

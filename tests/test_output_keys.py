@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedbalance import jobfolder
-from fedbalance.config import configured_job, load_config
-from fedbalance.jobs import run_job
-from fedbalance.jobspec import MONITOR_FED_LOSSES, OUTPUT_KEYS, covers, monitor_key, runs_monitor, training_key
-from fedbalance.losses import LOSSES, receives
-from fedbalance.records import Job
-from fedbalance.reuse import write_twin
+from fedbalance.jobs import jobfolder
+from fedbalance.jobs.config import configured_job, load_config
+from fedbalance.jobs.run import run_job
+from fedbalance.common.jobspec import MONITOR_FED_LOSSES, OUTPUT_KEYS, covers, monitor_key, runs_monitor, training_key
+from fedbalance.methods.losses import LOSSES, receives
+from fedbalance.common.records import Job
+from fedbalance.jobs.reuse import write_twin
 
 ROOT = Path(__file__).resolve().parents[1]
 # what differs between two runs of one job by construction: its timings, and the twin's pointer to its source
@@ -107,8 +107,8 @@ def test_a_twin_written_from_a_richer_run_equals_the_job_trained_itself(
 def test_a_job_derived_from_a_trajectory_equals_the_job_trained_itself(
     quick: dict, tmp_path: Path, torch_one_thread: None
 ) -> None:
-    from fedbalance.derive import derive_job
-    from fedbalance.jobspec import ConfigError, derivable
+    from fedbalance.jobs.derive import derive_job
+    from fedbalance.common.jobspec import ConfigError, derivable
 
     # the source records the empirical statistics of Y too; the target does not ask for them (its columns stay empty)
     source = tiny(quick, "ce", monitor_record=True, save_trajectory=True, monitor_t_ra=1.25, empirical=True,
@@ -146,8 +146,8 @@ def test_the_design_doc_states_the_shipped_configs_counts() -> None:
     """docs/design.md's counts of trained, copied and derived jobs, recomputed from the configs."""
     import re
 
-    from fedbalance.config import jobs, twins
-    from fedbalance.reuse import derived
+    from fedbalance.jobs.config import jobs, twins
+    from fedbalance.jobs.reuse import derived
 
     text = " ".join((ROOT / "docs" / "design.md").read_text().split())
     for name in ("mnist", "config"):

@@ -11,23 +11,23 @@ from pathlib import Path
 import pytest
 import torch
 
-import fedbalance.metrics as metrics_mod
-import fedbalance.monitor as monitor_mod
-import fedbalance.pack as pack_mod
-import fedbalance.sgd as sgd_mod
-import fedbalance.vectorised as vec_mod
+import fedbalance.methods.metrics as metrics_mod
+import fedbalance.monitor.monitor as monitor_mod
+import fedbalance.jobs.pack as pack_mod
+import fedbalance.training.sgd as sgd_mod
+import fedbalance.training.vectorised as vec_mod
 from fedbalance.cli import main
-from fedbalance.config import configured_job, load_config
-from fedbalance.fl import JobData, RoundState, run_fedavg
-from fedbalance.jobs import CHECKPOINT, run_job
-from fedbalance.jobspec import as_spec
-from fedbalance.losses import feed, get_loss
-from fedbalance.models import build_model
-from fedbalance.pack import PackError, PackMember, run_pack, run_together
-from fedbalance.partition import make_partition
-from fedbalance.records import Job
-from fedbalance.train import SGDConfig
-from fedbalance.vectorised import train_copies_vectorised
+from fedbalance.jobs.config import configured_job, load_config
+from fedbalance.engine.fl import JobData, RoundState, run_fedavg
+from fedbalance.jobs.run import CHECKPOINT, run_job
+from fedbalance.common.jobspec import as_spec
+from fedbalance.methods.losses import feed, get_loss
+from fedbalance.methods.models import build_model
+from fedbalance.jobs.pack import PackError, PackMember, run_pack, run_together
+from fedbalance.data.partition import make_partition
+from fedbalance.common.records import Job
+from fedbalance.training.train import SGDConfig
+from fedbalance.training.vectorised import train_copies_vectorised
 
 Q = 10
 TOL64 = 1e-10
@@ -144,7 +144,7 @@ def test_a_plugin_loss_in_a_pack_gives_the_numbers_it_gets_alone_float64(float64
     """The example plug-in's class-balanced losses (examples/fedbalance-cb, by dotted path), one fed the monitor's prior
     and one each client's own counts, packed with a Ratio-Loss job: each job's model and rows are those it gets alone,
     to 1e-10, and the plug-in's weights did act (its job ends apart from the same job's with beta = 0, plain CE)."""
-    from fedbalance import plugins
+    from fedbalance.common import plugins
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "examples" / "fedbalance-cb" / "src"))
     plugins.forget()

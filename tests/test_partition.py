@@ -1,4 +1,4 @@
-"""Tests of fedbalance.partition on small synthetic label (and writer) arrays."""
+"""Tests of fedbalance.data.partition on small synthetic label (and writer) arrays."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from fedbalance.partition import (
+from fedbalance.data.partition import (
     Partition,
     PartitionError,
     composition,

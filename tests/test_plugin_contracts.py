@@ -1,6 +1,6 @@
 """Plug-ins, round 2 (docs/extending.md): each plug-in point's contract, with a plug-in of the kind that broke.
 
-At load (``fedbalance.contracts``, before any file is written: one line naming the key, the plug-in and its origin):
+At load (``fedbalance.jobs.contracts``, before any file is written: one line naming the key, the plug-in and its origin):
 an estimator entry point that raises on import, lacks its attribute or takes two arguments; a NaN, vector or detached
 loss; a client-counts loss without ``num_classes``; a loss that is not vmap-safe; a wrong-length, NaN or negative
 estimate; a dataset whose declared images the model cannot take. While a job runs: a loss that goes NaN, a loss that
@@ -25,10 +25,10 @@ import torch
 import yaml
 
 from conftest import write_job
-from fedbalance import plugins
-from fedbalance.config import ConfigError, configured_job, estimator_versions, jobs, load_config, resolve_job
-from fedbalance.jobspec import partition_dict, trained_estimators, training_key
-from fedbalance.records import Job
+from fedbalance.common import plugins
+from fedbalance.jobs.config import ConfigError, configured_job, estimator_versions, jobs, load_config, resolve_job
+from fedbalance.common.jobspec import partition_dict, trained_estimators, training_key
+from fedbalance.common.records import Job
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = ROOT / "config" / "quick.yaml"
@@ -36,9 +36,9 @@ EXTENDING = ROOT / "docs" / "extending.md"
 
 BROKEN = '''
 import torch
-from fedbalance.data import Dataset, Source
-from fedbalance.estimators import Estimator
-from fedbalance.losses import CountsLoss, Loss, cross_entropy
+from fedbalance.data.datasets import Dataset, Source
+from fedbalance.monitor.estimators import Estimator
+from fedbalance.methods.losses import CountsLoss, Loss, cross_entropy
 
 SMALL = 6  # the load check's batch: these losses break only on larger (a run's) batches
 
@@ -298,7 +298,7 @@ def test_a_dataset_whose_images_the_model_cannot_take_is_refused_at_load(broken)
 
 
 def test_a_plugin_dataset_that_yields_other_data_than_it_declares_is_refused_when_loaded(broken, tmp_path):
-    from fedbalance.data import DataError, load_dataset
+    from fedbalance.data.datasets import DataError, load_dataset
 
     ds = load_dataset("brokenplug:synthetic", tmp_path)
     assert ds.num_classes == 10 and ds.x_train.shape == (200, 1, 28, 28)
@@ -310,7 +310,7 @@ def test_a_plugin_dataset_that_yields_other_data_than_it_declares_is_refused_whe
 def test_the_docs_examples_keep_the_contracts(tmp_path, monkeypatch):
     """The Python examples of docs/extending.md, as a module: the loss and both estimators pass the load checks, and
     their numbers are the ones described (Balanced Softmax: CE of z + log n, by hand; the estimators' totals)."""
-    from fedbalance import contracts
+    from fedbalance.jobs import contracts
 
     code = "\n".join(re.findall(r"```python\n(.*?)```", EXTENDING.read_text(), re.S))
     (tmp_path / "docsplug.py").write_text(code)
@@ -340,7 +340,7 @@ def test_the_docs_examples_keep_the_contracts(tmp_path, monkeypatch):
 # ---------------------------------------------------------------- 2. while a job runs: the job fails, no metrics.json
 
 def run_small(cfg: dict, loss: str, out: Path):
-    from fedbalance.jobs import run_job
+    from fedbalance.jobs.run import run_job
 
     cfg = load_config(cfg)
     return run_job(resolve_job(cfg, Job("losses", "mnist", "g10", loss, 0)), out, device="cpu", progress=False)
@@ -370,7 +370,7 @@ RUNTIME = [
 def test_a_plugin_that_breaks_during_training_fails_the_job(broken, tmp_path, what, target, message):
     """Issue 64, 3-4: the load check passes (6 samples, 2 clients), the run's batches and rounds do not: the job stops
     with one line naming the job, the round and the plug-in, its folder marked failed, never finished."""
-    from fedbalance.jobs import JobError
+    from fedbalance.jobs.run import JobError
 
     loss = "mine" if what == "loss" else "ratio"
     cfg = with_loss(target, rounds=2) if what == "loss" else with_estimator(target, rounds=5)
@@ -385,7 +385,7 @@ def test_a_plugin_that_breaks_during_training_fails_the_job(broken, tmp_path, wh
 
 def test_the_cli_exits_non_zero_on_a_failing_plugin_and_a_rerun_clears_the_mark(broken, tmp_path, capsys):
     from fedbalance.cli import main
-    from fedbalance.jobfolder import job_folders
+    from fedbalance.jobs.jobfolder import job_folders
 
     cfg = with_loss("brokenplug:LateNaN")
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
@@ -468,7 +468,7 @@ def test_a_bumped_estimator_version_plans_no_training_with_snakemake(tmp_path):
 # ---------------------------------------------------------------- 4. a plug-in dataset in the tables
 
 def _final(rows: list[dict]) -> pd.DataFrame:
-    from fedbalance.aggregate import FINAL_COLUMNS
+    from fedbalance.jobs.aggregate import FINAL_COLUMNS
 
     return pd.DataFrame([{**dict.fromkeys(FINAL_COLUMNS), "plugin": "", **r} for r in rows], columns=FINAL_COLUMNS)
 
@@ -524,7 +524,7 @@ def test_compare_lists_a_plugin_cell_without_reference_and_only_the_keys_that_ac
     """Issue 64, 7: ours ran a plug-in loss ``cb`` the reference lacks (one line each: "no reference cell") and a
     plug-in estimator in every job (another version than the reference's, and one the reference lacks); the CE, Focal,
     GHM-C and Ratio cells list no protocol difference, a prior-fed cell (la) whose lead estimator differs does."""
-    from fedbalance.reference import NO_REFERENCE, compare, compare_markdown, protocol_differences
+    from fedbalance.evidence.reference import NO_REFERENCE, compare, compare_markdown, protocol_differences
 
     ours, ref = tmp_path / "ours", tmp_path / "ref"
     for seed in (0, 1, 2):
@@ -558,14 +558,14 @@ def test_metrics_landing_page_and_the_plugins_command_name_each_plugin(broken, t
     the landing page and ``fedbalance plugins`` list them; after the estimator's module changes, the command names the
     job whose monitor recorded the old version and the command that reruns it."""
     from fedbalance.cli import main
-    from fedbalance.config import study_plugins
+    from fedbalance.jobs.config import study_plugins
     from fedbalance.presentation.study import identity, landing_page
 
     broken.write_text(broken.read_text() + "\n\ndef flat(inputs):\n    q = inputs.monitor.num_classes\n"
                       "    return [sum(inputs.totals) / q] * q\n")
     plugins.forget()
     cfg = with_estimator("brokenplug:flat", rounds=1, losses=("ratio", "mine"))
-    cfg["loss_variants"] = {"mine": {"loss": "fedbalance.losses:CrossEntropyLoss"}}
+    cfg["loss_variants"] = {"mine": {"loss": "fedbalance.methods.losses:CrossEntropyLoss"}}
     cfg["results_dir"] = str(tmp_path / "results")
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
     out = tmp_path / "results" / "losses" / "mnist" / "g10" / "ratio" / "seed0"
@@ -576,12 +576,12 @@ def test_metrics_landing_page_and_the_plugins_command_name_each_plugin(broken, t
     assert ran["origin"] == f"dotted path brokenplug:flat (no installed package, sha256:{digest})"
     assert json.loads((out / "metrics.json").read_text())["plugins"] == metrics["plugins"]
     loss_job = run_small(cfg, "mine", tmp_path / "results" / "losses" / "mnist" / "g10" / "mine" / "seed0")
-    assert loss_job["plugins"]["loss"]["origin"].startswith("dotted path fedbalance.losses:CrossEntropyLoss (fedbalance ")
+    assert loss_job["plugins"]["loss"]["origin"].startswith("dotted path fedbalance.methods.losses:CrossEntropyLoss (fedbalance ")
     loaded = load_config(cfg)
     found = {(p["kind"], p["name"]): p for p in study_plugins(loaded)}
     # the Ratio job records the estimator, the CE-like plug-in loss runs no monitor; neither trains on it
     assert found[("estimator", "mine")]["jobs"] == 1 and found[("estimator", "mine")]["trains"] == 0
-    assert found[("loss", "fedbalance.losses:CrossEntropyLoss")]["trains"] == 1
+    assert found[("loss", "fedbalance.methods.losses:CrossEntropyLoss")]["trains"] == 1
     page = landing_page(loaded, jobs(loaded), identity(loaded, jobs(loaded), configfiles=["c.yaml"], trained=2, copied=0,
                                                        derived=0), plugins=found.values())
     assert "**Plug-ins** the study uses" in page and ran["origin"] in page

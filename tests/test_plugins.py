@@ -21,10 +21,10 @@ import pytest
 import torch
 import yaml
 
-from fedbalance import plugins
-from fedbalance.config import ConfigError, configured_job, jobs, load_config, resolve_job
-from fedbalance.jobspec import JobSpec, covers, runs_monitor, training_key
-from fedbalance.records import Job
+from fedbalance.common import plugins
+from fedbalance.jobs.config import ConfigError, configured_job, jobs, load_config, resolve_job
+from fedbalance.common.jobspec import JobSpec, covers, runs_monitor, training_key
+from fedbalance.common.records import Job
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "fedbalance-cb"
@@ -120,7 +120,7 @@ def test_class_balanced_loss_is_the_weighted_cross_entropy_by_hand(on_path):
 
 def test_ema_estimator_smooths_the_released_shares_by_hand(on_path):
     """m_0 = s_0, m_t = 0.5 m_{t-1} + 0.5 s_t, times the last round's total; as a registry entry through ``plan``."""
-    from fedbalance.estimators import Track, plan
+    from fedbalance.monitor.estimators import Track, plan
     from fedbalance_cb.estimators import ema_counts
 
     track = Track()
@@ -173,8 +173,8 @@ def test_a_dotted_path_names_a_loss_estimator_and_dataset_without_installing(on_
 def test_a_job_whose_plugin_version_changed_is_not_reused(installed, tmp_path):
     """Recorded in the spec, the version decides twins and reference copies (``covers``), the checkpoint's fingerprint,
     and the run refuses a spec planned with another version than the one installed."""
-    from fedbalance.jobs import JobError, check_plugins, fingerprint
-    from fedbalance.reuse import twin_config
+    from fedbalance.jobs.run import JobError, check_plugins, fingerprint
+    from fedbalance.jobs.reuse import twin_config
 
     cfg = quick()
     cfg["experiments"]["losses"]["losses"].append("cb")
@@ -197,8 +197,8 @@ def test_a_job_whose_plugin_version_changed_is_not_reused(installed, tmp_path):
 
 BAD_MODULE = '''
 import torch
-from fedbalance.losses import Loss
-from fedbalance.data import Source
+from fedbalance.methods.losses import Loss
+from fedbalance.data.datasets import Source
 
 class NotALoss(torch.nn.Module):
     def forward(self, logits, target, mask=None):
@@ -437,7 +437,7 @@ def test_plugin_losses_and_estimators_are_lines_of_the_figures():
 
 GOOD_DATA = '''
 import torch
-from fedbalance.data import Dataset, Source
+from fedbalance.data.datasets import Dataset, Source
 
 def prepare(data_dir, download, size=40):
     return []
@@ -455,7 +455,7 @@ source = Source(10, 1, (28, 28), prepare, load, {"size": 40})
 def test_a_plugin_dataset_by_dotted_path_is_checked_recorded_and_loaded(tmp_path, monkeypatch):
     """A ``Source`` named by dotted path: its options are checked like a built-in's, the job records it, and
     ``load_dataset`` gives its data."""
-    from fedbalance.data import dataset_info, load_dataset
+    from fedbalance.data.datasets import dataset_info, load_dataset
 
     (tmp_path / "goodplug.py").write_text(GOOD_DATA)
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedbalance.config import jobs, load_config, twins
-from fedbalance.reuse import derived
+from fedbalance.jobs.config import jobs, load_config, twins
+from fedbalance.jobs.reuse import derived
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "workflow" / "Snakefile"

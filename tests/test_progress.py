@@ -9,9 +9,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import torch
 
-from fedbalance.config import load_config, configured_job
-from fedbalance.records import Job
-from fedbalance.jobs import progress_line, run_job
+from fedbalance.jobs.config import load_config, configured_job
+from fedbalance.common.records import Job
+from fedbalance.jobs.run import progress_line, run_job
 
 torch.set_num_threads(1)
 

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
-from fedbalance.config import load_config, configured_job
-from fedbalance.records import Job
+from fedbalance.jobs.config import load_config, configured_job
+from fedbalance.common.records import Job
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -27,7 +27,7 @@ def test_spikes_by_hand() -> None:
 
 
 def test_replay_reproduces_the_trained_weights(tmp_path: Path) -> None:
-    from fedbalance.jobs import run_job
+    from fedbalance.jobs.run import run_job
 
     torch.set_num_threads(1)
     spec = configured_job(load_config(REPO / "config" / "quick.yaml"), Job("losses", "mnist", "g10", "ratio", 0))
@@ -45,7 +45,7 @@ def test_replay_reproduces_the_trained_weights(tmp_path: Path) -> None:
 
 
 def _toy_job(root: Path, loss: str, seed: int, acc: list[float], acm: float, weights: list[list[float]] | None) -> Path:
-    from fedbalance import jobfolder
+    from fedbalance.jobs import jobfolder
 
     folder = root / "ratio_stability" / "mnist" / "g50" / loss / f"seed{seed}"
     base = "ratio" if loss.startswith("ratio") else loss

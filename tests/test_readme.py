@@ -83,8 +83,8 @@ def test_full_protocol_command_plans_every_job(tmp_path: Path) -> None:
     trained once (a twin copied, a derived job derived from a trained source), each branch source's kept rounds, a
     partition per trained setting and seed, one step per table and figure (one DAG for both checks: it is the tier's
     slowest plan)."""
-    from fedbalance.config import jobs, load_config, twins
-    from fedbalance.reuse import branches, derived
+    from fedbalance.jobs.config import jobs, load_config, twins
+    from fedbalance.jobs.reuse import branches, derived
     from test_workflow import assert_one_job_per_table_and_figure, job_stats
 
     args = shlex.split(_command("snakemake --workflow-profile profiles/local --use-conda"))
@@ -121,8 +121,8 @@ def test_full_protocol_command_plans_every_job(tmp_path: Path) -> None:
 @pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
 def test_mnist_command_plans(tmp_path: Path) -> None:
     """The MNIST-only command, as a dry run: every job is an MNIST job, the loss comparison has ratio_rel."""
-    from fedbalance.config import jobs, load_config, twins
-    from fedbalance.reuse import branches, derived
+    from fedbalance.jobs.config import jobs, load_config, twins
+    from fedbalance.jobs.reuse import branches, derived
 
     args = shlex.split(_command("snakemake --cores all --configfile config/mnist.yaml"))
     r = subprocess.run(args + ["-n", "--quiet", "rules", "-s", str(SNAKEFILE), "--directory", str(tmp_path)],
@@ -162,8 +162,8 @@ def test_reference_batch_command_plans(tmp_path: Path) -> None:
 
 def test_cost_command_prints_a_table(tmp_path: Path) -> None:
     """The README's cost command, with a stored calibration so it takes seconds: one row per experiment and a total."""
-    from fedbalance.config import load_config
-    from fedbalance.cost import Calibration, save_calibration, study_work
+    from fedbalance.jobs.config import load_config
+    from fedbalance.jobs.cost import Calibration, save_calibration, study_work
 
     cfg = load_config(REPO / "config" / "config.yaml")
     work = study_work(cfg)
@@ -233,7 +233,7 @@ def test_non_editable_install_renders_tables(tmp_path: Path) -> None:
     env["PYTHONPATH"] = str(site)
 
     jobs = tmp_path / "res"
-    from fedbalance.records import Job
+    from fedbalance.common.records import Job
 
     for seed, acm in ((0, 0.4), (1, 0.5)):
         write_job(jobs, Job("losses", "mnist", "g10", "ce", seed), acm=acm)
@@ -241,7 +241,7 @@ def test_non_editable_install_renders_tables(tmp_path: Path) -> None:
     work.mkdir()
     script = (
         "import fedbalance, fedbalance.presentation.report as t\n"
-        "from fedbalance.aggregate import collect\n"
+        "from fedbalance.jobs.aggregate import collect\n"
         f"final, rounds = collect({str(jobs)!r})\n"
         "t.write_report(final, rounds, 'tables', summary_dir='.')\n"
         "print(fedbalance.__file__)\n"

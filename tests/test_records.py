@@ -1,4 +1,4 @@
-"""The setting-name grammar of fedbalance.records: format/parse round trips, and config.settings' names."""
+"""The setting-name grammar of fedbalance.common.records: format/parse round trips, and config.settings' names."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fedbalance.config import load_config, settings
-from fedbalance.records import parse_setting, plus_minus, setting_name, setting_value
+from fedbalance.jobs.config import load_config, settings
+from fedbalance.common.records import parse_setting, plus_minus, setting_name, setting_value
 
 CONFIGS = [Path(__file__).resolve().parents[1] / "config" / f for f in ("config.yaml", "quick.yaml")]
 

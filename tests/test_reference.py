@@ -18,10 +18,10 @@ import pytest
 import yaml
 
 from conftest import write_job
-from fedbalance.config import load_config, read_yaml
+from fedbalance.jobs.config import load_config, read_yaml
 from fedbalance.presentation.names import GAMMAS, gamma_setting
-from fedbalance.records import Job
-from fedbalance.reference import compare, compare_markdown, reference_jobs, verdict
+from fedbalance.common.records import Job
+from fedbalance.evidence.reference import compare, compare_markdown, reference_jobs, verdict
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "workflow" / "Snakefile"
@@ -95,7 +95,7 @@ def test_compare_cells_by_hand(tmp_path: Path) -> None:
 def test_compare_pairs_on_the_common_seeds_and_shows_them(tmp_path: Path) -> None:
     """Ours at seeds 0-3, the reference at 0-2: paired on the three both hold; both sides and the difference are shown
     on those seeds ("(3 of 4)"), not ours over its four beside the reference's three."""
-    from fedbalance.seedstats import seed_marks
+    from fedbalance.evidence.seedstats import seed_marks
 
     ours, ref = tmp_path / "ours", tmp_path / "ref"
     for seed, acm in enumerate([0.60, 0.62, 0.64, 0.20]):
@@ -149,7 +149,7 @@ def _protocol_sides(tmp_path: Path) -> tuple[Path, Path]:
 def test_compare_names_the_protocols_differences(tmp_path: Path) -> None:
     """Every key that acts on the cell's loss but the seed, the names and output-only keys is compared, cell by cell,
     and summed up in a header, one line per key."""
-    from fedbalance.reference import protocol_differences, protocol_header
+    from fedbalance.evidence.reference import protocol_differences, protocol_header
 
     ours, ref = _protocol_sides(tmp_path)
     differences = protocol_differences(ours, ref)
@@ -171,8 +171,8 @@ def test_compare_names_the_protocols_differences(tmp_path: Path) -> None:
 def test_only_keys_that_act_on_the_cells_loss_differ(tmp_path: Path) -> None:
     """Another loss's parameters, a partition key the scheme does not read, and an optional key left unset where the
     other side sets its default are no difference; the cell's own loss parameters are."""
-    from fedbalance.jobspec import JOB_DEFAULTS
-    from fedbalance.reference import protocol_differences
+    from fedbalance.common.jobspec import JOB_DEFAULTS
+    from fedbalance.evidence.reference import protocol_differences
 
     ours, ref = tmp_path / "ours", tmp_path / "ref"
     aux = JOB_DEFAULTS["monitor"]["aux_source"]
@@ -249,8 +249,8 @@ def test_reference_jobs_holds_finished_jobs_and_their_twins(tmp_path: Path) -> N
 
 
 def test_missing_jobs_are_the_studys_less_the_held_and_copied_twins_by_their_source(tmp_path: Path) -> None:
-    from fedbalance.config import jobs, twins
-    from fedbalance.reference import missing_jobs
+    from fedbalance.jobs.config import jobs, twins
+    from fedbalance.evidence.reference import missing_jobs
 
     cfg = load_config(MNIST)
     every, tw = jobs(cfg), twins(cfg)

@@ -16,9 +16,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from fedbalance.config import ConfigError, load_config, read_yaml
-from fedbalance.jobfolder import JobFolderError
-from fedbalance.reference import ReferenceSetError, render_jobs
+from fedbalance.jobs.config import ConfigError, load_config, read_yaml
+from fedbalance.jobs.jobfolder import JobFolderError
+from fedbalance.evidence.reference import ReferenceSetError, render_jobs
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "workflow" / "Snakefile"
@@ -29,7 +29,7 @@ JOBS = ["losses/mnist/g10/ce/seed0", "losses/mnist/g10/ratio/seed0", "losses/mni
 def _reference(root: Path, sealed: bool = True) -> Path:
     """A small copy of the committed set: three of its jobs under ``root/reference/mnist``, sealed as ``collect`` seals
     a set; unsealed: a plain results folder (no provenance.json, no marker), whose jobs a render reads one by one."""
-    from fedbalance import seal
+    from fedbalance.jobs import seal
 
     ref = root / "reference" / "mnist"
     for job in JOBS:

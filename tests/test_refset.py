@@ -1,4 +1,4 @@
-"""``fedbalance reference collect|status|missing|docs`` (fedbalance.refset, fedbalance.refdocs): the checks collect
+"""``fedbalance reference collect|status|missing|docs`` (fedbalance.evidence.refset, fedbalance.presentation.refdocs): the checks collect
 makes (protocol, replace with a reason, adopt, provenance), its lock and its one swap (a collect killed at any write
 leaves the old set or the new one; --recover finishes or undoes it), status, missing in the evidence order, and every
 bad argument as one line and exit status 2 before anything is written."""
@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 
 from conftest import seal_set, write_job
-from fedbalance import provenance, refset, seal
-from fedbalance.records import Job
+from fedbalance.jobs import provenance
+from fedbalance.evidence import refset
+from fedbalance.jobs import seal
+from fedbalance.common.records import Job
 
 REPO = Path(__file__).resolve().parents[1]
 MNIST = REPO / "config" / "mnist.yaml"
@@ -155,8 +157,8 @@ def test_missing_follows_the_evidence_plan_and_lists_every_lacking_job_once(tmp_
     """The default plan (the evidence issue's, fixed before the results) on quick.yaml and an empty set: early first
     (the config's job order, `fedbalance jobs`: E, then S), then t_ra (its twin t1.25 is the monitor job, trained in its place and listed
     with the rest), mfe, ...; every job the set lacks once; `| head` reads the first ones without an error."""
-    from fedbalance.config import load_config
-    from fedbalance.reference import missing_jobs
+    from fedbalance.jobs.config import load_config
+    from fedbalance.evidence.reference import missing_jobs
 
     (tmp_path / "ref").mkdir()
     assert refset.EVIDENCE_PLAN[:3] == ("early::0,1,2", "t_ra::0,1,2", "mfe::0,1,2") and refset.EVIDENCE_PLAN[-1] == "*::"
@@ -177,7 +179,7 @@ def test_missing_follows_the_evidence_plan_and_lists_every_lacking_job_once(tmp_
 def test_a_job_whose_old_runner_died_is_recorded_from_its_start_record(tmp_path: Path) -> None:
     """A job of scripts/reference_jobs.py that finished after its runner was killed (provenance.pending.json, no
     provenance.json) is recorded from the start record and collected; a finished job without any record is never."""
-    from fedbalance.config import load_config, resolve_job
+    from fedbalance.jobs.config import load_config, resolve_job
 
     runs, ref = tmp_path / "runs", tmp_path / "ref"
     job = _job(runs, "monitor/mnist/default/ce/seed0", record=None, spec_of=QUICK)
@@ -335,7 +337,7 @@ def test_twins_and_copies_are_not_collected(tmp_path: Path) -> None:
 def test_a_results_folder_of_the_workflow_is_no_unsealed_set(tmp_path: Path) -> None:
     """The workflow's jobs carry provenance.json too: a results folder (or a render's, whose records hold the set's
     record of each job inside) is read as a results folder; a folder of a set's records without a marker is refused."""
-    from fedbalance.reference import compare
+    from fedbalance.evidence.reference import compare
 
     made = {"commit": "b" * 40, "runner": "snakemake", "rule": "train"}
     for seed in (0, 1, 2):
@@ -367,7 +369,7 @@ def _render(root: Path, jobs: list[Job]) -> Path:
 
 def test_docs_refuse_a_render_of_another_or_a_smaller_set(tmp_path: Path) -> None:
     """docs splices only a render of the set it names, holding no fewer jobs than the docs were rendered from."""
-    from fedbalance.refdocs import check_render
+    from fedbalance.presentation.refdocs import check_render
 
     ref, docs = tmp_path / "ref", tmp_path / "docs"
     jobs = [Job("losses", "mnist", "g10", "ce", s) for s in (0, 1, 2)]
@@ -571,7 +573,7 @@ def test_a_moved_set_says_why_and_is_collected_into_with_its_config(tmp_path: Pa
 
 
 def test_a_record_says_how_its_job_was_made(tmp_path: Path) -> None:
-    """fedbalance.provenance: the run's command with the results folder written RUNS and the config relative to the
+    """fedbalance.jobs.provenance: the run's command with the results folder written RUNS and the config relative to the
     checkout; the commit (HEAD, or FEDBALANCE_COMMIT for a copy without git, checked); a branched job's source and the
     training's wall time, none for a copy; an old runner's record (no runner) is a set's."""
     runs = tmp_path / "runs"

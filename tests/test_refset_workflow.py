@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from fedbalance import provenance, refset, seal
+from fedbalance.jobs import provenance
+from fedbalance.evidence import refset
+from fedbalance.jobs import seal
 
 REPO = Path(__file__).resolve().parents[1]
 QUICK = REPO / "config" / "quick.yaml"

@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from conftest import write_job
-from fedbalance.config import SCHEMA_PATH, ConfigError, load_config, configured_job, validate
-from fedbalance.records import Job
+from fedbalance.jobs.config import SCHEMA_PATH, ConfigError, load_config, configured_job, validate
+from fedbalance.common.records import Job
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEFILE = ROOT / "workflow" / "Snakefile"
@@ -91,7 +91,7 @@ def test_monitor_keys_required_only_where_the_monitor_runs(quick: dict) -> None:
 
 
 def test_optional_keys_have_one_default(quick: dict) -> None:
-    from fedbalance.config import JOB_DEFAULTS, job_value
+    from fedbalance.jobs.config import JOB_DEFAULTS, job_value
 
     cfg = load_config(quick)
     spec = configured_job(cfg, Job("losses", "mnist", "g10", "ratio", 0))
@@ -158,7 +158,7 @@ def test_non_finite_numbers_are_refused_naming_the_key(tmp_path: Path, edit: str
 
 
 def test_duplicate_key_is_refused_with_file_and_line(tmp_path: Path) -> None:
-    from fedbalance.config import read_yaml
+    from fedbalance.jobs.config import read_yaml
 
     text = QUICK.read_text()
     lines = text.splitlines(keepends=True)
@@ -176,7 +176,7 @@ def test_duplicate_key_is_refused_with_file_and_line(tmp_path: Path) -> None:
 
 
 def test_schema_copies_equal_and_free_of_duplicates() -> None:
-    from fedbalance.config import read_yaml
+    from fedbalance.jobs.config import read_yaml
 
     other = ROOT / "workflow" / "schemas" / "config.schema.yaml"
     assert SCHEMA_PATH.read_bytes() == other.read_bytes()
@@ -250,14 +250,14 @@ def one_thread():
 def test_second_job_in_a_busy_folder_is_refused_and_deletes_nothing(tmp_path: Path, one_thread) -> None:
     import sys
 
-    from fedbalance.jobs import JobError, run_job
+    from fedbalance.jobs.run import JobError, run_job
 
     out = tmp_path / "job"
     out.mkdir()
     live = out / ".metrics.json.k2x9_1.tmp"  # a temp file of the job that holds the folder
     live.write_text("being written")
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from fedbalance.jobs import job_lock\n"
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from fedbalance.jobs.run import job_lock\n"
          "with job_lock(Path(sys.argv[1])):\n    print('locked', flush=True); time.sleep(120)", str(out)],
         stdout=subprocess.PIPE, text=True,
     )
@@ -280,7 +280,7 @@ def test_a_job_lock_leaves_no_file(tmp_path: Path) -> None:
     holder, here in the same process, is refused while it is held."""
     import os
 
-    from fedbalance.jobs import JobError, job_lock
+    from fedbalance.jobs.run import JobError, job_lock
 
     out = tmp_path / "job"
     with job_lock(out):
@@ -301,7 +301,7 @@ def test_a_job_lock_leaves_no_file(tmp_path: Path) -> None:
 def test_resume_under_other_threads_is_refused(tmp_path: Path, one_thread) -> None:
     import torch
 
-    from fedbalance.jobs import CHECKPOINT, JobError, run_job
+    from fedbalance.jobs.run import CHECKPOINT, JobError, run_job
 
     class Killed(Exception):
         pass
@@ -328,7 +328,7 @@ def test_resume_under_other_threads_is_refused(tmp_path: Path, one_thread) -> No
 def test_legacy_checkpoint_without_runtime_resumes_with_a_warning(tmp_path: Path, one_thread, caplog) -> None:
     import torch
 
-    from fedbalance.jobs import CHECKPOINT, run_job
+    from fedbalance.jobs.run import CHECKPOINT, run_job
 
     def kill(state: dict, row: dict) -> None:
         if row["round"] == 0:
@@ -340,7 +340,7 @@ def test_legacy_checkpoint_without_runtime_resumes_with_a_warning(tmp_path: Path
     ckpt = torch.load(out / CHECKPOINT, weights_only=False)
     del ckpt["runtime"]
     torch.save(ckpt, out / CHECKPOINT)
-    with caplog.at_level("WARNING", logger="fedbalance.jobs"):
+    with caplog.at_level("WARNING", logger="fedbalance.jobs.run"):
         assert run_job(spec, out, device="cpu", progress=False)["rounds"] == 3
     assert any("does not record its threads" in m for m in caplog.messages), caplog.messages
 
@@ -348,7 +348,7 @@ def test_legacy_checkpoint_without_runtime_resumes_with_a_warning(tmp_path: Path
 def test_checkpoint_with_an_unknown_round_state_is_ignored_with_a_warning(tmp_path: Path, one_thread, caplog) -> None:
     import torch
 
-    from fedbalance.jobs import CHECKPOINT, run_job
+    from fedbalance.jobs.run import CHECKPOINT, run_job
 
     def kill(state, row: dict) -> None:
         if row["round"] == 0:
@@ -360,7 +360,7 @@ def test_checkpoint_with_an_unknown_round_state_is_ignored_with_a_warning(tmp_pa
     ckpt = torch.load(out / CHECKPOINT, weights_only=False)
     ckpt["state"]["format"] = 2
     torch.save(ckpt, out / CHECKPOINT)
-    with caplog.at_level("WARNING", logger="fedbalance.jobs"):
+    with caplog.at_level("WARNING", logger="fedbalance.jobs.run"):
         m = run_job(spec, out, device="cpu", progress=False)
     wanted = r"round state this version cannot read.*unknown keys \['format'\]"
     assert any(re.search(wanted, m) for m in caplog.messages), caplog.messages
@@ -417,8 +417,8 @@ def test_atomic_write_honours_the_umask(tmp_path: Path, umask: int, mode: int) -
 
 
 def test_partition_of_another_setting_or_seed_is_refused(tmp_path: Path, one_thread) -> None:
-    from fedbalance.data import load_dataset
-    from fedbalance.jobs import JobError, build_partitions, run_job
+    from fedbalance.data.datasets import load_dataset
+    from fedbalance.jobs.run import JobError, build_partitions, run_job
 
     ds = load_dataset("mnist5k")
     spec = tiny_spec()
@@ -435,14 +435,14 @@ def test_partition_of_another_setting_or_seed_is_refused(tmp_path: Path, one_thr
 
 
 def test_out_that_is_a_file_fails_before_training(tmp_path: Path, capsys, monkeypatch) -> None:
-    import fedbalance.jobs
+    import fedbalance.jobs.run
     from fedbalance.cli import main
-    from fedbalance.jobs import JobError, run_job
+    from fedbalance.jobs.run import JobError, run_job
 
     def no_training(*args, **kwargs):
         raise AssertionError("training started")
 
-    monkeypatch.setattr(fedbalance.jobs, "run_job", no_training)
+    monkeypatch.setattr(fedbalance.jobs.run, "run_job", no_training)
     out = tmp_path / "out"
     out.write_text("not a folder")
     argv = ["train", "--config", str(QUICK), "--experiment", "losses", "--dataset", "mnist", "--setting", "g10",
@@ -462,7 +462,7 @@ def test_out_that_is_a_file_fails_before_training(tmp_path: Path, capsys, monkey
 def test_changed_data_file_fails_against_the_manifest(tmp_path: Path) -> None:
     import json
 
-    from fedbalance.data import DataError, check_manifest, data_manifest
+    from fedbalance.data.datasets import DataError, check_manifest, data_manifest
 
     csv = tmp_path / "data" / "fer2013" / "fer2013.csv"
     csv.parent.mkdir(parents=True)
@@ -494,7 +494,7 @@ def test_aggregate_runs_this_checkout_even_with_another_fedbalance_first(tmp_pat
 
     import pandas as pd
 
-    from fedbalance.config import jobs
+    from fedbalance.jobs.config import jobs
 
     cfg = load_config(QUICK)
     run = tmp_path / "run"
@@ -582,7 +582,7 @@ def test_prepare_refuses_a_malformed_leaf_shard(tmp_path: Path, quick: dict, cap
 def test_infeasible_partition_names_the_key(scheme: str, params: dict, knob: str) -> None:
     import numpy as np
 
-    from fedbalance.partition import PartitionError, make_partition
+    from fedbalance.data.partition import PartitionError, make_partition
 
     labels = np.repeat(np.arange(10), 400)
     with pytest.raises(PartitionError, match=rf"^partition\.{knob} and partition\.num_clients ask more samples than "
@@ -607,7 +607,7 @@ def _idx(path: Path, array) -> None:
 def test_unverified_mnist_errors_name_the_file(tmp_path: Path) -> None:
     import numpy as np
 
-    from fedbalance.data import DataError, load_dataset
+    from fedbalance.data.datasets import DataError, load_dataset
 
     raw = tmp_path / "MNIST" / "raw"
     _idx(raw / "train-images-idx3-ubyte", np.zeros((6, 28, 28)))

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedbalance.config import load_config, configured_job
-from fedbalance.records import Job
-from fedbalance.jobs import run_job
-from fedbalance.replay import load_trajectory, replay
+from fedbalance.jobs.config import load_config, configured_job
+from fedbalance.common.records import Job
+from fedbalance.jobs.run import run_job
+from fedbalance.jobs.replay import load_trajectory, replay
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,8 +45,8 @@ def test_replay_reproduces_recorded_estimates(job: Path) -> None:
 
 
 def test_replay_pools_the_released_estimates_through_the_selected_clients(job: Path) -> None:
-    from fedbalance.fl import select_clients
-    from fedbalance.monitor import cosine_similarity, pooled_counts
+    from fedbalance.engine.fl import select_clients
+    from fedbalance.monitor.monitor import cosine_similarity, pooled_counts
 
     traj = load_trajectory(job / "trajectory.pt")
     spec = traj["spec"]
@@ -64,7 +64,7 @@ def test_replay_pools_the_released_estimates_through_the_selected_clients(job: P
 
 
 def test_recorded_rows_match_the_replay(job: Path) -> None:
-    from fedbalance.replay import recorded
+    from fedbalance.jobs.replay import recorded
 
     fast = recorded(job)
     slow = replay(load_trajectory(job / "trajectory.pt"), ["released", "nnls", "paper", "pooled"])
@@ -77,7 +77,7 @@ def test_monitor_replay_benchmark_reads_recorded_jobs(job: Path) -> None:
     import subprocess
     import sys
 
-    from fedbalance.replay import recorded
+    from fedbalance.jobs.replay import recorded
 
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "monitor_replay.py"), "--recorded", str(job)],
                          capture_output=True, text=True, check=True, env={"PYTHONPATH": str(ROOT / "src")}, cwd=ROOT)
@@ -93,8 +93,8 @@ def test_monitor_replay_benchmark_reads_recorded_jobs(job: Path) -> None:
 
 @pytest.mark.parametrize("selection, switch", [("random", None), ("fixed", 2)])
 def test_a_job_records_pooled_from_its_own_released_estimates(tmp_path: Path, selection: str, switch: int | None) -> None:
-    from fedbalance.fl import select_clients
-    from fedbalance.monitor import pooled_counts
+    from fedbalance.engine.fl import select_clients
+    from fedbalance.monitor.monitor import pooled_counts
 
     cfg = load_config(ROOT / "config" / "quick.yaml")
     spec = configured_job(cfg, Job("losses", "mnist", "g10", "ce", 0))
@@ -108,8 +108,8 @@ def test_a_job_records_pooled_from_its_own_released_estimates(tmp_path: Path, se
     sets = [select_clients(selection, 5, 3, 0, t).tolist() for t in range(4)]
     if switch is not None:  # after the switch the same ids are other clients (the balanced partition)
         sets = [s if t < switch else [5 + c for c in s] for t, s in enumerate(sets)]
-    from fedbalance.data import load_dataset
-    from fedbalance.jobs import build_partitions
+    from fedbalance.data.datasets import load_dataset
+    from fedbalance.jobs.run import build_partitions
 
     parts = build_partitions(spec, load_dataset("mnist5k"))
     sizes = [len(c) for c in parts["main"].clients] + ([len(c) for c in parts["balanced"].clients] if switch else [])
@@ -123,7 +123,7 @@ def test_a_job_records_pooled_from_its_own_released_estimates(tmp_path: Path, se
 def test_a_replay_hands_the_estimators_the_loss_the_clients_trained_with(job: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The Ratio-Loss job's π of round t is the weights it recorded in round t - 1 (all ones in round 0); a replay feeds
     its loss the same before round t's estimators run, and ``drift`` gets it."""
-    import fedbalance.estimators as est
+    import fedbalance.monitor.estimators as est
 
     seen: list[list[float]] = []
     real = est.estimate_drift
@@ -146,8 +146,8 @@ def test_a_replay_hands_the_estimators_the_loss_the_clients_trained_with(job: Pa
 
 
 PLUGIN = '''
-from fedbalance.estimators import Estimator
-from fedbalance.monitor import estimate_composition
+from fedbalance.monitor.estimators import Estimator
+from fedbalance.monitor.monitor import estimate_composition
 
 
 def same_as_released(r):
@@ -164,7 +164,7 @@ last_released = Estimator("last_released", lambda track: [2 * v for v in track.s
 def test_a_replay_runs_plugin_estimators_named_by_dotted_path(job: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A per-round plug-in that reads the copies as ``released`` does gives ``released``'s numbers; a history plug-in
     that doubles the round's ``released`` estimate gives twice them; the command line's NAME=module:attribute names them."""
-    from fedbalance.estimators import named_targets
+    from fedbalance.monitor.estimators import named_targets
 
     (tmp_path / "myestimators.py").write_text(PLUGIN)
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fedbalance.cli import main
-from fedbalance.config import MAX_CPUS_ENV, ConfigError, load_config, max_cpus, read_yaml
+from fedbalance.jobs.config import MAX_CPUS_ENV, ConfigError, load_config, max_cpus, read_yaml
 
 QUICK = Path(__file__).resolve().parents[1] / "config" / "quick.yaml"
 JOB = ["--config", str(QUICK), "--experiment", "losses", "--dataset", "mnist", "--setting", "g10", "--loss", "ce",
@@ -41,15 +41,15 @@ def test_config_threads_above_the_machine_are_refused(monkeypatch) -> None:
 
 @pytest.mark.parametrize("threads", ["4096", "0", "-1"])
 def test_cli_threads_out_of_range_fail_before_any_work(threads: str, tmp_path: Path, capsys, monkeypatch) -> None:
-    import fedbalance.cost
-    import fedbalance.jobs
+    import fedbalance.jobs.cost
+    import fedbalance.jobs.run
 
     def refuse(*args, **kwargs):
         raise AssertionError("work started")
 
     monkeypatch.delenv(MAX_CPUS_ENV, raising=False)
-    monkeypatch.setattr(fedbalance.jobs, "run_job", refuse)
-    monkeypatch.setattr(fedbalance.cost, "calibrate", refuse)
+    monkeypatch.setattr(fedbalance.jobs.run, "run_job", refuse)
+    monkeypatch.setattr(fedbalance.jobs.cost, "calibrate", refuse)
     assert main(["train", *JOB, "--out", str(tmp_path / "out"), "--threads", threads]) == 2
     assert f"--threads: {threads} torch threads; ask for 1 to" in capsys.readouterr().err
     assert main(["cost", "--config", str(QUICK), "--threads", threads]) == 2

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from conftest import write_job
-from fedbalance.config import ConfigError, load_config, configured_job, twins
-from fedbalance.records import Job
-from fedbalance.reuse import write_twin
+from fedbalance.jobs.config import ConfigError, load_config, configured_job, twins
+from fedbalance.common.records import Job
+from fedbalance.jobs.reuse import write_twin
 
 ROOT = Path(__file__).resolve().parents[1]
 

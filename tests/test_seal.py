@@ -1,4 +1,4 @@
-"""Reference sets are sealed (``fedbalance.seal``): every route that writes job folders refuses a path in a set, every
+"""Reference sets are sealed (``fedbalance.jobs.seal``): every route that writes job folders refuses a path in a set, every
 read of a set detects a changed, extra or missing file, ``collect`` keeps a set one protocol, and a derived job is
 checked against its source."""
 
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from conftest import write_job
-from fedbalance import seal
-from fedbalance.config import ConfigError, load_config, validate
-from fedbalance.jobfolder import JobFolderError, read_metrics
-from fedbalance.records import Job
+from fedbalance.jobs import seal
+from fedbalance.jobs.config import ConfigError, load_config, validate
+from fedbalance.jobs.jobfolder import JobFolderError, read_metrics
+from fedbalance.common.records import Job
 
 REPO = Path(__file__).resolve().parents[1]
 MNIST = REPO / "config" / "mnist.yaml"
@@ -87,7 +87,7 @@ def test_a_changed_extra_or_missing_file_is_named(copy: Path) -> None:
 def test_a_hand_edit_of_final_is_detected_by_render_compare_and_docs(copy: Path, tmp_path: Path) -> None:
     """M3: final.acc_minority edited by hand. Sealed: every reader refuses naming the file. Unsealed (marker and
     manifest removed too): the job's final no longer equals its rounds.csv's last row, which every read checks."""
-    from fedbalance.reference import ReferenceSetError, compare, render_jobs
+    from fedbalance.evidence.reference import ReferenceSetError, compare, render_jobs
 
     path = copy / JOBS[0] / "metrics.json"
     data = json.loads(path.read_text())
@@ -134,7 +134,7 @@ def test_every_writer_refuses_a_path_in_a_set_however_spelled(copy: Path, tmp_pa
               "lies in the reference set")
     assert seal.digests(copy) == before
     with pytest.raises(seal.SealError, match="lies in the reference set"):
-        from fedbalance.jobfolder import write
+        from fedbalance.jobs.jobfolder import write
 
         write(copy / JOBS[0], {}, "")
     assert seal.digests(copy) == before
@@ -164,9 +164,9 @@ def test_derive_checks_its_source_trajectory_and_folders(tmp_path: Path) -> None
     a torn trajectory: each refused before anything is written."""
     import torch
 
-    from fedbalance.config import resolve_job
-    from fedbalance.derive import derive_job
-    from fedbalance.jobs import JobError, job_lock
+    from fedbalance.jobs.config import resolve_job
+    from fedbalance.jobs.derive import derive_job
+    from fedbalance.jobs.run import JobError, job_lock
 
     cfg = load_config(QUICK)
     src_job, target = Job("monitor", "mnist", "default", "ce", 0), Job("t_ra", "mnist", "t2", "ce", 0)
@@ -195,9 +195,9 @@ def test_derive_checks_its_source_trajectory_and_folders(tmp_path: Path) -> None
 def test_a_pack_refuses_a_job_finished_on_the_other_path_and_leaves_no_folder_when_refused(tmp_path: Path) -> None:
     """L6: a pack trains on the vectorised path; a job `train` finished on the sequential one (path: auto on the CPU) is
     not counted as the pack's. A nit: a pack refused because one of its folders is locked leaves none of its own."""
-    from fedbalance.config import resolve_job
-    from fedbalance.jobs import JobError, job_lock
-    from fedbalance.pack import PackError, run_pack
+    from fedbalance.jobs.config import resolve_job
+    from fedbalance.jobs.run import JobError, job_lock
+    from fedbalance.jobs.pack import PackError, run_pack
 
     cfg = load_config(QUICK)
     jobs = [Job("losses", "mnist", "g10", loss, 0) for loss in ("ce", "focal")]
@@ -221,8 +221,8 @@ def test_a_branch_of_another_training_names_the_keys_that_differ(tmp_path: Path)
     """A nit: a branch refused for another lr said "shares its first 0 rounds" without naming lr."""
     import torch
 
-    from fedbalance.config import resolve_job
-    from fedbalance.jobs import JobError, load_branch
+    from fedbalance.jobs.config import resolve_job
+    from fedbalance.jobs.run import JobError, load_branch
 
     cfg = load_config(QUICK)
     spec = resolve_job(cfg, Job("early", "mnist", "S", "ce", 0))
@@ -235,7 +235,7 @@ def test_a_branch_of_another_training_names_the_keys_that_differ(tmp_path: Path)
 
 def test_a_source_named_by_a_machine_path_is_rewritten_as_its_job_path() -> None:
     """The migration `collect --adopt` ran on the committed sets: the path is dropped, the change recorded."""
-    from fedbalance.refset import relative_sources
+    from fedbalance.evidence.refset import relative_sources
 
     metrics = {"derived_from": "/work/refruns/mnist/monitor/mnist/default/ce/seed0",
                "branched_from": {"folder": "early/mnist/E/ce/seed1", "round": 3}}

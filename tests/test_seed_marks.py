@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fedbalance.seedstats import UNLIKE, seed_mark, seed_marks, seed_span
+from fedbalance.evidence.seedstats import UNLIKE, seed_mark, seed_marks, seed_span
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"

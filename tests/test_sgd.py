@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedbalance.models import LeNet5
-from fedbalance.sgd import FunctionalSGD, SGDConfig, batch_schedule, local_sgd
+from fedbalance.methods.models import LeNet5
+from fedbalance.training.sgd import FunctionalSGD, SGDConfig, batch_schedule, local_sgd
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -61,7 +61,7 @@ def test_local_sgd_equals_a_loop_with_torch_sgd() -> None:
 def test_functional_sgd_does_not_import_dynamo() -> None:
     code = (
         "import sys, torch\n"
-        "from fedbalance.sgd import FunctionalSGD, SGDConfig\n"
+        "from fedbalance.training.sgd import FunctionalSGD, SGDConfig\n"
         "m = torch.nn.Linear(3, 2)\n"
         "opt = FunctionalSGD(m.parameters(), SGDConfig())\n"
         "m(torch.ones(1, 3)).sum().backward(); opt.step()\n"
@@ -77,7 +77,7 @@ def _flags() -> tuple[bool, bool]:
 
 @pytest.mark.parametrize("mode, warn_only", [(True, False), (True, True), (False, False)])
 def test_deterministic_flags_equal_torchs(mode: bool, warn_only: bool) -> None:
-    from fedbalance.sgd import use_deterministic_algorithms
+    from fedbalance.training.sgd import use_deterministic_algorithms
 
     before = _flags()
     try:
@@ -93,8 +93,8 @@ def test_deterministic_flags_equal_torchs(mode: bool, warn_only: bool) -> None:
 def test_a_deterministic_job_block_does_not_import_inductor_and_compile_is_told() -> None:
     code = (
         "import sys, torch\n"
-        "from fedbalance.jobs import deterministic_kernels\n"
-        "from fedbalance.sgd import compile_deterministic\n"
+        "from fedbalance.jobs.run import deterministic_kernels\n"
+        "from fedbalance.training.sgd import compile_deterministic\n"
         "with deterministic_kernels(torch.device('cpu'), True):\n"
         "    on = torch.are_deterministic_algorithms_enabled()\n"
         "    before = 'torch._inductor.config' in sys.modules\n"

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import yaml
 
-from fedbalance.config import jobs, load_config, read_yaml, resolve_job, run_key, twins
-from fedbalance.reuse import twin_config
-from fedbalance.records import Job
+from fedbalance.jobs.config import jobs, load_config, read_yaml, resolve_job, run_key, twins
+from fedbalance.jobs.reuse import twin_config
+from fedbalance.common.records import Job
 
 from test_workflow import in_tmp, job_stats
 

@@ -31,7 +31,7 @@ def import_graph() -> dict[str, set[str]]:
                 parts = name.split(".")
                 if parts[0] != "fedbalance":
                     continue
-                # the longest module the name denotes ('fedbalance.records.ESTIMATORS' -> 'records')
+                # the longest module the name denotes ('fedbalance.common.records.ESTIMATORS' -> 'records')
                 for k in range(len(parts), 1, -1):
                     target = ".".join(parts[1:k])
                     if target in files:
@@ -116,9 +116,9 @@ def test_the_report_side_imports_no_torch() -> None:
     import subprocess
     import sys
 
-    code = ("import sys; import fedbalance.records, fedbalance.config, fedbalance.jobfolder, fedbalance.partition, "
-            "fedbalance.reuse, fedbalance.aggregate, fedbalance.presentation.contract, "
-            "fedbalance.reference, fedbalance.presentation.fidelity, fedbalance.presentation.tables, fedbalance.presentation.claims, "
+    code = ("import sys; import fedbalance.common.records, fedbalance.jobs.config, fedbalance.jobs.jobfolder, fedbalance.data.partition, "
+            "fedbalance.jobs.reuse, fedbalance.jobs.aggregate, fedbalance.presentation.contract, "
+            "fedbalance.evidence.reference, fedbalance.presentation.fidelity, fedbalance.presentation.tables, fedbalance.presentation.claims, "
             "fedbalance.presentation.figures, fedbalance.presentation.report; "
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -196,9 +196,9 @@ def test_the_workflow_plans_with_the_standard_library_pyyaml_and_jsonschema() ->
         "            raise ModuleNotFoundError(name)\n"
         "sys.meta_path.insert(0, Blocked())\n"
         + "".join(f"import fedbalance.{m}\n" for m in PLANNING)
-        + "from fedbalance.config import jobs, load_config, twins\n"
+        + "from fedbalance.jobs.config import jobs, load_config, twins\n"
         "from fedbalance.presentation.study import figures_run, tables_run\n"
-        "from fedbalance.reuse import branches, derived\n"
+        "from fedbalance.jobs.reuse import branches, derived\n"
         "cfg = load_config('config/quick.yaml')\n"
         "study = jobs(cfg)\n"
         "print(len(study), len(twins(cfg)), len(derived(cfg)), len(branches(cfg)), len(tables_run(study)[0]))\n"

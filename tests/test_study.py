@@ -11,15 +11,15 @@ import pandas as pd
 import pytest
 
 from conftest import write_job
-from fedbalance.aggregate import collect
-from fedbalance.config import jobs, load_config
+from fedbalance.jobs.aggregate import collect
+from fedbalance.jobs.config import jobs, load_config
 from fedbalance.presentation.html import markdown_page
 from fedbalance.presentation.study import (
     describe, figure_reads, figures_run, filling, identity, landing_page, setting_words, table_reads, tables_run,
 )
 from fedbalance.presentation.tables import TABLES, cell_values, table_frame, table_html
 from fedbalance.presentation.names import ESTIMATORS
-from fedbalance.records import Job
+from fedbalance.common.records import Job
 
 REPO = Path(__file__).resolve().parents[1]
 QUICK = REPO / "config" / "quick.yaml"

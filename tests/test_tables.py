@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 from conftest import needs_ci_tool, write_job
 
-from fedbalance.aggregate import collect
-from fedbalance.records import Job
+from fedbalance.jobs.aggregate import collect
+from fedbalance.common.records import Job
 from fedbalance.presentation.claims import VERDICTS, claims
 from fedbalance.presentation.report import write_report as write_tables
 from fedbalance.presentation.tables import (
@@ -281,10 +281,10 @@ def test_two_losses_at_one_seed_share_partition_selection_initial_model_and_auxi
     """Why seeds are paired: everything a seed draws is drawn by purpose (fl.derive_seed), not by loss."""
     import torch
 
-    from fedbalance.config import load_config, resolve_job
-    from fedbalance.data import load_dataset
-    from fedbalance.fl import select_clients
-    from fedbalance.jobs import _model_and_loss, auxiliary_data, build_partitions
+    from fedbalance.jobs.config import load_config, resolve_job
+    from fedbalance.data.datasets import load_dataset
+    from fedbalance.engine.fl import select_clients
+    from fedbalance.jobs.run import _model_and_loss, auxiliary_data, build_partitions
 
     cfg = load_config(Path(__file__).resolve().parents[1] / "config" / "quick.yaml")
     ce, ratio, other = (resolve_job(cfg, Job("losses", "mnist", "g10", loss, seed))
@@ -576,7 +576,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _raw(path: Path) -> dict:
-    from fedbalance.config import read_yaml, with_defaults
+    from fedbalance.jobs.config import read_yaml, with_defaults
 
     return with_defaults(read_yaml(path))
 
@@ -622,10 +622,10 @@ def test_a_published_cell_of_another_protocol_is_marked_and_the_caption_names_th
 
 def test_tables_and_compare_read_one_protocol_rule(tmp_path: Path) -> None:
     """The keys in which a table cell's protocol and the paper's differ are those ``compare`` finds between two result
-    folders holding one job of each protocol (``fedbalance.config.protocol``, one rule for both)."""
-    from fedbalance.config import resolve_job
+    folders holding one job of each protocol (``fedbalance.jobs.config.protocol``, one rule for both)."""
+    from fedbalance.jobs.config import resolve_job
     from fedbalance.presentation.protocols import differences, paper_config
-    from fedbalance.reference import protocol_differences
+    from fedbalance.evidence.reference import protocol_differences
 
     job = Job("early", "mnist", "S", "ce", 0)
     quick = _raw(REPO / "config/quick.yaml")

@@ -36,8 +36,8 @@ def test_forward_backward_flops_of_a_linear_model_by_hand() -> None:
 def test_job_flops_adds_clients_monitor_and_evaluation(monkeypatch: pytest.MonkeyPatch) -> None:
     bench = _bench()
     monkeypatch.setattr(bench, "forward_backward_flops", lambda model, shape, classes, batch: (1.0, 3.0))
-    from fedbalance.config import configured_job, load_config
-    from fedbalance.records import Job
+    from fedbalance.jobs.config import configured_job, load_config
+    from fedbalance.common.records import Job
 
     spec = configured_job(load_config(ROOT / "config" / "quick.yaml"), Job("losses", "mnist", "g10", "ratio", 0))
     spec.update(clients_per_round=2, local_epochs=3)

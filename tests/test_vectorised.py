@@ -7,13 +7,13 @@ import torch
 from torch import nn
 from torchvision.models.resnet import BasicBlock
 
-import fedbalance.sgd as sgd_mod
-import fedbalance.losses as losses_mod
-import fedbalance.vectorised as vec_mod
-from fedbalance.losses import feed, get_loss
-from fedbalance.models import build_model
-from fedbalance.train import SGDConfig, average_stacked, train_copies
-from fedbalance.vectorised import VectorisedOptions, make_masked_loss, train_copies_vectorised
+import fedbalance.training.sgd as sgd_mod
+import fedbalance.methods.losses as losses_mod
+import fedbalance.training.vectorised as vec_mod
+from fedbalance.methods.losses import feed, get_loss
+from fedbalance.methods.models import build_model
+from fedbalance.training.train import SGDConfig, average_stacked, train_copies
+from fedbalance.training.vectorised import VectorisedOptions, make_masked_loss, train_copies_vectorised
 
 TOL = 1e-5
 Q = 10
@@ -256,7 +256,7 @@ def test_estimate_is_linear_in_the_copies_and_counts_the_weights() -> None:
 
 def test_chunks_from_a_memory_budget_give_the_unchunked_numbers(lenet: nn.Module) -> None:
     """A budget that fits 2 of 5 copies trains them 2 + 2 + 1 (recorded), with the numbers of one vmap call."""
-    from fedbalance.train import CopyPlan, copy_plan
+    from fedbalance.training.train import CopyPlan, copy_plan
 
     datasets = _data((37, 64, 5, 20, 33), (1, 16, 16), seed=8)
     loss = get_loss("focal", Q)
@@ -320,7 +320,7 @@ class _ToyLocal(losses_mod.CountsLoss):
 def test_a_toy_loss_from_losses_py_alone_runs_on_both_paths(lenet, toy, monkeypatch):
     """A new loss needs its class in losses.py (and its name in the schema): the engine feeds it what it declares
     (``losses.feed``), the monitor runs for a loss that receives its prior, and both paths give the same numbers."""
-    from fedbalance.fl import needs_monitor
+    from fedbalance.engine.fl import needs_monitor
 
     monkeypatch.setitem(losses_mod.LOSSES, "toy", toy)
     loss = losses_mod.get_loss("toy", Q)
@@ -329,8 +329,8 @@ def test_a_toy_loss_from_losses_py_alone_runs_on_both_paths(lenet, toy, monkeypa
         assert torch.equal(loss.prior, torch.linspace(1.0, 30.0, Q))
     else:
         assert torch.equal(loss.counts, torch.ones(Q))  # it takes client counts only
-    from fedbalance.config import configured_job, load_config
-    from fedbalance.records import Job
+    from fedbalance.jobs.config import configured_job, load_config
+    from fedbalance.common.records import Job
 
     spec = configured_job(load_config("config/quick.yaml"), Job("losses", "mnist", "g10", "ce", 0))
     spec.update(loss="toy", base_loss="toy")

@@ -62,7 +62,7 @@ def test_cli_version() -> None:
 def test_job_metrics_record_the_version() -> None:
     import torch
 
-    from fedbalance.jobs import runtime
+    from fedbalance.jobs.run import runtime
 
     assert runtime(torch.device("cpu"), True)["fedbalance"] == fedbalance.__version__ != "0.1.0"
 

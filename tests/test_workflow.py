@@ -29,8 +29,8 @@ QUICK_DERIVED = 1  # and derived from a trajectory (rule derive): t_ra/t2, so 38
 QUICK_BRANCHED = 1  # of those, early/S starts from early/E's state after 3 rounds (rule keep trains them; E's rule train resumes)
 
 sys.path.insert(0, str(REPO / "src"))
-from fedbalance.config import jobs, load_config, twins  # noqa: E402
-from fedbalance.reuse import branches, derived  # noqa: E402
+from fedbalance.jobs.config import jobs, load_config, twins  # noqa: E402
+from fedbalance.jobs.reuse import branches, derived  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
 
@@ -295,7 +295,7 @@ def test_quick_criteria_can_fail(tmp_path):
 
 @pytest.mark.slow
 def test_quick_dag_end_to_end(tmp_path):
-    from fedbalance.aggregate import read_tidy
+    from fedbalance.jobs.aggregate import read_tidy
     from fedbalance.presentation.figures import FIGURES
     from fedbalance.presentation.tables import TABLES, cell_values, table_labels
 

@@ -20,22 +20,22 @@ from pathlib import Path
 from typing import Any
 
 from fedbalance import __version__
-from fedbalance.config import ConfigError, base_losses, check_threads, data_args, dataset_spec, jobs, load_config, resolve_job, settings
-from fedbalance.jobfolder import PROVENANCE
-from fedbalance.jobspec import JobSpec
+from fedbalance.jobs.config import ConfigError, base_losses, check_threads, data_args, dataset_spec, jobs, load_config, resolve_job, settings
+from fedbalance.jobs.jobfolder import PROVENANCE
+from fedbalance.common.jobspec import JobSpec
 from fedbalance.logs import configure as configure_logging
-from fedbalance.records import Job
-from fedbalance.partition import PartitionError
-from fedbalance.seal import refuse_inside
+from fedbalance.common.records import Job
+from fedbalance.data.partition import PartitionError
+from fedbalance.jobs.seal import refuse_inside
 
 logger = logging.getLogger(__name__)
 
 
 USER_ERRORS = {
-    "fedbalance.config": "ConfigError", "fedbalance.data": "DataError", "fedbalance.partition": "PartitionError",
-    "fedbalance.fl": "FLError", "fedbalance.cost": "CostError", "fedbalance.jobfolder": "JobFolderError",
-    "fedbalance.jobs": "JobError", "fedbalance.seal": "SealError", "fedbalance.provenance": "ProvenanceError",
-    "fedbalance.refset": "RefSetError", "fedbalance.plugins": "PluginError",
+    "fedbalance.jobs.config": "ConfigError", "fedbalance.data.datasets": "DataError", "fedbalance.data.partition": "PartitionError",
+    "fedbalance.engine.fl": "FLError", "fedbalance.jobs.cost": "CostError", "fedbalance.jobs.jobfolder": "JobFolderError",
+    "fedbalance.jobs.run": "JobError", "fedbalance.jobs.seal": "SealError", "fedbalance.jobs.provenance": "ProvenanceError",
+    "fedbalance.evidence.refset": "RefSetError", "fedbalance.common.plugins": "PluginError",
 }
 """The errors that end a subcommand with status 2, by module."""
 
@@ -170,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
         "pack",
         help="run several jobs of one shape as one pack (their clients trained together)",
         description="Run the --job jobs (same model, batch size, local epochs and optimiser; any loss, seed or setting) "
-        "in one process, their clients' copies trained together on the vectorised path (fedbalance.pack); each job "
+        "in one process, their clients' copies trained together on the vectorised path (fedbalance.jobs.pack); each job "
         "writes metrics.json, rounds.csv and its checkpoint into <results>/<job>, as 'fedbalance train' would. A pack "
         "interrupted earlier resumes every job from its checkpoint; a job already finished is not trained again.",
     )
@@ -192,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
         "derive",
         help="write a job from a trained job's trajectory (a T_Ra or estimator variant of a CE job)",
         description="Write the job (experiment, dataset, setting, loss, seed) into --out from the finished job in --source "
-        "and its trajectory.pt: the same training, the monitor run again with the job's own keys (fedbalance.derive). "
+        "and its trajectory.pt: the same training, the monitor run again with the job's own keys (fedbalance.jobs.derive). "
         "Refused unless the config's job differs from the source's only there.",
     )
     _job_args(der, loss=True)
@@ -257,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     cost.add_argument("--calibrate", action="store_true", help="measure now even when --calibration exists (and overwrite it)")
     cost.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None, help="device to calibrate (default: the config's device)")
     cost.add_argument("--threads", type=int, default=None, help="torch CPU threads while calibrating (default: 1 on the CPU, as the workflow's CPU jobs)")
-    cost.add_argument("--samples-per-writer", type=int, default=None, help="FEMNIST samples per writer (default: fedbalance.cost.SAMPLES_PER_WRITER)")
+    cost.add_argument("--samples-per-writer", type=int, default=None, help="FEMNIST samples per writer (default: fedbalance.jobs.cost.SAMPLES_PER_WRITER)")
     cost.add_argument("--json", action="store_true", help="print the rows, total and calibration as JSON instead of the table")
     cost.set_defaults(func=cmd_cost)
 
@@ -291,7 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _reference_parser(sub: Any) -> None:
-    """``fedbalance reference collect|status|missing|docs`` (``fedbalance.refset``, ``fedbalance.refdocs``)."""
+    """``fedbalance reference collect|status|missing|docs`` (``fedbalance.evidence.refset``, ``fedbalance.presentation.refdocs``)."""
     ref = sub.add_parser(
         "reference",
         help="grow and read a reference set: collect jobs into it, its status, what it lacks, the docs it renders",
@@ -331,7 +331,7 @@ def _reference_parser(sub: Any) -> None:
                     help="the study config (default: the set's marker's, else config/mnist.yaml)")
     mi.add_argument("--dataset", default="mnist")
     mi.add_argument("--plan", nargs="+", default=None, help="steps experiment:settings:seeds (settings: globs, empty "
-                    "for all) in order; default: the evidence order (fedbalance.refset.EVIDENCE_PLAN)")
+                    "for all) in order; default: the evidence order (fedbalance.evidence.refset.EVIDENCE_PLAN)")
     mi.add_argument("--targets", type=read_path, default=None, metavar="RUNS",
                     help="print Snakemake targets under this results_dir (RUNS/<job>/metrics.json) instead of job paths")
     mi.set_defaults(func=cmd_reference_missing)
@@ -347,7 +347,7 @@ def _reference_parser(sub: Any) -> None:
 
 
 def _compare_metrics() -> tuple[str, ...]:
-    from fedbalance.reference import METRICS
+    from fedbalance.evidence.reference import METRICS
 
     return tuple(METRICS)
 
@@ -380,7 +380,7 @@ def recorded_job(folder: Path) -> str:
     workflow's rule."""
     import json
 
-    from fedbalance.provenance import in_a_set
+    from fedbalance.jobs.provenance import in_a_set
 
     try:
         record = json.loads((folder / PROVENANCE).read_text())
@@ -410,7 +410,7 @@ def _job_out(args: argparse.Namespace) -> tuple[dict[str, Any], JobSpec]:
 
 def cmd_train(args: argparse.Namespace) -> int:
     """``fedbalance train``."""
-    from fedbalance.jobs import load_partitions, run_job
+    from fedbalance.jobs.run import load_partitions, run_job
 
     cfg, spec = _job_out(args)
     parts = load_partitions(args.partition) if args.partition is not None else None
@@ -456,7 +456,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
     """``fedbalance pack``."""
     import torch
 
-    from fedbalance.pack import run_pack
+    from fedbalance.jobs.pack import run_pack
 
     cfg = load_config(args.config)
     results = args.results if args.results is not None else Path(cfg["results_dir"])
@@ -486,7 +486,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
 
 def cmd_derive(args: argparse.Namespace) -> int:
     """``fedbalance derive``."""
-    from fedbalance.derive import derive_job
+    from fedbalance.jobs.derive import derive_job
 
     if not args.source.is_dir():
         raise ConfigError(f"--source {args.source}: not a folder (the trained job's folder)")
@@ -501,8 +501,8 @@ def cmd_derive(args: argparse.Namespace) -> int:
 
 def cmd_partition(args: argparse.Namespace) -> int:
     """``fedbalance partition``."""
-    from fedbalance.data import load_dataset
-    from fedbalance.jobs import build_partitions, save_partitions
+    from fedbalance.data.datasets import load_dataset
+    from fedbalance.jobs.run import build_partitions, save_partitions
 
     if args.out.is_dir():
         raise ConfigError(f"--out {args.out} is a folder; name the partition JSON file to write")
@@ -519,7 +519,7 @@ def cmd_partition(args: argparse.Namespace) -> int:
 
 def cmd_prepare(args: argparse.Namespace) -> int:
     """``fedbalance prepare``: fetch or find the files, then read them all (so a malformed file fails here)."""
-    from fedbalance.data import load_dataset, prepare_dataset
+    from fedbalance.data.datasets import load_dataset, prepare_dataset
 
     cfg = load_config(args.config)
     _choose("dataset", args.dataset, list(cfg["datasets"]), "datasets")
@@ -533,9 +533,9 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 def cmd_plugins(args: argparse.Namespace) -> int:
     """``fedbalance plugins``."""
-    from fedbalance.config import study_plugins
+    from fedbalance.jobs.config import study_plugins
     from fedbalance.presentation.study import plugins_table
-    from fedbalance.reuse import stale_plugins
+    from fedbalance.jobs.reuse import stale_plugins
 
     cfg = load_config(args.config)
     found = study_plugins(cfg)
@@ -572,7 +572,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
     """``fedbalance cost``."""
     import json
 
-    from fedbalance import cost
+    from fedbalance.jobs import cost
 
     cfg = load_config(args.config)
     if args.experiment:
@@ -594,7 +594,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
         cal = cost.load_calibration(args.calibration) if stored else cost.shipped_calibration(args.device or cfg["device"])
         device_type = cal.device_type
     else:
-        from fedbalance.jobs import resolve_device
+        from fedbalance.jobs.run import resolve_device
 
         device_type = resolve_device(args.device or cfg["device"]).type
     works = cost.study_work(cfg, args.experiment, device_type=device_type, samples_per_writer=spw)
@@ -620,7 +620,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     """``fedbalance compare``."""
     from fedbalance.atomic import atomic_write
-    from fedbalance.reference import CELL, compare, compare_markdown, protocol_differences, protocol_header
+    from fedbalance.evidence.reference import CELL, compare, compare_markdown, protocol_differences, protocol_header
 
     if args.csv is not None and (args.csv.is_dir() or (args.csv.parent.exists() and not args.csv.parent.is_dir())):
         raise ConfigError(f"--csv {args.csv}: not a file that can be written (a folder, or below a file)")
@@ -652,7 +652,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_reference_collect(args: argparse.Namespace) -> int:
     """``fedbalance reference collect``."""
-    from fedbalance.refset import RefSetError, collect, recover
+    from fedbalance.evidence.refset import RefSetError, collect, recover
 
     if args.recover:
         if args.runs is not None or args.adopt or args.replace:
@@ -665,7 +665,7 @@ def cmd_reference_collect(args: argparse.Namespace) -> int:
 
 def cmd_reference_status(args: argparse.Namespace) -> int:
     """``fedbalance reference status``."""
-    from fedbalance.refset import status
+    from fedbalance.evidence.refset import status
 
     print(status(args.reference, args.readme), end="")
     return 0
@@ -673,7 +673,7 @@ def cmd_reference_status(args: argparse.Namespace) -> int:
 
 def cmd_reference_missing(args: argparse.Namespace) -> int:
     """``fedbalance reference missing``: the jobs one a line (or their targets), a count per step on stderr."""
-    from fedbalance.refset import missing, set_config, target
+    from fedbalance.evidence.refset import missing, set_config, target
 
     config = args.config if args.config is not None else set_config(args.reference)
     steps = missing(config, args.reference, args.plan, args.dataset)
@@ -691,7 +691,7 @@ def cmd_reference_missing(args: argparse.Namespace) -> int:
 
 def cmd_reference_docs(args: argparse.Namespace) -> int:
     """``fedbalance reference docs``."""
-    from fedbalance.refdocs import splice
+    from fedbalance.presentation.refdocs import splice
 
     stale = splice(args.rendered, args.reference, args.docs, check=args.check, allow_fewer=args.allow_fewer)
     verb = "differ from" if args.check else "updated from"

@@ -1,7 +1,7 @@
 """How the library's messages reach a user: every module logs through its own logger (``logging.getLogger(__name__)``,
 below the ``fedbalance`` logger, which has a NullHandler and so prints nothing by itself); an application — the CLI,
 the workflow's scripts, a user's own program — decides where they go and from which level (``configure``).
-Progress bars stay tqdm's; a job without a terminal logs one line per round at INFO (``fedbalance.jobs``).
+Progress bars stay tqdm's; a job without a terminal logs one line per round at INFO (``fedbalance.jobs.run``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ LOGGER = "fedbalance"
 
 class _Formatter(logging.Formatter):
     """INFO and below as the message alone (a job's progress line carries its own time); WARNING and above headed by
-    the level and the logger ("WARNING fedbalance.jobs: ignoring checkpoint ...")."""
+    the level and the logger ("WARNING fedbalance.jobs.run: ignoring checkpoint ...")."""
 
     def format(self, record: logging.LogRecord) -> str:
         message = super().format(record)

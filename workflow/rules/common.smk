@@ -1,5 +1,5 @@
 # Shared helpers of the rules: the job list, each job's resolved parameters, device and resources.
-# `config` has been validated by the Snakefile (schema + fedbalance.config.validate) before this runs.
+# `config` has been validated by the Snakefile (schema + fedbalance.jobs.config.validate) before this runs.
 #
 # What is imported here, when the workflow parses, needs the standard library, PyYAML and jsonschema only (which
 # Snakemake brings): the workflow catalog lints it with Snakemake alone (tests/test_catalog.py). Whatever needs
@@ -12,7 +12,7 @@ import re
 from functools import cache
 from pathlib import Path
 
-from fedbalance.config import (
+from fedbalance.jobs.config import (
     data_args,
     dataset_plugin,
     dataset_spec,
@@ -22,24 +22,24 @@ from fedbalance.config import (
     settings,
     twins,
 )
-from fedbalance.jobspec import partition_dict
-from fedbalance.records import Job
-from fedbalance.jobfolder import METRICS, PROVENANCE, ROUNDS, JobFolderError, branch_file
-from fedbalance.reuse import branch_rounds, branches, derived
+from fedbalance.common.jobspec import partition_dict
+from fedbalance.common.records import Job
+from fedbalance.jobs.jobfolder import METRICS, PROVENANCE, ROUNDS, JobFolderError, branch_file
+from fedbalance.jobs.reuse import branch_rounds, branches, derived
 from fedbalance.presentation import figures as presentation_figures
 from fedbalance.presentation import table_specs as presentation_tables
 from fedbalance.presentation.figures import FIGURES
 from fedbalance.presentation.table_specs import TABLES
 from fedbalance.presentation.study import describe, figure_reads, filling, table_reads
-from fedbalance.records import DEFAULT_ESTIMATOR as RECORDS_DEFAULT_ESTIMATOR
+from fedbalance.common.records import DEFAULT_ESTIMATOR as RECORDS_DEFAULT_ESTIMATOR
 
-# With `reference_dir` (a reference result set, fedbalance.reference) the study is the jobs that set
+# With `reference_dir` (a reference result set, fedbalance.evidence.reference) the study is the jobs that set
 # holds, copied by rule from_reference (and their twins); nothing is trained, nothing is written into the set
-# (fedbalance.config.validate keeps results_dir apart from it). A set holding no job of the config, a job
+# (fedbalance.jobs.config.validate keeps results_dir apart from it). A set holding no job of the config, a job
 # folder that is not whole or a job of other parameters stops here, before the DAG.
 REFERENCE_DIR = config.get("reference_dir")
 if REFERENCE_DIR is not None:
-    from fedbalance.reference import ReferenceSetError, render_jobs  # pandas: a render needs the library's dependencies
+    from fedbalance.evidence.reference import ReferenceSetError, render_jobs  # pandas: a render needs the library's dependencies
 
     try:
         _held, _twins = render_jobs(config, REFERENCE_DIR, notice=lambda line: logger.warning(f"WARNING: {line}"))
@@ -56,11 +56,11 @@ else:
     _twins = twins(config)
     FROM_REFERENCE = {}
     # Jobs equal to an earlier one but for their experiment's and setting's names: written from it by
-    # rule reuse instead of trained again (fedbalance.config.twins).
+    # rule reuse instead of trained again (fedbalance.jobs.config.twins).
     TWINS = {job.path: source.path for job, source in _twins.items()}
 # Jobs derived from a trained job's trajectory (rule derive; none when rendering a reference set).
 _derived = {} if REFERENCE_DIR is not None else derived(config)
-# Jobs that share their first rounds with another (fedbalance.reuse.branches: early's S and M with E): their source
+# Jobs that share their first rounds with another (fedbalance.jobs.reuse.branches: early's S and M with E): their source
 # trains up to each round it keeps for them in a job of its own (rule keep writes branch-rNNN.pt and its checkpoint, which
 # the next of its jobs resumes), and each of them starts as soon as the state it shares exists (a source that finished
 # without it, trained before, lets them train from round 0). A reference set holds its jobs as they are, so nothing
@@ -112,7 +112,7 @@ def _paths(paths):
 wildcard_constraints:
     experiment=_alternation(EXPERIMENTS),
     dataset=_alternation(DATASETS),
-    # setting names are [A-Za-z0-9._-]+ (checked by fedbalance.config.validate), e.g. "t1.25", "c5_g10", "S"
+    # setting names are [A-Za-z0-9._-]+ (checked by fedbalance.jobs.config.validate), e.g. "t1.25", "c5_g10", "S"
     setting=r"[A-Za-z0-9._\-]+",
     loss=_alternation(LOSSES),
     seed=r"\d+",
@@ -127,8 +127,8 @@ def job_of(wildcards):
 
 
 def job_spec(wildcards):
-    """The configured dict of one training job (fedbalance.config.resolve_job(...).as_dict()): params are
-    pickled plain, the script types it again (fedbalance.jobspec.as_spec) once src/ is on its path."""
+    """The configured dict of one training job (fedbalance.jobs.config.resolve_job(...).as_dict()): params are
+    pickled plain, the script types it again (fedbalance.common.jobspec.as_spec) once src/ is on its path."""
     return resolve_job(config, job_of(wildcards)).as_dict()
 
 
@@ -150,7 +150,7 @@ def reference_records(wildcards):
 
 def partition_spec(wildcards):
     """Parameters of a partition job: those of the experiment's first loss (partitions ignore the loss), less the
-    records of plug-ins that do not act on a partition (fedbalance.jobspec.partition_dict: a loss's, an estimator's)."""
+    records of plug-ins that do not act on a partition (fedbalance.common.jobspec.partition_dict: a loss's, an estimator's)."""
     loss = config["experiments"][wildcards.experiment]["losses"][0]
     return partition_dict(
         resolve_job(config, Job(wildcards.experiment, wildcards.dataset, wildcards.setting, loss, int(wildcards.seed)))
@@ -165,7 +165,7 @@ def plugin_param(value, otherwise):
 
 
 def dataset_data(dataset):
-    """(source, loader options) of a dataset: every job of it trains on these (fedbalance.config.validate)."""
+    """(source, loader options) of a dataset: every job of it trains on these (fedbalance.jobs.config.validate)."""
     return data_args(dataset_spec(config, dataset))
 
 

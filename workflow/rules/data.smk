@@ -3,7 +3,7 @@
 # files: its manifest lists none. The training labels (and writer ids) go to <dataset>.labels.npz
 # so that the partition jobs need neither torch nor the images. Data files are not inputs (a download
 # would change the input set); instead every train job checks them against the manifest
-# (fedbalance.data.check_manifest) and fails, naming the file, when one changed since: rerun with
+# (fedbalance.data.datasets.check_manifest) and fails, naming the file, when one changed since: rerun with
 # `--forcerun prepare_data`. Runs on the submitting host (localrules): cluster compute nodes
 # often have no internet; point `data_dir` at a pre-staged copy where even that host has none.
 

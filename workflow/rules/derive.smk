@@ -1,9 +1,9 @@
-# Stage 3b: jobs derived from a trained job's trajectory instead of trained (fedbalance.reuse.derived): they
+# Stage 3b: jobs derived from a trained job's trajectory instead of trained (fedbalance.jobs.reuse.derived): they
 # differ from it only in the monitor of a loss that does not train on it (a T_Ra sweep of CE jobs), so the
-# monitor is run again with their keys on every round's G_t (fedbalance.derive). Its source saved
+# monitor is run again with their keys on every round's G_t (fedbalance.jobs.derive). Its source saved
 # trajectory.pt beside its metrics.json (save_trajectory: true). A reference set holds derived jobs as they
 # are, so nothing is derived when rendering one. A derived job's outputs are its monitor's alone: the versions of the
-# plug-in estimators it records are a param (fedbalance.config.estimator_versions), so a new version re-derives it,
+# plug-in estimators it records are a param (fedbalance.jobs.config.estimator_versions), so a new version re-derives it,
 # while no training reruns (an estimator acts on no job's training but a prior-fed loss's lead one).
 
 DERIVED = {job.path: src.path for job, src in _derived.items()}

@@ -19,7 +19,7 @@ from fedbalance.presentation.study import (
     table_reads,
     tables_run,
 )
-from fedbalance.config import study_plugins
+from fedbalance.jobs.config import study_plugins
 from fedbalance.presentation.table_specs import TABLE_SUFFIXES
 
 TABLES_DIR = result("tables")

@@ -1,7 +1,7 @@
 # Stage 3: one FedAvg (or centralised) training job per (experiment, dataset, setting, loss, seed).
-# fedbalance.jobs.run_job writes metrics.json and rounds.csv (fedbalance.jobfolder) atomically and checkpoints every
+# fedbalance.jobs.run.run_job writes metrics.json and rounds.csv (fedbalance.jobs.jobfolder) atomically and checkpoints every
 # round to checkpoint.pt beside them (not a declared output, so it survives a failed or killed
-# job and the rerun, with --rerun-incomplete after a kill, resumes from it); then provenance.json (fedbalance.provenance:
+# job and the rerun, with --rerun-incomplete after a kill, resumes from it); then provenance.json (fedbalance.jobs.provenance:
 # the commit, this Snakemake command, the rule and its wildcards, device, threads, wall time). Every rule that writes
 # a job folder writes all three.
 

@@ -61,11 +61,11 @@ def logged(smk):
 
 
 def record(smk, folder, metrics, started: float, *, trained: bool = True, **extra) -> None:
-    """Write ``folder``'s provenance.json (fedbalance.provenance.job_record): this rule and its wildcards, the
+    """Write ``folder``'s provenance.json (fedbalance.jobs.provenance.job_record): this rule and its wildcards, the
     commit of the workflow's src/ (or FEDBALANCE_COMMIT), the command the Snakefile recorded, and ``extra``."""
     from importlib.metadata import version
 
-    from fedbalance.provenance import SNAKEMAKE, job_record, write
+    from fedbalance.jobs.provenance import SNAKEMAKE, job_record, write
 
     how = {"runner": SNAKEMAKE, "runner_version": version("snakemake"), "rule": smk.rule,
            "wildcards": dict(smk.wildcards.items())}

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import _common
 
-from fedbalance.aggregate import collect_tidy, write_tidy
-from fedbalance.records import Job
+from fedbalance.jobs.aggregate import collect_tidy, write_tidy
+from fedbalance.common.records import Job
 
 smk = snakemake  # noqa: F821  (injected by Snakemake)
 

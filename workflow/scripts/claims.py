@@ -3,7 +3,7 @@
 
 import _common
 
-from fedbalance.aggregate import read_frame
+from fedbalance.jobs.aggregate import read_frame
 from fedbalance.presentation.claims import write_claims
 
 smk = snakemake  # noqa: F821  (injected by Snakemake)

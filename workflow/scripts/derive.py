@@ -1,4 +1,4 @@
-"""Rule derive: a job's metrics.json and rounds.csv from its source's trajectory (fedbalance.derive), then its
+"""Rule derive: a job's metrics.json and rounds.csv from its source's trajectory (fedbalance.jobs.derive), then its
 provenance.json."""
 
 import time
@@ -12,8 +12,8 @@ started = time.time()
 with _common.logged(smk):
     import torch
 
-    from fedbalance.data import check_manifest
-    from fedbalance.derive import derive_job
+    from fedbalance.data.datasets import check_manifest
+    from fedbalance.jobs.derive import derive_job
 
     check_manifest(smk.input.manifest)
     torch.set_num_threads(smk.params.threads)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import _common
 
-from fedbalance.aggregate import read_tidy
+from fedbalance.jobs.aggregate import read_tidy
 from fedbalance.presentation.fidelity import fidelity_frame, fidelity_markdown
 
 smk = snakemake  # noqa: F821  (injected by Snakemake)

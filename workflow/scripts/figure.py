@@ -7,7 +7,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from fedbalance.aggregate import read_frame  # noqa: E402
+from fedbalance.jobs.aggregate import read_frame  # noqa: E402
 from fedbalance.presentation.figures import write_figure  # noqa: E402
 
 smk = snakemake  # noqa: F821  (injected by Snakemake)

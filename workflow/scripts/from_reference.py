@@ -11,9 +11,9 @@ started = time.time()
 with _common.logged(smk):
     from pathlib import Path
 
-    from fedbalance.jobfolder import PROVENANCE
-    from fedbalance.provenance import read
-    from fedbalance.reuse import write_twin
+    from fedbalance.jobs.jobfolder import PROVENANCE
+    from fedbalance.jobs.provenance import read
+    from fedbalance.jobs.reuse import write_twin
 
     for source, target, spec in smk.params.copies:
         metrics = write_twin(source, target, spec)

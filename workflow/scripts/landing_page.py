@@ -5,7 +5,7 @@ not run and the plug-ins it uses -> the report's landing page, reStructuredText
 import _common
 
 from fedbalance.presentation.study import write_landing_page
-from fedbalance.records import Job
+from fedbalance.common.records import Job
 
 smk = snakemake  # noqa: F821  (injected by Snakemake)
 

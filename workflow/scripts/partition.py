@@ -3,7 +3,7 @@
 import _common
 import numpy as np
 
-from fedbalance.partition import save_partitions, spec_partitions
+from fedbalance.data.partition import save_partitions, spec_partitions
 
 smk = snakemake  # noqa: F821  (injected by Snakemake)
 

@@ -4,7 +4,7 @@ import _common
 import numpy as np
 
 from fedbalance.atomic import atomic_write, write_json
-from fedbalance.data import data_manifest, load_dataset, prepare_dataset
+from fedbalance.data.datasets import data_manifest, load_dataset, prepare_dataset
 
 smk = snakemake  # noqa: F821  (injected by Snakemake)
 

@@ -9,8 +9,8 @@ smk = snakemake  # noqa: F821  (injected by Snakemake)
 started = time.time()
 
 with _common.logged(smk):
-    from fedbalance.jobfolder import folder_job
-    from fedbalance.reuse import write_twin
+    from fedbalance.jobs.jobfolder import folder_job
+    from fedbalance.jobs.reuse import write_twin
 
     source, out = Path(smk.input.metrics).parent, Path(smk.output.metrics).parent
     metrics = write_twin(source, out, smk.params.spec)

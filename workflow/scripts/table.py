@@ -6,7 +6,7 @@ import _common
 
 import pandas as pd
 
-from fedbalance.aggregate import read_frame
+from fedbalance.jobs.aggregate import read_frame
 from fedbalance.presentation.tables import write_table
 
 smk = snakemake  # noqa: F821  (injected by Snakemake)

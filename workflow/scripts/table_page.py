@@ -3,7 +3,7 @@ fill it (fedbalance.presentation.tables.write_table_html)."""
 
 import _common
 
-from fedbalance.aggregate import read_frame
+from fedbalance.jobs.aggregate import read_frame
 from fedbalance.presentation.study import study_line
 from fedbalance.presentation.tables import write_table_html
 

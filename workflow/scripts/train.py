@@ -1,4 +1,4 @@
-"""Rules train and keep: one training job; fedbalance.jobs.run_job writes metrics.json and rounds.csv beside each other
+"""Rules train and keep: one training job; fedbalance.jobs.run.run_job writes metrics.json and rounds.csv beside each other
 (atomically) and resumes from checkpoint.pt in the same folder; a branched job starts from its source's kept round
 state when the source kept it. Rule train then writes provenance.json; rule keep stops after its round (``until``),
 keeping that round's state and the checkpoint for the job's next rule."""
@@ -14,9 +14,9 @@ started = time.time()
 with _common.logged(smk):
     import torch
 
-    from fedbalance.data import check_manifest
-    from fedbalance.jobfolder import kept_branch
-    from fedbalance.jobs import load_partitions, run_job
+    from fedbalance.data.datasets import check_manifest
+    from fedbalance.jobs.jobfolder import kept_branch
+    from fedbalance.jobs.run import load_partitions, run_job
 
     check_manifest(smk.input.manifest)  # the data files are those prepare_data recorded
     # the config's thread count, not smk.threads (which --set-threads or --cores may change)

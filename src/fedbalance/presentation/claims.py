@@ -37,8 +37,8 @@ from fedbalance.presentation.names import PLAIN_METRIC, READING_NAME, READINGS, 
 from fedbalance.presentation.tables import (
     TABLES, TableSpec, bold_mask, cell_seed_values, cell_values, environment, fmt, fmt_diff,
 )
-from fedbalance.records import DEFAULT_ESTIMATOR, cs_column, setting_value
-from fedbalance.seedstats import CONFIDENCE, MIN_SEEDS, paired_interval, seed_mark, seed_span
+from fedbalance.common.records import DEFAULT_ESTIMATOR, cs_column, setting_value
+from fedbalance.evidence.seedstats import CONFIDENCE, MIN_SEEDS, paired_interval, seed_mark, seed_span
 
 READS: tuple[Read, ...] = (
     Read("monitor", by="claims"), Read("losses", loss="ratio", by="claims"),

@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from fedbalance.config import jobs
-from fedbalance.records import Job
+from fedbalance.jobs.config import jobs
+from fedbalance.common.records import Job
 from fedbalance.presentation.claims import READS as CLAIM_READS
 from fedbalance.presentation.figures import FIGURES
 from fedbalance.presentation.fidelity import READS as FIDELITY_READS
 from fedbalance.presentation.names import Read
 from fedbalance.presentation.tables import TABLES
-from fedbalance.records import parse_setting
+from fedbalance.common.records import parse_setting
 
 READ_ELSEWHERE: frozenset[str] = frozenset({"ratio_stability"})
 """Families read outside the report's tables, figures and claims (benchmarks/ratio_stability.py)."""

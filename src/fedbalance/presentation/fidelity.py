@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedbalance.records import plus_minus
-from fedbalance.seedstats import Ranged, ranged_interval, seed_mark, seed_span
+from fedbalance.common.records import plus_minus
+from fedbalance.evidence.seedstats import Ranged, ranged_interval, seed_mark, seed_span
 from fedbalance.presentation.names import (
     DATASET_NAME, DATASETS, GAMMAS, METRIC_RANGE, PLAIN_METRIC, READING_NAME, Read, gamma_setting,
 )
@@ -148,7 +148,7 @@ def fidelity_frame(
 ) -> pd.DataFrame:
     """One row per (dataset, setting, loss) of ``experiment``: Ac.M (%) and AUC (hard) beside the paper's.
 
-    ``final``/``rounds`` are ``fedbalance.aggregate`` frames; values are means over seeds, on the seeds every loss of
+    ``final``/``rounds`` are ``fedbalance.jobs.aggregate`` frames; values are means over seeds, on the seeds every loss of
     the (dataset, setting) holds (``common_seeds``: ``seed_ids``; ``held``, the seeds the cell holds). ``base``
     maps a loss variant (e.g. ``ratio_rel``) to the loss whose published number it is compared
     with. ``best_round`` is the round (0-based) of the best mean Ac.M. Rows run in the paper's order:

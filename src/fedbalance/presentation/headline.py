@@ -2,7 +2,7 @@
 
 ``tally_text``: the paper's headline claims counted by their verdict (``fedbalance.presentation.claims``), in a
 sentence; ``install_figures``: the figures of ``figures.HEADLINE`` (drawn by rule ``figure`` of the render, PNG and the
-plotted numbers as CSV) copied into docs/figures/. ``fedbalance reference docs`` (``fedbalance.refdocs``) calls both; tests/test_headline.py
+plotted numbers as CSV) copied into docs/figures/. ``fedbalance reference docs`` (``fedbalance.presentation.refdocs``) calls both; tests/test_headline.py
 checks the README's block against docs/claims-mnist.md and the CSVs against the reference set.
 """
 
@@ -17,7 +17,7 @@ import pandas as pd
 
 from fedbalance.presentation.claims import FAILS, FEW_SEEDS, HOLDS, INDISTINCT, NO_DATA, VERDICTS, claims
 from fedbalance.presentation.figures import HEADLINE, POINTS
-from fedbalance.records import DEFAULT_ESTIMATOR
+from fedbalance.common.records import DEFAULT_ESTIMATOR
 
 SAYS = {HOLDS: "hold", FAILS: "do not hold", INDISTINCT: "are not distinguishable at 95 %",
         FEW_SEEDS: "rest on too few seeds", NO_DATA: "lack data (the set holds none of their jobs)"}

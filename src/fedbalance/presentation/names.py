@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedbalance.records import ESTIMATORS as RECORDED
-from fedbalance.records import UNIFORM, setting_name
+from fedbalance.common.records import ESTIMATORS as RECORDED
+from fedbalance.common.records import UNIFORM, setting_name
 
 DATASETS: tuple[str, ...] = ("mnist", "cifar10", "fer2013", "femnist")
 """The paper's datasets, in the order its tables and figures show them."""
@@ -55,7 +55,7 @@ BEYOND_NAME = {"ce": "CE", "ratio": "Ratio (paper)", "ratio_median": "Ratio, med
 METRIC_RANGE = {"acm": (0.0, 100.0), "acc_majority": (0.0, 100.0), "auc": (0.0, 1.0), "cs": (0.0, 1.0),
                 "cs_mean": (0.0, 1.0), "cs_var": (0.0, float("inf"))}
 """The range of each table metric in its printed units (accuracies in %, AUC and CS as fractions, a variance >= 0):
-an interval of it is reported inside it (``fedbalance.seedstats.ranged_interval``; the CS variance on the log scale)."""
+an interval of it is reported inside it (``fedbalance.evidence.seedstats.ranged_interval``; the CS variance on the log scale)."""
 
 PLAIN_METRIC = {"acm": "Ac.M", "auc": "AUC", "acc_majority": "Ac.", "cs": "CS", "cs_mean": "mean CS",
                 "cs_var": "CS variance"}

@@ -1,8 +1,8 @@
 """The docs' sentences that state numbers of a reference set, computed from its job folders and rendered from templates.
 
 Each block is one template of ``templates/prose/`` filled from the tidy frames of the set
-(``fedbalance.aggregate.collect`` of reference/mnist) or the published numbers; ``fedbalance reference docs``
-(``fedbalance.refdocs``) splices them between the docs' marks and ``docs --check`` fails when one is stale.
+(``fedbalance.jobs.aggregate.collect`` of reference/mnist) or the published numbers; ``fedbalance reference docs``
+(``fedbalance.presentation.refdocs``) splices them between the docs' marks and ``docs --check`` fails when one is stale.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ import jinja2
 import numpy as np
 import pandas as pd
 
-from fedbalance.aggregate import collect
-from fedbalance.records import UNIFORM, cs_column, plus_minus, setting_name, setting_value
+from fedbalance.jobs.aggregate import collect
+from fedbalance.common.records import UNIFORM, cs_column, plus_minus, setting_name, setting_value
 from fedbalance.presentation.claims import YES, paired_comparison
 from fedbalance.presentation.fidelity import VERDICT_RULE, WHERE, common_seeds, paper_verdict
 from fedbalance.presentation.names import FOUR_LOSSES, GAMMAS, PROSE_LOSS_NAME, READINGS, gamma_setting
-from fedbalance.seedstats import seed_mark, seed_span
+from fedbalance.evidence.seedstats import seed_mark, seed_span
 from fedbalance.presentation.tables import CS_LEVELS
 from fedbalance.presentation.tables import TEMPLATES as TABLE_TEMPLATES
 from fedbalance.presentation.tables import published
@@ -30,7 +30,7 @@ from fedbalance.presentation.tables import published
 COLLAPSE = 0.2
 """A collapsed round: test accuracy below this (a model that predicts one class of ten scores about 0.1)."""
 EVIDENCE = 4.0
-"""The threshold of ``shrunk`` on ||p - u||^2 / noise (``fedbalance.estimators.EVIDENCE``, quoted by docs/monitor.md)."""
+"""The threshold of ``shrunk`` on ||p - u||^2 / noise (``fedbalance.monitor.estimators.EVIDENCE``, quoted by docs/monitor.md)."""
 MAJORITY_MARGIN = 1.0
 """The majority claim: the Ratio Loss's majority accuracy within this many points of CE's, or above."""
 AUC_TOLERANCE = 0.001
@@ -190,7 +190,7 @@ def collapses(rounds: pd.DataFrame, experiment: str = "losses", losses: tuple[st
 
 def shrinkage_ratios(rounds: pd.DataFrame, same_clients: frozenset[str] = frozenset({"losses", "ratio_stability"})
                      ) -> pd.DataFrame:
-    """||p - u||^2 / noise of ``shrunk`` (``fedbalance.estimators.shrunk_counts``) in every round t >= 1 of every job
+    """||p - u||^2 / noise of ``shrunk`` (``fedbalance.monitor.estimators.shrunk_counts``) in every round t >= 1 of every job
     that recorded ``released`` and ``pooled``, from those records: p the round's pooled estimate, u its uniform guess,
     the noise the spread of the rounds' ``released`` estimates (over rounds, per class, divided by the number of rounds
     when the same clients come back (``same_clients`` experiments), else the spread of their deviations from the guess)."""

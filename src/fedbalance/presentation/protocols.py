@@ -2,7 +2,7 @@
 
 A published value was made at the paper's protocol: the job ``config/config.yaml`` (the paper's full protocol,
 docs/design.md §3; shipped with the package as ``published/paper_protocol.yaml``) gives the cell. Ours at the study's:
-the job its config gives the cell. Both are read as ``fedbalance.config.protocol`` gives a job's protocol (the keys
+the job its config gives the cell. Both are read as ``fedbalance.jobs.config.protocol`` gives a job's protocol (the keys
 that act on its result: Γ, rounds, local epochs, clients, the learning rate, the dataset's source, ...), the rule
 ``compare`` uses between two result folders, and ``differences`` names the keys whose values differ. Where they
 differ, a comparison with the published value is no verdict: the tables' ``_vs_paper`` files and pages say so.
@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from fedbalance.config import jobs, protocol, protocol_differences, read_yaml, resolve_job, shown_values, with_defaults
-from fedbalance.records import Job
+from fedbalance.jobs.config import jobs, protocol, protocol_differences, read_yaml, resolve_job, shown_values, with_defaults
+from fedbalance.common.records import Job
 
 PAPER_PROTOCOL = Path(__file__).parent.parent / "published" / "paper_protocol.yaml"
 """The paper's protocol: config/config.yaml (a link to it in a clone; a copy in an installed package)."""

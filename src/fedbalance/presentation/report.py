@@ -8,7 +8,7 @@ import pandas as pd
 
 from fedbalance.presentation.claims import write_claims
 from fedbalance.presentation.tables import TABLES, cell_values, write_paper_tables, write_table
-from fedbalance.records import DEFAULT_ESTIMATOR
+from fedbalance.common.records import DEFAULT_ESTIMATOR
 
 
 def write_report(final: pd.DataFrame, rounds: pd.DataFrame, out_dir: str | Path, *, estimator: str = DEFAULT_ESTIMATOR,

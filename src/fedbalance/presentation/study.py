@@ -15,11 +15,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from fedbalance.config import resolve_job
+from fedbalance.jobs.config import resolve_job
 from fedbalance.presentation.figures import FIGURES
 from fedbalance.presentation.names import DATASET_NAME, DATASETS, Read
 from fedbalance.presentation.table_specs import TABLES
-from fedbalance.records import Job, parse_setting
+from fedbalance.common.records import Job, parse_setting
 
 NOT_RUN = "not run in this study"
 """How the report and paper_tables.tex name a table or figure that no job of the study fills."""

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Iterable
 from fedbalance.presentation.names import (
     BEYOND_LOSSES, DATASET_NAME, ESTIMATORS, FOUR_LOSSES, GAMMAS, LOSS_LABEL, gamma_setting,
 )
-from fedbalance.records import setting_name
+from fedbalance.common.records import setting_name
 
 if TYPE_CHECKING:
     import pandas as pd

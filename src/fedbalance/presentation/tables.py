@@ -30,7 +30,7 @@ from fedbalance.presentation.table_specs import (  # noqa: F401  (re-exported: t
     CAPTION_BEYOND, CAPTION_LOSSES, CS_LEVELS, PUBLISHED, TABLE_SUFFIXES, TABLES, TEMPLATES, Cell, Group, TableSpec,
     table_files, table_labels,
 )
-from fedbalance.records import DEFAULT_ESTIMATOR, ESTIMATORS, cs_column
+from fedbalance.common.records import DEFAULT_ESTIMATOR, ESTIMATORS, cs_column
 
 KEY = ["experiment", "dataset", "setting", "loss"]
 CELL_KEY = ["metric", "dataset", "column", "row"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from fedbalance.estimators import Estimator, Track
+from fedbalance.monitor.estimators import Estimator, Track
 
 DECAY = 0.5
 

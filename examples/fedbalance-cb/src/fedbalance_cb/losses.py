@@ -18,7 +18,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from fedbalance.losses import CountsLoss
+from fedbalance.methods.losses import CountsLoss
 
 
 def effective_number(counts: torch.Tensor, beta: float) -> torch.Tensor:

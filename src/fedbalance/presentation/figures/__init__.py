@@ -1,7 +1,7 @@
 """The paper's figures (and ours), one module per family, as PDF and PNG; ``FIGURES`` is their registry.
 
 Each figure is drawn by ``make_<name>(final, rounds, clients, *, estimator)`` of its module from the tidy frames it
-lists in ``inputs`` (``fedbalance.aggregate``: final.csv, rounds.csv, clients.csv), and only from the datasets it names:
+lists in ``inputs`` (``fedbalance.jobs.aggregate``: final.csv, rounds.csv, clients.csv), and only from the datasets it names:
 a figure of one dataset (``dataset``: the CIFAR10 curves, the FEMNIST client numbers) from that dataset's jobs alone,
 any other one panel per dataset, titled with it. ``make_<name>`` gives the figure and its plotted numbers
 (``Drawn``: ``common.POINT_COLUMNS``, the mean over seeds, its 95 % interval and the paper's value), which
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from fedbalance.presentation.names import FOUR_LOSSES, GAMMAS, Read, gamma_setting
-from fedbalance.records import DEFAULT_ESTIMATOR
+from fedbalance.common.records import DEFAULT_ESTIMATOR
 
 if TYPE_CHECKING:
     import pandas as pd

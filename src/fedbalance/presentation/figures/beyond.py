@@ -7,7 +7,7 @@ import pandas as pd
 from fedbalance.presentation.figures import Drawn
 from fedbalance.presentation.figures.common import concat_points, datasets, gamma_points, panels
 from fedbalance.presentation.names import BEYOND_LOSSES, BEYOND_NAME
-from fedbalance.records import DEFAULT_ESTIMATOR
+from fedbalance.common.records import DEFAULT_ESTIMATOR
 
 
 def make_Beyond_paper(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,

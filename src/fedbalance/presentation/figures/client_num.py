@@ -9,7 +9,7 @@ from fedbalance.presentation.figures import FIGURES, Drawn
 from fedbalance.presentation.figures.common import (
     BOUNDS, concat_points, draw_points, no_data, panel_title, plt, round_points, select,
 )
-from fedbalance.records import DEFAULT_ESTIMATOR, cs_column, setting_value
+from fedbalance.common.records import DEFAULT_ESTIMATOR, cs_column, setting_value
 
 
 def _client_num(rounds: pd.DataFrame | None, name: str, estimator: str) -> Drawn:

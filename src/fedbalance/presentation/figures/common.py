@@ -26,7 +26,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
 from fedbalance.presentation.names import DATASET_NAME, DATASETS, GAMMAS, gamma_setting  # noqa: E402
-from fedbalance.seedstats import mean_interval  # noqa: E402
+from fedbalance.evidence.seedstats import mean_interval  # noqa: E402
 
 __all__ = ["Figure", "plt", "select", "no_data", "grid", "datasets", "gamma_ticks", "BOUNDS", "POINT_COLUMNS",
            "spread", "points_over_seeds", "draw_points", "table_seeds", "GAMMA_X", "GAMMA_LABEL", "panel_title",

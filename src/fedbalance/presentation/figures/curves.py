@@ -10,7 +10,7 @@ from fedbalance.presentation.figures.common import (
 )
 from fedbalance.presentation.names import FOUR_LOSSES, GAMMAS, LOSS_NAME, gamma_setting
 from fedbalance.presentation.tables import plugin_losses
-from fedbalance.records import DEFAULT_ESTIMATOR
+from fedbalance.common.records import DEFAULT_ESTIMATOR
 
 
 def _curves(rounds: pd.DataFrame | None, dataset: str, lines: list[tuple[str, str, str]], title: str) -> Drawn:

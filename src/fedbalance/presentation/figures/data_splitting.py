@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pandas as pd
 
-from fedbalance.aggregate import class_counts
+from fedbalance.jobs.aggregate import class_counts
 from fedbalance.presentation.figures import FIGURES, Drawn
 from fedbalance.presentation.figures.common import POINT_COLUMNS, Figure, no_data, panel_title, plt
 from fedbalance.presentation.names import gamma_setting
-from fedbalance.records import DEFAULT_ESTIMATOR
+from fedbalance.common.records import DEFAULT_ESTIMATOR
 
 
 def make_Sup_data_splitting(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,

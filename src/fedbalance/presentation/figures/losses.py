@@ -11,7 +11,7 @@ from fedbalance.presentation.figures.common import (
 )
 from fedbalance.presentation.names import FOUR_LOSSES, LOSS_NAME
 from fedbalance.presentation.tables import plugin_losses
-from fedbalance.records import DEFAULT_ESTIMATOR
+from fedbalance.common.records import DEFAULT_ESTIMATOR
 
 
 def acm_gamma_points(final: pd.DataFrame | None, only: str | None = None) -> pd.DataFrame:

@@ -14,7 +14,7 @@ from fedbalance.presentation.figures.common import (
 from fedbalance.presentation.names import DATASET_NAME, FOUR_LOSSES, LOSS_NAME
 from fedbalance.presentation.table_specs import CS_LEVELS
 from fedbalance.presentation.tables import TABLES, plugin_losses
-from fedbalance.records import DEFAULT_ESTIMATOR, setting_value
+from fedbalance.common.records import DEFAULT_ESTIMATOR, setting_value
 
 EXPERIMENTS = ("mismatch", "mismatch_fer2013")
 

@@ -13,7 +13,7 @@ from fedbalance.presentation.figures.common import (
 )
 from fedbalance.presentation.names import ESTIMATORS, UNIFORM
 from fedbalance.presentation.tables import plugin_estimators
-from fedbalance.records import DEFAULT_ESTIMATOR, cs_column
+from fedbalance.common.records import DEFAULT_ESTIMATOR, cs_column
 
 
 def _order(column: pd.Series) -> pd.Series:

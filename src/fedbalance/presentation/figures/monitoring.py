@@ -9,7 +9,7 @@ from fedbalance.presentation.figures.common import (
     BOUNDS, POINT_COLUMNS, concat_points, datasets, draw_points, no_data, panel_title, panels, plt, round_points,
 )
 from fedbalance.presentation.names import ESTIMATORS, UNIFORM
-from fedbalance.records import DEFAULT_ESTIMATOR, cs_column
+from fedbalance.common.records import DEFAULT_ESTIMATOR, cs_column
 
 
 def monitor_points(rounds: pd.DataFrame | None, estimators: list[str], only: str | None = None) -> pd.DataFrame:

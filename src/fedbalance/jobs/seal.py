@@ -1,0 +1,416 @@
+"""Reference sets as sealed things: a marker at the root, a manifest of every file, the commit, one guard for every
+writer.
+
+A reference set (``reference/mnist``) is a folder of finished jobs kept as evidence. Its root holds
+
+* ``MARKER`` (``reference-set.json``): what makes the folder a set — ``{"format": 1, "config": <the study config
+  the set's jobs were run with, relative to the set's root>, "config_sha256": <its sha256>}`` (sets sealed before the
+  hash was recorded name the path alone);
+* ``MANIFEST`` (``MANIFEST.sha256``): the sha256 of every other file of the set, in ``sha256sum``'s format (so
+  ``cd reference/mnist && sha256sum -c MANIFEST.sha256`` checks it too), written by ``collect`` only
+  (``fedbalance reference collect``, ``fedbalance.evidence.refset``).
+
+Every route that writes job folders calls ``refuse_inside`` first: a path inside a set (found by walking up to the
+marker, after links and ``..`` are resolved) or holding one below it is refused before any work; the workflow also
+calls ``refuse_links_into_sets`` on its results folder while it parses, before Snakemake deletes or touches an output.
+Every read of a set calls ``verify_committed`` (through ``verify_if_sealed``): a file changed, added or removed since
+the manifest was written (``verify``) and, for a set inside a git work tree, since the commit checked out (``HEAD``:
+``uncommitted``) is refused, naming the files, unless uncommitted evidence is accepted on purpose, which is said. A set
+holds plain files only: a link, a pipe or a device in it is refused. The manifest is a checksum list beside the files
+it checks: it finds an accident or a careless edit; git's commit is what a consistent forgery (files and manifest
+rewritten together) must get past. Standard library only (and ``fedbalance.jobs.provenance``): the workflow calls it while
+it parses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import stat
+import subprocess
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+from fedbalance.jobs.provenance import PROVENANCE, in_a_set
+
+MARKER = "reference-set.json"
+MANIFEST = "MANIFEST.sha256"
+FORMAT = 1
+SHOWN = 3
+"""How many files a broken seal names per kind (changed, extra, missing)."""
+BELOW = 3
+"""How deep below a folder ``refuse_inside`` looks for a set's marker (results_dir=reference holds sets at depth 1)."""
+ACCEPT_ENV = "FEDBALANCE_ACCEPT_UNCOMMITTED"
+"""Set to 1 to read a set whose files differ from the commit (``verify_committed``); what is read says so."""
+ACCEPT = (f"`fedbalance compare --accept-uncommitted`, the config's `accept_uncommitted: true` or {ACCEPT_ENV}=1 "
+          "(the reference commands)")
+"""How a read is told to accept uncommitted evidence on purpose, in words (the refusal names them)."""
+GIT_LOCATION_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_COMMON_DIR",
+                    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE", "GIT_REPLACE_REF_BASE", "GIT_CEILING_DIRECTORIES")
+"""Environment variables that would make git read another repository, index or objects than the set's own: dropped."""
+PLANNED_DEPTH = 7
+"""How deep below a results folder ``refuse_links_into_sets`` looks: below any output the workflow plans there (a job's
+file is 6 below it: ``<experiment>/<dataset>/<setting>/<loss>/seed<k>/metrics.json``)."""
+COLLECT = "fedbalance reference collect"
+"""The one command that writes into a set (``fedbalance.evidence.refset``)."""
+RESTORE = ("restore it (git checkout -- {root}) or change a job on purpose with `" + COLLECT
+           + " RUNS --into {root} --replace --reason TEXT`")
+
+
+class SealError(ValueError):
+    """A write into a reference set, or a set whose files differ from its manifest; the message names the files."""
+
+
+def _resolved(path: str | Path) -> Path:
+    return Path(os.path.expanduser(str(path))).resolve()
+
+
+def set_root(path: str | Path) -> Path | None:
+    """The root of the reference set ``path`` is or lies in (its marker found walking up, links resolved), else None."""
+    where = _resolved(path)
+    for folder in (where, *where.parents):
+        if (folder / MARKER).is_file():
+            return folder
+    return None
+
+
+def sets_below(path: str | Path, depth: int = BELOW) -> list[Path]:
+    """The roots of the reference sets up to ``depth`` folders below ``path`` (itself excluded)."""
+    root = _resolved(path)
+    if not root.is_dir():
+        return []
+    found = []
+    for level in range(1, depth + 1):
+        found += [p.parent for p in root.glob("/".join(["*"] * level) + f"/{MARKER}") if p.is_file()]
+    return sorted(found)
+
+
+def refuse_inside(path: str | Path, what: str) -> None:
+    """SealError unless writing job folders under ``path`` (named ``what``, e.g. ``--out``) leaves every reference set
+    alone: ``path`` neither lies in a set nor holds one below it."""
+    root = set_root(path)
+    if root is not None:
+        raise SealError(f"{what} {path} lies in the reference set {root}: only `{COLLECT}` writes there; write "
+                        "into a folder of its own (e.g. results, or /work/refruns)")
+    below = sets_below(path)
+    if below:
+        raise SealError(f"{what} {path} holds the reference set {below[0]}: writing there could change it; "
+                        "name a folder of its own (e.g. results)")
+
+
+def sha256(path: Path) -> str:
+    """The file's sha256, hex."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def set_files(root: str | Path) -> list[str]:
+    """The relative paths (POSIX, sorted) of every file below ``root``, the manifest included; SealError naming it when
+    one is a link (to a file or a folder, dangling or not), a pipe, a socket or a device: a set holds plain files only
+    (a link would make a read follow it out of the set, a pipe would make it wait forever)."""
+    base = Path(root)
+    out = []
+    for folder, dirs, files in os.walk(base):
+        for name in sorted(dirs + files):
+            path = Path(folder) / name
+            mode = path.lstat().st_mode
+            if stat.S_ISDIR(mode) or (stat.S_ISREG(mode) and name in files):
+                if name in files:
+                    out.append(path.relative_to(base).as_posix())
+                continue
+            what = f"a link (to {os.readlink(path)})" if stat.S_ISLNK(mode) else "not a plain file (a pipe, socket or device)"
+            raise SealError(f"reference set {root}: {path.relative_to(base).as_posix()} is {what}; a set holds plain "
+                            "files only: remove it (only `" + COLLECT + "` writes into a set)")
+    return sorted(out)
+
+
+def digests(root: str | Path) -> dict[str, str]:
+    """Relative path (POSIX) -> sha256 of every file below ``root`` but the manifest, sorted by path (``set_files``:
+    SealError when one is no plain file)."""
+    base = Path(root)
+    return {p: sha256(base / p) for p in set_files(base) if p != MANIFEST}
+
+
+def manifest_text(files: Mapping[str, str]) -> str:
+    """``sha256sum``'s format: one ``<hex>  <path>`` line per file, sorted by path."""
+    return "".join(f"{h}  {p}\n" for p, h in sorted(files.items()))
+
+
+def read_manifest(root: str | Path) -> dict[str, str]:
+    """The manifest of the set at ``root``: relative path -> sha256; SealError naming the file when missing or malformed."""
+    path = Path(root) / MANIFEST
+    if not path.is_file():
+        raise SealError(f"{path}: missing; the reference set {root} is not sealed: "
+                        + RESTORE.format(root=root))
+    out = {}
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        digest, sep, name = line.partition("  ")
+        if not sep or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest) or not name:
+            raise SealError(f"{path}, line {number}: not '<sha256>  <path>': the manifest was edited; "
+                            + RESTORE.format(root=root))
+        out[name] = digest
+    return out
+
+
+def read_marker(root: str | Path) -> dict:
+    """The set's marker (``MARKER``); SealError naming the file when it is not one."""
+    path = Path(root) / MARKER
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SealError(f"{path}: not a reference set's marker ({exc})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("config"), str):
+        raise SealError(f"{path}: not a reference set's marker (format {FORMAT} with a 'config')")
+    return data
+
+
+def marker_config(root: str | Path) -> Path:
+    """The study config the set's jobs were run with: the marker's ``config``, relative to the set's root. SealError
+    saying why when it is not there (the set was moved or copied away from where it was sealed) or, where the marker
+    records its sha256, when its content is not the one the set was sealed with."""
+    marker = read_marker(root)
+    path = Path(root) / marker["config"]
+    recorded = marker.get("config_sha256")
+    if not path.is_file():
+        raise SealError(f"{Path(root) / MARKER} names its study config {marker['config']!r} relative to the set, i.e. "
+                        f"{_resolved(path)}, which is not a file: the set was moved or copied away from where it was "
+                        "sealed; name its config with --config (the set's jobs are checked against it)")
+    if recorded is not None and sha256(path) != recorded:
+        raise SealError(f"{path}: not the study config the set {root} was sealed with (its sha256 differs from "
+                        f"{MARKER}'s config_sha256 {str(recorded)[:12]}...): the config changed since; collect with "
+                        "the config the set's jobs were run with (--config), or start a set of its own")
+    return path
+
+
+def config_matches(root: str | Path, config: str | Path) -> bool | None:
+    """Whether ``config`` is the study config the set at ``root`` was sealed with, by content: True or False where
+    the marker records the config's sha256, None where it does not (a set sealed before the hash was recorded)."""
+    recorded = read_marker(root).get("config_sha256")
+    return None if recorded is None else sha256(Path(config)) == recorded
+
+
+def collect_files(root: str | Path) -> dict[str, Path]:
+    """The files a collect into the set at ``root`` keeps beside it while it runs (``fedbalance.evidence.refset``): its
+    ``lock``, its ``journal`` and the two folders it swaps (``new``: the set being made; ``old``)."""
+    base = _resolved(root)
+    return {kind: base.with_name(f".{base.name}.collect.{kind}") for kind in ("lock", "journal", "new", "old")}
+
+
+def interrupted(root: str | Path) -> str:
+    """A sentence naming an interrupted collect's journal beside the set at ``root``, or "" when there is none."""
+    journal = collect_files(root)["journal"]
+    if not journal.exists():
+        return ""
+    return (f"; a collect into it was interrupted ({journal}): finish or undo it with `{COLLECT} --into {root} "
+            "--recover`")
+
+
+def _named(kind: str, paths: list[str]) -> str:
+    more = f" and {len(paths) - SHOWN} more" if len(paths) > SHOWN else ""
+    return f"{len(paths)} {kind} ({', '.join(paths[:SHOWN])}{more})"
+
+
+def problems(root: str | Path) -> list[str]:
+    """What differs between the set at ``root`` and its manifest: changed, extra and missing files, each named."""
+    recorded = read_manifest(root)
+    actual = digests(root)
+    changed = [p for p in recorded if p in actual and actual[p] != recorded[p]]
+    extra = [p for p in actual if p not in recorded]
+    missing = [p for p in recorded if p not in actual]
+    return [_named(kind, paths) for kind, paths in (("changed", changed), ("extra", extra), ("missing", missing))
+            if paths]
+
+
+def verify(root: str | Path) -> None:
+    """SealError naming the files unless every file of the set at ``root`` is the one its manifest records (what
+    ``collect`` checks before it writes; every read checks the commit too: ``verify_committed``)."""
+    read_marker(root)
+    found = problems(root)
+    if found:
+        raise SealError(f"reference set {root}: its files differ from {MANIFEST}: {'; '.join(found)}; "
+                        + RESTORE.format(root=root) + interrupted(root))
+
+
+def _git(where: Path, *args: str) -> bytes:
+    """git's output of ``args`` run in ``where``, reading that folder's own repository (``GIT_LOCATION_ENV`` dropped,
+    replacement objects ignored, pathspecs literal); SealError with git's first line when it fails."""
+    env = {k: v for k, v in os.environ.items() if k not in GIT_LOCATION_ENV} | {"GIT_NO_REPLACE_OBJECTS": "1"}
+    try:
+        proc = subprocess.run(["git", "--no-replace-objects", "--literal-pathspecs", "-C", str(where), *args],
+                              capture_output=True, env=env, timeout=300, check=False)
+    except FileNotFoundError:
+        raise SealError(f"{where} lies in a git work tree but git is not installed: the set cannot be checked against "
+                        f"its commit; install git, or accept uncommitted evidence on purpose ({ACCEPT})") from None
+    if proc.returncode != 0:
+        said = (proc.stderr.decode(errors="replace").strip().splitlines() or ["no message"])[0]
+        raise SealError(f"{where}: git {args[0]} failed ({said}): the set cannot be checked against its commit")
+    return proc.stdout
+
+
+def _work_tree(root: Path) -> bool:
+    """``root`` lies in a git work tree: a ``.git`` (folder or file) in it or above it."""
+    return any((folder / ".git").exists() for folder in (root, *root.parents))
+
+
+def _blob(path: Path, algorithm: str) -> str:
+    """git's object id of the file's bytes as a blob (``git hash-object --no-filters``)."""
+    h = hashlib.new(algorithm)
+    h.update(b"blob %d\0" % path.stat().st_size)
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def against_commit(root: str | Path) -> dict[str, list[str]] | None:
+    """How the files of the set at ``root`` differ from the commit checked out (git's ``HEAD``): {"changed": [...],
+    "extra": [...], "missing": [...]}, relative POSIX paths, the manifest and the marker included; None when the set
+    lies in no git work tree. Each file's bytes are hashed as git hashes them and compared with HEAD's tree, so git's
+    index and its stat cache (``update-index --assume-unchanged``, ``--skip-worktree``) cannot hide a change; SealError
+    when git cannot answer."""
+    where = _resolved(root)
+    if not _work_tree(where):
+        return None
+    top = Path(os.fsdecode(_git(where, "rev-parse", "--show-toplevel").strip())).resolve()
+    rel = where.relative_to(top).as_posix()
+    try:
+        algorithm = _git(where, "rev-parse", "--show-object-format").decode().strip() or "sha1"
+    except SealError:  # a git before 2.28: SHA-1 repositories only
+        algorithm = "sha1"
+    head: dict[str, tuple[str, str]] = {}
+    try:
+        _git(top, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
+        listing = _git(top, "ls-tree", "-r", "-z", "--full-tree", "HEAD", *(["--", rel] if rel != "." else []))
+    except SealError:  # no commit yet: every file is uncommitted
+        listing = b""
+    prefix = "" if rel == "." else rel + "/"
+    for record in filter(None, listing.split(b"\0")):
+        meta, _, name = record.partition(b"\t")
+        mode, _, obj = meta.decode().split(" ")
+        head[os.fsdecode(name)[len(prefix):]] = (mode, obj)
+    disk = set_files(where)
+    changed = [p for p in disk if p in head and (head[p][0] not in ("100644", "100755")
+                                                  or head[p][1] != _blob(where / p, algorithm))]
+    return {"changed": changed, "extra": [p for p in disk if p not in head],
+            "missing": sorted(set(head) - set(disk))}
+
+
+def uncommitted(root: str | Path) -> list[str]:
+    """The files of the set at ``root`` that differ from the commit checked out — changed, extra (not committed) or
+    missing (committed, deleted since) — as relative POSIX paths, sorted; empty when the set is the commit's or lies in
+    no git work tree (``against_commit``). What ``collect`` says it leaves uncommitted."""
+    found = against_commit(root) or {}
+    return sorted(p for paths in found.values() for p in paths)
+
+
+def accepted_by_env(environ: Mapping[str, str] | None = None) -> bool:
+    """``ACCEPT_ENV`` is set (1, true, yes): uncommitted evidence is read on purpose."""
+    value = (os.environ if environ is None else environ).get(ACCEPT_ENV, "")
+    return value.strip().lower() in ("1", "true", "yes")
+
+
+def verify_committed(root: str | Path, *, accept_uncommitted: bool = False,
+                     notice: Callable[[str], None] | None = None) -> list[str]:
+    """What every read of a set calls: ``verify`` (the manifest), then, for a set inside a git work tree, SealError
+    naming the files unless they are the commit's (``against_commit``). With ``accept_uncommitted`` (or ``ACCEPT_ENV``)
+    a set that differs from its commit is read anyway and ``notice`` (default: a warning logged) is told so in one line;
+    return the uncommitted files read (empty when there are none)."""
+    verify(root)
+    found = against_commit(root) or {}
+    named = [_named(kind, paths) for kind, paths in found.items() if paths]
+    if not named:
+        return []
+    what = f"reference set {root} differs from its commit (git HEAD): {'; '.join(named)}"
+    if not (accept_uncommitted or accepted_by_env()):
+        raise SealError(f"{what}; evidence is read as committed: commit collected jobs (git add {root} && git commit), "
+                        f"restore the set (git checkout -- {root}, git clean for extra files), or accept uncommitted "
+                        f"evidence on purpose ({ACCEPT})")
+    (notice or logger.warning)(f"accepting uncommitted evidence: {what}; the numbers read are not all committed")
+    return sorted(p for paths in found.values() for p in paths)
+
+
+def verify_if_sealed(path: str | Path, what: str, *, accept_uncommitted: bool = False,
+                     notice: Callable[[str], None] | None = None) -> Path | None:
+    """``verify_committed`` the set ``path`` is or lies in (None when it is in none). A folder of reference jobs (a
+    provenance.json of a set's, ``provenance.in_a_set``) without a marker is refused: a set whose seal was removed, or
+    one never sealed; a results folder of the workflow's jobs is none."""
+    root = set_root(path)
+    if root is not None:
+        verify_committed(root, accept_uncommitted=accept_uncommitted, notice=notice)
+        return root
+    folder = Path(path)
+    if sets_below(folder):  # the parent of sets (reference/): its caller names the sets below it
+        return None
+    if folder.is_dir() and any(_a_sets_record(p) for p in folder.glob(f"**/{PROVENANCE}")):
+        raise SealError(f"{what} {path} holds reference jobs ({PROVENANCE}) but no {MARKER}: an unsealed reference "
+                        f"set; restore its marker and manifest (git checkout), or seal it with `{COLLECT} --into "
+                        f"{path} --adopt`" + interrupted(path))
+    return None
+
+
+def refuse_links_into_sets(folder: str | Path, what: str) -> None:
+    """SealError unless no output planned below ``folder`` (a results folder the workflow is about to write) can reach
+    a reference set: ``folder`` itself (``refuse_inside``), a set's marker at any depth below it, and every link below it
+    (to a folder or a file, dangling or not, at any depth to ``PLANNED_DEPTH``, followed into its target) whose target
+    lies in a set. Walks only what exists, each real folder once."""
+    refuse_inside(folder, what)
+    seen: set[tuple[int, int]] = set()
+    pending = [(Path(folder), 0)]
+    while pending:
+        here, depth = pending.pop()
+        try:
+            info = here.stat()
+            entries = sorted(os.scandir(here), key=lambda e: e.name)
+        except OSError:
+            continue
+        if (info.st_dev, info.st_ino) in seen:
+            continue
+        seen.add((info.st_dev, info.st_ino))
+        for entry in entries:
+            path = Path(entry.path)
+            if entry.name == MARKER and entry.is_file():
+                raise SealError(f"{what} {folder} holds the reference set {_resolved(here)} (its {MARKER} at {path}): "
+                                "the workflow's outputs could be written into it; choose a results folder of its own")
+            if entry.is_symlink():
+                try:
+                    target = path.resolve()
+                except (OSError, RuntimeError):
+                    raise SealError(f"{what} {folder}: {path} is a link that never ends (a loop); remove it") from None
+                root = set_root(target)
+                if root is not None:
+                    raise SealError(f"{what} {folder}: {path} is a link to {target}, in the reference set {root}: "
+                                    "Snakemake would delete or write the set's files through it before any job runs; "
+                                    "remove the link (a render copies a set, it never links to it)")
+            if depth + 1 < PLANNED_DEPTH and entry.is_dir():
+                pending.append((path, depth + 1))
+def _a_sets_record(path: Path) -> bool:
+    """``path`` is a provenance record of a reference set's job (one that is no record counts: it is not the
+    workflow's)."""
+    try:
+        return in_a_set(json.loads(path.read_text()))
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return True
+
+
+def seal(root: str | Path, config: str | Path | None = None) -> None:
+    """Write the set's marker (when ``config`` is given: the study config, as a path relative to ``root``) and its
+    manifest of every file. Only ``collect`` calls this."""
+    base = Path(root)
+    base.mkdir(parents=True, exist_ok=True)
+    if config is not None:
+        rel = os.path.relpath(_resolved(config), _resolved(base))
+        marker = {"format": FORMAT, "config": Path(rel).as_posix(), "config_sha256": sha256(Path(config))}
+        _write(base / MARKER, json.dumps(marker, indent=1) + "\n")
+    _write(base / MANIFEST, manifest_text(digests(base)))
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

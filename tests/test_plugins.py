@@ -254,7 +254,7 @@ def with_source(source: str) -> dict:
 BAD = [
     (lambda: one_loss("nopkg.losses:Mine"), r"^loss_variants\.mine\.loss: .*no module 'nopkg\.losses' on the Python path"),
     (lambda: one_loss("badplug:Missing"), r"^loss_variants\.mine\.loss: .*module 'badplug' has no attribute 'Missing'"),
-    (lambda: one_loss("badplug:NotALoss"), r"^loss_variants\.mine\.loss: .*is not a subclass of fedbalance\.losses\.Loss"),
+    (lambda: one_loss("badplug:NotALoss"), r"^loss_variants\.mine\.loss: .*is not a subclass of fedbalance\.methods\.losses\.Loss"),
     (lambda: one_loss("badplug:NoMask"), r"^loss_variants\.mine\.loss: .*must be forward\(logits, target, mask=None\)"),
     (lambda: one_loss("badplug:Sequential", params={"path": "vectorised"}),
      r"^experiments\.losses\[mnist, g10, mine\]\.path: 'vectorised', but the loss 'badplug:Sequential' is declared "

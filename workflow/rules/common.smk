@@ -39,7 +39,8 @@ from fedbalance.common.records import DEFAULT_ESTIMATOR as RECORDS_DEFAULT_ESTIM
 # folder that is not whole or a job of other parameters stops here, before the DAG.
 REFERENCE_DIR = config.get("reference_dir")
 if REFERENCE_DIR is not None:
-    from fedbalance.evidence.reference import ReferenceSetError, render_jobs  # pandas: a render needs the library's dependencies
+    # pandas: a render needs the library's dependencies
+    from fedbalance.evidence.reference import ReferenceSetError, render_jobs
 
     try:
         _held, _twins = render_jobs(config, REFERENCE_DIR, notice=lambda line: logger.warning(f"WARNING: {line}"))
@@ -150,7 +151,8 @@ def reference_records(wildcards):
 
 def partition_spec(wildcards):
     """Parameters of a partition job: those of the experiment's first loss (partitions ignore the loss), less the
-    records of plug-ins that do not act on a partition (fedbalance.common.jobspec.partition_dict: a loss's, an estimator's)."""
+    records of plug-ins that do not act on a partition (fedbalance.common.jobspec.partition_dict: a loss's, an
+    estimator's)."""
     loss = config["experiments"][wildcards.experiment]["losses"][0]
     return partition_dict(
         resolve_job(config, Job(wildcards.experiment, wildcards.dataset, wildcards.setting, loss, int(wildcards.seed)))

@@ -451,7 +451,8 @@ def test_a_bumped_estimator_version_plans_no_training_with_snakemake(tmp_path):
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
     env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path)}
     base = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "workflow" / "Snakefile"), "--directory", str(tmp_path),
-            "--cores", "2", "--configfile", str(tmp_path / "c.yaml"), "results/aggregate/final.csv"]
+            "--cores", "2", "results/aggregate/final.csv", "--configfile", str(tmp_path / "c.yaml")]  # the target first:
+    # --configfile takes every word after it
     r = subprocess.run(base, capture_output=True, text=True, timeout=1800, env=env)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     derived = json.loads((tmp_path / "results/t_ra/mnist/t2/ce/seed0/metrics.json").read_text())

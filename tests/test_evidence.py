@@ -566,21 +566,13 @@ def test_a_set_holding_a_link_or_a_pipe_is_refused_in_one_line(tmp_path: Path, k
         seal.seal(ref)
 
 
-def _hold_lock(folder: Path) -> subprocess.Popen:
-    """Another process holding ``folder``'s job lock (as a running job does), until it is killed."""
-    code = ("import sys, time; from pathlib import Path; from fedbalance.jobs.run import job_lock\n"
-            "with job_lock(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(600)\n")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(folder)], env=_env(), stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "held"
-    return proc
-
-
 def test_derive_respects_a_running_jobs_lock_on_its_out_and_its_source(tmp_path: Path) -> None:
-    """A job running in another process holds --out, or the --source being read: derive refuses in one line, exit 2,
-    and writes nothing."""
+    """A job running in another process (this one, holding the lock as a running job does) holds --out, or the
+    --source being read: derive, in a process of its own, refuses in one line, exit 2, and writes nothing."""
     import torch
 
     from fedbalance.jobs.config import resolve_job
+    from fedbalance.jobs.run import job_lock
 
     src_job = Job("monitor", "mnist", "default", "ce", 0)
     source = write_job(tmp_path / "runs", src_job, spec_of=QUICK)
@@ -592,11 +584,7 @@ def test_derive_respects_a_running_jobs_lock_on_its_out_and_its_source(tmp_path:
     args = ["derive", "--config", str(QUICK), "--experiment", "t_ra", "--dataset", "mnist", "--setting", "t2", "--loss",
             "ce", "--seed", "0", "--source", str(source), "--out", str(out)]
     for held, words in ((out, f"{out} is in use by pid"), (source, f"--source {source} is in use by pid")):
-        holder = _hold_lock(held)
-        try:
+        with job_lock(held):
             _one_line(_cli(*args), words)
-        finally:
-            holder.kill()
-            holder.wait()
         assert not (out / "metrics.json").exists() and not (out / "rounds.csv").exists()
     assert json.loads((source / "metrics.json").read_text()) == {**metrics, "path": "sequential"}

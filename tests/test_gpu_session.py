@@ -12,6 +12,8 @@ import tarfile
 import zipfile
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -30,6 +32,7 @@ def _session(tmp_path: Path, window: int, *jobs: str, **env: str) -> tuple[subpr
     return proc, out
 
 
+@pytest.mark.slow
 def test_the_session_trains_its_jobs_with_the_workflow_and_archives_them(tmp_path: Path) -> None:
     """A job and the one derived from it: trained and derived by the workflow, back in the archive with their records
     (the commit given, the command), without trajectories or locks."""

@@ -77,6 +77,7 @@ def test_every_readme_command_is_covered() -> None:
 
 
 @pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
+@pytest.mark.slow
 def test_full_protocol_command_plans_every_job(tmp_path: Path) -> None:
     """The full-paper command, as a dry run in a scratch directory (--use-conda only where conda exists): the
     profile it names, profiles/local, is the only one loaded, and it plans every job of config/config.yaml — each
@@ -119,6 +120,7 @@ def test_full_protocol_command_plans_every_job(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
+@pytest.mark.slow
 def test_mnist_command_plans(tmp_path: Path) -> None:
     """The MNIST-only command, as a dry run: every job is an MNIST job, the loss comparison has ratio_rel."""
     from fedbalance.jobs.config import jobs, load_config, twins
@@ -142,6 +144,7 @@ def test_mnist_command_plans(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
+@pytest.mark.slow
 def test_reference_batch_command_plans(tmp_path: Path) -> None:
     """The README's command that trains the reference set's next batch, as a dry run with RUNS a folder of its own:
     the 40 jobs `reference missing` lists first, each planned (trained, derived from a planned source, or its source's
@@ -160,6 +163,7 @@ def test_reference_batch_command_plans(tmp_path: Path) -> None:
     assert set(targets) <= planned, sorted(set(targets) - planned)[:3]
 
 
+@pytest.mark.slow
 def test_cost_command_prints_a_table(tmp_path: Path) -> None:
     """The README's cost command, with a stored calibration so it takes seconds: one row per experiment and a total."""
     from fedbalance.jobs.config import load_config

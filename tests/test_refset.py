@@ -8,11 +8,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import itertools
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,11 +35,10 @@ OLD_RECORD = {"commit": "a" * 40, "runtime": {"device": "cpu"}}
 
 def _ref(*args: str, env: dict | None = None, cwd: Path = REPO, timeout: int = 300) -> subprocess.CompletedProcess:
     """``python -m fedbalance reference ARGS`` with this checkout's library: in a process of its own with ``env`` (the
-    tests' kill and pause points), else in this one (``cli.main``), its exit status and output as a process's."""
+    tests' kill and pause points: a child forked from this one, so that a kill ends it alone without paying the
+    imports again), else in this one (``cli.main``), its exit status and output as a process's."""
     if env is not None:
-        full = {**os.environ, "PYTHONPATH": str(REPO / "src"), **env}
-        return subprocess.run([sys.executable, "-m", "fedbalance", "reference", *args], cwd=cwd, env=full,
-                              capture_output=True, text=True, timeout=timeout)
+        return _forked(["reference", *args], env, cwd, timeout)
     from fedbalance.cli import main
 
     out, err = io.StringIO(), io.StringIO()
@@ -47,6 +48,40 @@ def _ref(*args: str, env: dict | None = None, cwd: Path = REPO, timeout: int = 3
         except SystemExit as exc:  # argparse's own errors
             code = exc.code
     return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def _forked(argv: list[str], env: dict, cwd: Path, timeout: int) -> subprocess.CompletedProcess:
+    """``cli.main(argv)`` in a forked child with ``env`` added to its environment and a transaction's write count of
+    its own: its exit status (137 when a kill point ended it) and what it wrote, as a process's."""
+    from fedbalance.cli import main
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out, err = Path(tmp, "out"), Path(tmp, "err")
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into pytest
+            code = 1
+            try:
+                os.environ.update(env)
+                refset._WRITES = itertools.count(1)
+                with out.open("w") as o, err.open("w") as e, contextlib.redirect_stdout(o), \
+                        contextlib.redirect_stderr(e), contextlib.chdir(cwd):
+                    try:
+                        code = main(argv)
+                    except SystemExit as exc:
+                        code = exc.code if isinstance(exc.code, int) else 1
+            finally:
+                os._exit(code or 0)
+        deadline = time.monotonic() + timeout
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                raise subprocess.TimeoutExpired(argv, timeout)
+            time.sleep(0.01)
+        return subprocess.CompletedProcess(argv, os.waitstatus_to_exitcode(status), out.read_text(), err.read_text())
 
 
 def _one_line(proc: subprocess.CompletedProcess, words: str) -> None:
@@ -570,6 +605,22 @@ def test_a_moved_set_says_why_and_is_collected_into_with_its_config(tmp_path: Pa
         assert seal.marker_config(where).resolve() == MNIST.resolve() and (where / "losses/mnist/g10/ce/seed1").is_dir()
     (moved / "losses/mnist/g10/ce/seed0/metrics.json").write_text("{}")
     _one_line(_ref("collect", str(runs), "--into", str(moved)), "1 changed")
+
+
+def test_the_host_names_its_cpu_model_and_torchs_instruction_set(tmp_path: Path) -> None:
+    """A record names the CPU (the same job drifts on another one): the model from /proc/cpuinfo's first "model name",
+    torch's kernel capability once torch is loaded; without cpuinfo, platform's answer or "unknown"."""
+    import platform
+
+    import torch
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Gold 6338 CPU\n\n"
+                    "processor\t: 1\nmodel name\t: other\n")
+    assert provenance.cpu_model(info) == "Intel(R) Xeon(R) Gold 6338 CPU"
+    assert provenance.cpu_model(tmp_path / "absent") == (platform.processor() or "unknown")
+    record = provenance.host()
+    assert record["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and record["cpu"]
 
 
 def test_a_record_says_how_its_job_was_made(tmp_path: Path) -> None:

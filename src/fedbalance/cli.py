@@ -24,7 +24,7 @@ from fedbalance.jobs.config import ConfigError, base_losses, check_threads, data
 from fedbalance.jobs.jobfolder import PROVENANCE
 from fedbalance.common.jobspec import JobSpec
 from fedbalance.logs import configure as configure_logging
-from fedbalance.common.records import Job
+from fedbalance.common.records import METRIC_SCALES, Job
 from fedbalance.data.partition import PartitionError
 from fedbalance.jobs.seal import refuse_inside
 
@@ -347,9 +347,7 @@ def _reference_parser(sub: Any) -> None:
 
 
 def _compare_metrics() -> tuple[str, ...]:
-    from fedbalance.evidence.reference import METRICS
-
-    return tuple(METRICS)
+    return tuple(METRIC_SCALES)
 
 
 def _choose(what: str, value: str, options: Sequence[str], where: str) -> None:
@@ -392,9 +390,8 @@ def recorded_job(folder: Path) -> str:
 
 def _job_out(args: argparse.Namespace) -> tuple[dict[str, Any], JobSpec]:
     """(config, job spec) of ``train`` and ``derive``, after checking ``--out`` (a folder, not a reference job's) and
-    setting torch's threads (``--threads``, else the config's)."""
-    import torch
-
+    setting torch's threads (``--threads``, else the config's); torch is imported after the checks, so that a refusal
+    costs no start-up."""
     if args.out.exists() and not args.out.is_dir():
         raise ConfigError(f"--out {args.out} is a file; it must be a folder (new or a job's earlier output)")
     if (args.out / PROVENANCE).exists():
@@ -404,15 +401,17 @@ def _job_out(args: argparse.Namespace) -> tuple[dict[str, Any], JobSpec]:
     spec = job_spec(cfg, args.experiment, args.dataset, args.setting, args.loss, args.seed)
     threads = args.threads if args.threads is not None else int(cfg["threads"])
     check_threads(threads, "--threads")
+    import torch
+
     torch.set_num_threads(threads)
     return cfg, spec
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     """``fedbalance train``."""
+    cfg, spec = _job_out(args)
     from fedbalance.jobs.run import load_partitions, run_job
 
-    cfg, spec = _job_out(args)
     parts = load_partitions(args.partition) if args.partition is not None else None
     device = args.device or cfg["device"]
     metrics = run_job(
@@ -453,17 +452,17 @@ def pack_jobs(cfg: dict[str, Any], names: Sequence[str], results: Path) -> tuple
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
-    """``fedbalance pack``."""
-    import torch
-
-    from fedbalance.jobs.pack import run_pack
-
+    """``fedbalance pack``: every argument checked before torch is imported."""
     cfg = load_config(args.config)
     results = args.results if args.results is not None else Path(cfg["results_dir"])
     refuse_inside(results, "--results")
     specs, outs = pack_jobs(cfg, args.job, results)
     threads = args.threads if args.threads is not None else int(cfg["threads"])
     check_threads(threads, "--threads")
+    import torch
+
+    from fedbalance.jobs.pack import run_pack
+
     torch.set_num_threads(threads)
     done = run_pack(
         specs,
@@ -486,11 +485,11 @@ def cmd_pack(args: argparse.Namespace) -> int:
 
 def cmd_derive(args: argparse.Namespace) -> int:
     """``fedbalance derive``."""
-    from fedbalance.jobs.derive import derive_job
-
     if not args.source.is_dir():
         raise ConfigError(f"--source {args.source}: not a folder (the trained job's folder)")
     cfg, spec = _job_out(args)
+    from fedbalance.jobs.derive import derive_job
+
     metrics = derive_job(args.source, spec, args.out, data_dir=_data_dir(cfg, args))
     cs = (metrics.get("monitor") or {}).get("mean_cs", {})
     lead = spec.monitor.estimators[0] if spec.monitor.estimators else None

@@ -150,6 +150,10 @@ DEFAULT_ESTIMATOR = POOLED
 UNIFORM = "uniform"
 """The no-information baseline N/Q reported beside every estimator."""
 
+METRIC_SCALES = {"acc_minority": 100.0, "acc_majority": 100.0, "acc": 100.0, "auc_hard": 1.0, "auc_micro": 1.0}
+"""The final.csv metrics ``compare`` sets beside the paper's, each with the scale it prints at: Ac.M and the accuracies
+in %, the AUCs as fractions."""
+
 ROUND_COLUMNS: tuple[str, ...] = (
     "round",
     "train_loss",

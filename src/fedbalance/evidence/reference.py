@@ -25,15 +25,14 @@ from fedbalance.jobs.config import ConfigError, jobs, resolve_job, twins
 from fedbalance.jobs.config import protocol as config_protocol
 from fedbalance.jobs.config import protocol_differences as config_differences
 from fedbalance.common.jobspec import covers, flat_keys, training_key
-from fedbalance.common.records import Job, plus_minus
+from fedbalance.common.records import METRIC_SCALES, Job, plus_minus
 from fedbalance.jobs.jobfolder import check, job_folders, read_metrics
 from fedbalance.jobs.jobfolder import finished as folder_finished
 from fedbalance.jobs.reuse import twin_config
 from fedbalance.jobs.seal import SealError, verify_if_sealed
 from fedbalance.evidence.seedstats import MIN_SEEDS, paired_interval, seed_mark, seed_span, welch_interval
 
-# metric (final.csv column) -> how it prints: Ac.M and accuracies in %, AUCs as fractions
-METRICS = {"acc_minority": 100.0, "acc_majority": 100.0, "acc": 100.0, "auc_hard": 1.0, "auc_micro": 1.0}
+METRICS = METRIC_SCALES
 
 
 def finished(root: str | Path, job: Job) -> bool:

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from scipy import stats
 
 CONFIDENCE = 0.95
 """The confidence of every interval over seeds the project states."""
@@ -38,6 +37,14 @@ class Interval:
         return self.low <= 0.0 <= self.high
 
 
+def _stats():
+    """``scipy.stats``, imported when an interval is computed (a second of start-up every CLI call and every workflow
+    parse that only names this module's constants would pay)."""
+    from scipy import stats
+
+    return stats
+
+
 def _point(diff: float) -> Interval:
     """The interval of a difference measured without spread: the point itself (p = 1 at zero, else 0)."""
     return Interval(diff, diff, diff, 1.0 if abs(diff) <= 1e-12 else 0.0)
@@ -52,7 +59,7 @@ def paired_interval(d: Sequence[float], confidence: float = CONFIDENCE) -> Inter
     mean = float(d.mean())
     if np.allclose(d, d[0], rtol=0.0, atol=1e-12):
         return _point(mean)
-    test = stats.ttest_1samp(d, 0.0)
+    test = _stats().ttest_1samp(d, 0.0)
     ci = test.confidence_interval(confidence)
     return Interval(mean, float(ci.low), float(ci.high), float(test.pvalue))
 
@@ -66,14 +73,14 @@ def welch_interval(a: Sequence[float], b: Sequence[float], confidence: float = C
     diff = float(a.mean() - b.mean())
     if a.std() <= 1e-12 and b.std() <= 1e-12:
         return _point(diff)
-    test = stats.ttest_ind(a, b, equal_var=False)
+    test = _stats().ttest_ind(a, b, equal_var=False)
     ci = test.confidence_interval(confidence)
     return Interval(diff, float(ci.low), float(ci.high), float(test.pvalue))
 
 
 def mean_interval(mean: float, std: float, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
     """The Student-t ``confidence`` interval of a mean over ``n`` seeds with standard deviation ``std`` (ddof 1)."""
-    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * std / math.sqrt(n)
+    half = float(_stats().t.ppf(0.5 + confidence / 2, n - 1)) * std / math.sqrt(n)
     return mean - half, mean + half
 
 
@@ -101,7 +108,7 @@ def ranged_interval(mean: float, std: float, n: int, lower: float = -math.inf, u
     if log:
         if mean <= 0:
             raise ValueError(f"a log-scale interval needs a positive mean, got {mean}")
-        half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * std / mean / math.sqrt(n)
+        half = float(_stats().t.ppf(0.5 + confidence / 2, n - 1)) * std / mean / math.sqrt(n)
         return Ranged(mean * math.exp(-half), mean * math.exp(half))
     low, high = mean_interval(mean, std, n, confidence)
     clipped = tuple(end for end, cut in (("low", low < lower), ("high", high > upper)) if cut)

@@ -25,6 +25,7 @@ import platform
 import re
 import shlex
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -148,8 +149,26 @@ def run_context(argv: Sequence[str], configfiles: Sequence[str | Path], results:
 
 
 def host() -> dict[str, Any]:
-    """The machine a job ran on, as records name it (no host name)."""
-    return {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()}
+    """The machine a job ran on, as records name it (no host name): with its CPU's model and, where torch is loaded, the
+    instruction set torch's CPU kernels use (``torch.backends.cpu.get_cpu_capability``): the same job on another CPU
+    drifts in the last bits from its first round (docs/deviations.md, "Determinism")."""
+    out = {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(), "cpu": cpu_model()}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        out["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    return out
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else ``platform.processor()``, else ``"unknown"``."""
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 def runtime_of(metrics: Mapping[str, Any]) -> dict[str, Any]:

@@ -57,16 +57,28 @@ def modules(package: Path = PACKAGE) -> dict[str, Path]:
     return {module_name(p, package): p for p in sorted(package.rglob("*.py"))}
 
 
-def edges(package: Path = PACKAGE) -> dict[tuple[str, str], list[tuple[str, str]]]:
-    """(importing layer, imported layer) -> the (module, module) imports that draw it, between two layers."""
+def graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Every module -> the package's modules it imports (a name resolved to the longest module it denotes:
+    ``fedbalance.common.records.Job`` is ``fedbalance.common.records``), itself left out."""
     known = modules(package)
-    out: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    out: dict[str, set[str]] = {}
     for name, path in known.items():
-        for target in sorted(imports(path, package)):
+        out[name] = set()
+        for target in imports(path, package):
             while target not in known and "." in target:
                 target = target.rsplit(".", 1)[0]
+            if target in known and target != name:
+                out[name].add(target)
+    return out
+
+
+def edges(package: Path = PACKAGE) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """(importing layer, imported layer) -> the (module, module) imports that draw it, between two layers."""
+    out: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for name, targets in graph(package).items():
+        for target in sorted(targets):
             a, b = layer(name), layer(target)
-            if target in known and a != b and b != "fedbalance":
+            if a != b and b != "fedbalance":
                 out.setdefault((a, b), []).append((name, target))
     return out
 

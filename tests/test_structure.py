@@ -3,42 +3,21 @@ count), and nothing outside ``presentation`` imports it."""
 
 from __future__ import annotations
 
-import ast
+import sys
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "src" / "fedbalance"
 ROOT = PKG.parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
 
-
-def _module(path: Path) -> str:
-    """Dotted name below fedbalance: 'fl', 'presentation.tables', 'presentation.figures' (a package's __init__)."""
-    parts = path.relative_to(PKG).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+import layout  # noqa: E402
 
 
 def import_graph() -> dict[str, set[str]]:
-    """module -> fedbalance modules it imports anywhere in its body (from the AST); the top package is left out."""
-    files = {_module(f): f for f in PKG.rglob("*.py") if f != PKG / "__init__.py"}
-    graph: dict[str, set[str]] = {m: set() for m in files}
-    for m, f in files.items():
-        for node in ast.walk(ast.parse(f.read_text())):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-            for name in names:
-                parts = name.split(".")
-                if parts[0] != "fedbalance":
-                    continue
-                # the longest module the name denotes ('fedbalance.common.records.ESTIMATORS' -> 'records')
-                for k in range(len(parts), 1, -1):
-                    target = ".".join(parts[1:k])
-                    if target in files:
-                        if target != m:
-                            graph[m].add(target)
-                        break
-    return graph
+    """module -> fedbalance modules it imports anywhere in its body, relative imports too (scripts/layout.py's reader,
+    which draws docs/design.md's layout); names below fedbalance, the top package left out."""
+    return {m.removeprefix("fedbalance."): {t.removeprefix("fedbalance.") for t in targets if t != "fedbalance"}
+            for m, targets in layout.graph(PKG).items() if m != "fedbalance"}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:

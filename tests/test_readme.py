@@ -154,7 +154,12 @@ def test_reference_batch_command_plans(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     listed = subprocess.run(inner, shell=True, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     targets = listed.stdout.split()
-    assert len(targets) == 40 and inner.startswith("python -m fedbalance reference missing --reference reference/mnist")
+    assert inner.startswith("python -m fedbalance reference missing --reference reference/mnist") and "--next-step" in inner
+    # one step of the evidence order: the first the set lacks a job of, its first 40 jobs
+    step = listed.stderr.splitlines()[-1].removeprefix("next step: ")
+    whole = subprocess.run(inner.split(" --next-step")[0].split(" | ")[0] + f" --plan '{step}'", shell=True, cwd=REPO,
+                           env=env, capture_output=True, text=True, timeout=600).stdout.split()
+    assert 0 < len(targets) <= 40 and targets == whole[:40], (step, targets[:3], whole[:3])
     args = shlex.split(command.split(" -- ")[0].replace("RUNS", str(tmp_path / "runs")))
     r = subprocess.run([*args, "-n", "--", *targets], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     out = r.stdout + r.stderr

@@ -188,6 +188,30 @@ def test_missing_lists_the_lacking_jobs_in_the_plans_order_as_jobs_or_targets(tm
     _one_line(_ref("missing", "--reference", str(ref), "--plan", "nosuch::0"), "has no experiment 'nosuch'")
 
 
+def test_next_step_lists_one_step_the_first_with_a_job_still_to_run(tmp_path: Path) -> None:
+    """--next-step: the first step that lacks a job, alone (a batch never mixes steps); with --targets RUNS a step whose
+    jobs all finished in RUNS (not yet collected) is passed over; nothing left: no line."""
+    ref = tmp_path / "ref"
+    for seed in (0, 1):
+        write_job(ref, Job("mfe", "mnist", "c5", "mse", seed))
+        write_job(ref, Job("mfe", "mnist", "c5", "mfe", seed))
+    plan = ["--plan", "mfe:c5:0,1", "mfe:c4:1", "alpha:a2:2"]
+    r = _ref("missing", "--reference", str(ref), *plan, "--next-step")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["mfe/mnist/c4/mfe/seed1", "mfe/mnist/c4/mse/seed1"]  # mfe:c5 is held: step 2
+    assert r.stderr.splitlines()[-1] == "next step: mfe:c4:1"
+    runs = tmp_path / "runs"
+    write_job(runs, Job("mfe", "mnist", "c4", "mfe", 1))
+    r = _ref("missing", "--reference", str(ref), *plan, "--next-step", "--targets", str(runs))
+    assert r.stdout.splitlines() == [f"{runs}/mfe/mnist/c4/{loss}/seed1/metrics.json" for loss in ("mfe", "mse")]
+    write_job(runs, Job("mfe", "mnist", "c4", "mse", 1))
+    r = _ref("missing", "--reference", str(ref), *plan, "--next-step", "--targets", str(runs))
+    assert r.stdout.splitlines() == [f"{runs}/alpha/mnist/a2/ratio/seed2/metrics.json"]
+    a, b = Job("mfe", "mnist", "c4", "mfe", 1), Job("alpha", "mnist", "a2", "ratio", 2)
+    assert refset.next_step([("x", []), ("y", [a]), ("z", [b])]) == [("y", [a])]
+    assert refset.next_step([("y", [a]), ("z", [b])], lambda j: True) == []
+
+
 def test_missing_follows_the_evidence_plan_and_lists_every_lacking_job_once(tmp_path: Path) -> None:
     """The default plan (the evidence issue's, fixed before the results) on quick.yaml and an empty set: early first
     (the config's job order, `fedbalance jobs`: E, then S), then t_ra (its twin t1.25 is the monitor job, trained in its place and listed

@@ -334,6 +334,9 @@ def _reference_parser(sub: Any) -> None:
                     "for all) in order; default: the evidence order (fedbalance.evidence.refset.EVIDENCE_PLAN)")
     mi.add_argument("--targets", type=read_path, default=None, metavar="RUNS",
                     help="print Snakemake targets under this results_dir (RUNS/<job>/metrics.json) instead of job paths")
+    mi.add_argument("--next-step", action="store_true",
+                    help="print only the first step that still has a job to run (with --targets: one not finished in "
+                    "RUNS), so that a batch never mixes steps: Snakemake runs a batch's jobs in an order of its own")
     mi.set_defaults(func=cmd_reference_missing)
     dc = rsub.add_parser("docs", help="splice a render of the set into docs/ and its status into reference/README.md",
                          description="Splice the rendered Fidelity.md, Reproduction.md and claims.md into docs/ (between "
@@ -672,12 +675,16 @@ def cmd_reference_status(args: argparse.Namespace) -> int:
 
 def cmd_reference_missing(args: argparse.Namespace) -> int:
     """``fedbalance reference missing``: the jobs one a line (or their targets), a count per step on stderr."""
-    from fedbalance.evidence.refset import missing, set_config, target
+    from fedbalance.evidence.refset import missing, next_step, set_config, target
 
     config = args.config if args.config is not None else set_config(args.reference)
     steps = missing(config, args.reference, args.plan, args.dataset)
     print(f"{sum(len(j) for _, j in steps)} jobs to run: " + ", ".join(f"{step} {len(j)}" for step, j in steps),
           file=sys.stderr)
+    if args.next_step:
+        runs = args.targets
+        steps = next_step(steps, None if runs is None else (lambda job: Path(target(runs, job)).is_file()))
+        print(f"next step: {steps[0][0] if steps else 'none'}", file=sys.stderr)
     try:
         for _, jobs_of_step in steps:
             for job in jobs_of_step:

@@ -807,6 +807,16 @@ def missing(config: Path, reference: Path, plan: Sequence[str] | None = None,
     return out
 
 
+def next_step(steps: Sequence[tuple[str, list[Job]]],
+              finished: Callable[[Job], bool] | None = None) -> list[tuple[str, list[Job]]]:
+    """The first of ``missing``'s steps that holds a job not ``finished`` (e.g. its metrics.json present in the runs
+    folder, not yet collected), alone, or none: a batch that never mixes the evidence order's steps."""
+    for step, jobs in steps:
+        if any(finished is None or not finished(job) for job in jobs):
+            return [(step, list(jobs))]
+    return []
+
+
 def set_config(reference: Path) -> Path:
     """The study config of the set ``reference``: its marker's when it is sealed, else ``DEFAULT_CONFIG``."""
     root = seal.set_root(reference)

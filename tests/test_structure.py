@@ -190,3 +190,21 @@ def test_the_workflow_plans_with_the_standard_library_pyyaml_and_jsonschema() ->
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.split() == ["47", "8", "1", "1", "11"]
+
+
+def test_the_command_lines_parser_imports_no_torch_pandas_or_scipy() -> None:
+    """Every ``fedbalance`` call builds the whole parser first: it imports neither torch nor pandas nor scipy (a second
+    or two of each call's start-up; docs/performance.md, "Test suite"), and neither does ``seedstats`` until it computes
+    an interval."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    code = ("import sys; from fedbalance.cli import build_parser; build_parser(); import fedbalance.evidence.seedstats; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'pandas', 'scipy'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
+    assert out.strip() == "[]", out
+    code = ("import sys; from fedbalance.evidence.seedstats import paired_interval; paired_interval([1.0, 2.0, 4.0]); "
+            "print('scipy.stats' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env=env).stdout.strip() == "True"

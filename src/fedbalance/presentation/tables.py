@@ -202,13 +202,18 @@ def cell_seed_values(spec: TableSpec, final: pd.DataFrame, rounds: pd.DataFrame,
     (``shared_seeds``); with the plug-ins' rows (``with_plugins``)."""
     spec = with_plugins(spec, final, rounds)
     cells = spec.cell_frame()
-    parts, cache = [], {}
-    for (metric, row), sub in cells.groupby(["metric", "row"], sort=False):
-        column = _cell_column(spec, row, estimator)
-        if (metric, column) not in cache:
-            cache[(metric, column)] = _per_seed(final, rounds, metric, column)
-        parts.append(sub.merge(cache[(metric, column)], on=KEY, how="inner"))
-    out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=[*cells.columns, "seed", "value"])
+    if cells.empty:
+        return pd.DataFrame(columns=[*cells.columns, "seed", "value"])
+    # one merge of every cell with the per-seed values of its (metric, column), the cells then in the order of their
+    # (metric, row) groups as they first appear (a stable sort), each group's cells in the spec's order
+    column_of = {row: _cell_column(spec, row, estimator) or "" for row in cells["row"].unique()}
+    keyed = cells.assign(_group=cells.groupby(["metric", "row"], sort=False).ngroup(),
+                         _column=cells["row"].map(column_of))
+    pairs = keyed[["metric", "_column"]].drop_duplicates().itertuples(index=False)
+    values = pd.concat([_per_seed(final, rounds, metric, column or None).assign(metric=metric, _column=column)
+                        for metric, column in pairs], ignore_index=True)
+    out = keyed.merge(values, on=[*KEY, "metric", "_column"], how="inner")
+    out = out.sort_values("_group", kind="stable").drop(columns=["_group", "_column"]).reset_index(drop=True)
     out = out.astype({"seed": int}) if len(out) else out
     return shared_seeds(spec, out) if shared else out
 
@@ -240,16 +245,20 @@ def cell_values(spec: TableSpec, final: pd.DataFrame, rounds: pd.DataFrame, esti
     spec = with_plugins(spec, final, rounds)
     cells = spec.cell_frame()
     seeds = cell_seed_values(spec, final, rounds, estimator, shared=shared)
+    if spec.source == "final" and not cells.empty:  # one groupby and one merge, the cells in cell_seed_values' order
+        g = seeds.groupby(["metric", "row", *KEY])["value"]
+        stats = pd.DataFrame({"mean": g.mean(), "std": g.std(), "n": g.count()}).reset_index()
+        order = cells.groupby(["metric", "row"], sort=False).ngroup()
+        out = (cells.assign(_group=order).merge(stats, on=["metric", "row", *KEY], how="left")
+               .sort_values("_group", kind="stable").drop(columns="_group").reset_index(drop=True))
+        out["n"] = out["n"].fillna(0).astype(int)
+        out.insert(0, "table", spec.label)
+        return out
     parts = []
     for (metric, row), sub in cells.groupby(["metric", "row"], sort=False):
         mine = seeds[(seeds.metric == metric) & (seeds.row == row)]
-        if spec.source == "final":
-            g = mine.groupby(KEY)["value"]
-            stats = pd.DataFrame({"mean": g.mean(), "std": g.std(), "n": g.count()}).reset_index()
-        else:
-            column = _cell_column(spec, row, estimator)
-            kept = rounds.merge(mine[SEED_KEY].drop_duplicates(), on=SEED_KEY, how="inner")
-            stats = _round_stats(kept, column, metric)
+        kept = rounds.merge(mine[SEED_KEY].drop_duplicates(), on=SEED_KEY, how="inner")
+        stats = _round_stats(kept, _cell_column(spec, row, estimator), metric)
         parts.append(sub.merge(stats, on=KEY, how="left"))
     out = pd.concat(parts, ignore_index=True) if parts else cells
     out["n"] = out["n"].fillna(0).astype(int)

@@ -10,7 +10,7 @@
 # included. JOBS: training jobs at once on the GPU (Snakemake's --cores and gpu_slots). SUITE_S: the suite's budget
 # (0 skips it). JOB: experiment/dataset/setting/loss/seed<k>, as `python -m fedbalance jobs` prints them; none: the
 # jobs the reference set REFERENCE (default reference/mnist) lacks, in the evidence order
-# (`python -m fedbalance reference missing --targets`).
+# (`python -m fedbalance reference missing --targets`), those of its next step prioritised (`--next-step`, first.txt).
 # The jobs are the workflow's (snakemake --configfile CONFIG --config results_dir=RUNS device=DEVICE -- TARGETS), so
 # twins are copied, derived jobs derived and branched ones branched as everywhere else; at the deadline Snakemake and
 # its jobs are stopped (their checkpoints stay). Collect the archive's jobs with `fedbalance reference collect`.
@@ -54,7 +54,11 @@ config=${CONFIG:-config/mnist.yaml}
 if [ $# -eq 0 ]; then
   python3 -m fedbalance reference missing --config "$config" --reference "${REFERENCE:-reference/mnist}" \
     --targets "$runs" >"$out/targets.txt" 2>>"$out/missing.log"
-  echo "no JOB: the $(wc -l <"$out/targets.txt") jobs that ${REFERENCE:-reference/mnist} lacks, in the evidence order"
+  # Snakemake orders a batch's jobs as it likes: the first step of the order that has a job to run goes first (-P)
+  python3 -m fedbalance reference missing --config "$config" --reference "${REFERENCE:-reference/mnist}" \
+    --targets "$runs" --next-step >"$out/first.txt" 2>>"$out/missing.log"
+  echo "no JOB: the $(wc -l <"$out/targets.txt") jobs that ${REFERENCE:-reference/mnist} lacks, in the evidence order;" \
+    "the $(wc -l <"$out/first.txt") of its next step first"
 else
   for job in "$@"; do echo "$runs/$job/metrics.json"; done >"$out/targets.txt"
 fi
@@ -65,9 +69,11 @@ if [ "$left" -gt 0 ]; then
   (while sleep 20; do nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader; done) >"$out/gpu_util.txt" 2>&1 &
   watch=$!
   mapfile -t targets <"$out/targets.txt"
+  first=()
+  [ -s "$out/first.txt" ] && mapfile -t first <"$out/first.txt"
   timeout "$left" python3 -m snakemake --cores "$workers" --resources gpu_slots="$workers" --configfile "$config" \
-    --config results_dir="$runs" device="${DEVICE:-cuda}" ${CAPTURE:+capture=True} --rerun-incomplete --keep-going \
-    -- "${targets[@]}" >"$out/snakemake.log" 2>&1
+    --config results_dir="$runs" device="${DEVICE:-cuda}" ${CAPTURE:+capture=True} ${first[0]:+--prioritize "${first[@]}"} \
+    --rerun-incomplete --keep-going -- "${targets[@]}" >"$out/snakemake.log" 2>&1
   rc=$?
   kill $watch 2>/dev/null
   [ "$rc" -eq 124 ] && { echo "the window closed: running jobs stopped, their checkpoints kept"; rc=0; }

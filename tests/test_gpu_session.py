@@ -63,7 +63,11 @@ def test_without_jobs_the_session_takes_the_sets_missing_jobs_in_the_evidence_or
     targets = (out / "targets.txt").read_text().splitlines()
     assert targets == listed.stdout.splitlines() and len(targets) > 20
     assert targets[0] == f"{tmp_path / 'runs'}/early/mnist/E/ce/seed0/metrics.json"
+    # the next step's jobs, which Snakemake is told to run first (--prioritize): the early family's, seeds 0-2
+    first = (out / "first.txt").read_text().splitlines()
+    assert first == [t for t in targets if "/early/" in t and t.split("/seed")[-1][0] in "012"] and first == targets[:len(first)]
     assert "the window is spent: no job starts" in proc.stdout and f"no JOB: the {len(targets)} jobs" in proc.stdout
+    assert f"the {len(first)} of its next step first" in proc.stdout
     assert not (tmp_path / "runs").exists()
     with tarfile.open(out / "refruns.tgz") as tar:
         assert tar.getnames() == []

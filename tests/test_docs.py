@@ -179,7 +179,8 @@ def test_majority_claim_recomputed(jobs, blocks) -> None:
         part = name + (f" clear at Γ = {', '.join(s[1:] for s, _, _ in clear)}" if clear else "")
         assert part in text, part
         for s, maj, common in below:
-            seeds = "0–2" if common == {0, 1, 2} else ", ".join(map(str, sorted(common)))
+            run = sorted(common)  # a run of three or more seeds prints as "first–last" (0–2, 0–3), else one by one
+            seeds = f"{run[0]}–{run[-1]}" if len(run) > 2 and run == list(range(run[0], run[-1] + 1)) else ", ".join(map(str, run))
             assert (f"Γ = {s[1:]} ({maj[reading].mean():.2f} against CE's {maj['ce'].mean():.2f} on seeds {seeds})"
                     in text)
         if reading == "ratio":

@@ -251,16 +251,14 @@ def cell_values(spec: TableSpec, final: pd.DataFrame, rounds: pd.DataFrame, esti
         order = cells.groupby(["metric", "row"], sort=False).ngroup()
         out = (cells.assign(_group=order).merge(stats, on=["metric", "row", *KEY], how="left")
                .sort_values("_group", kind="stable").drop(columns="_group").reset_index(drop=True))
-        out["n"] = out["n"].fillna(0).astype(int)
-        out.insert(0, "table", spec.label)
-        return out
-    parts = []
-    for (metric, row), sub in cells.groupby(["metric", "row"], sort=False):
-        mine = seeds[(seeds.metric == metric) & (seeds.row == row)]
-        kept = rounds.merge(mine[SEED_KEY].drop_duplicates(), on=SEED_KEY, how="inner")
-        stats = _round_stats(kept, _cell_column(spec, row, estimator), metric)
-        parts.append(sub.merge(stats, on=KEY, how="left"))
-    out = pd.concat(parts, ignore_index=True) if parts else cells
+    else:
+        parts = []
+        for (metric, row), sub in cells.groupby(["metric", "row"], sort=False):
+            mine = seeds[(seeds.metric == metric) & (seeds.row == row)]
+            kept = rounds.merge(mine[SEED_KEY].drop_duplicates(), on=SEED_KEY, how="inner")
+            stats = _round_stats(kept, _cell_column(spec, row, estimator), metric)
+            parts.append(sub.merge(stats, on=KEY, how="left"))
+        out = pd.concat(parts, ignore_index=True) if parts else cells
     out["n"] = out["n"].fillna(0).astype(int)
     out.insert(0, "table", spec.label)
     return out

@@ -201,9 +201,13 @@ def test_next_step_lists_one_step_the_first_with_a_job_still_to_run(tmp_path: Pa
     assert r.stdout.splitlines() == ["mfe/mnist/c4/mfe/seed1", "mfe/mnist/c4/mse/seed1"]  # mfe:c5 is held: step 2
     assert r.stderr.splitlines()[-1] == "next step: mfe:c4:1"
     runs = tmp_path / "runs"
+    r = _ref("missing", "--reference", str(ref), *plan, "--next-step", "--targets", str(runs))
+    assert "not collected yet" not in r.stderr
     write_job(runs, Job("mfe", "mnist", "c4", "mfe", 1))
     r = _ref("missing", "--reference", str(ref), *plan, "--next-step", "--targets", str(runs))
     assert r.stdout.splitlines() == [f"{runs}/mfe/mnist/c4/{loss}/seed1/metrics.json" for loss in ("mfe", "mse")]
+    assert (f"1 of them finished in {runs}, not collected yet: python -m fedbalance reference collect {runs} "
+            f"--into {ref}") in r.stderr.splitlines()
     write_job(runs, Job("mfe", "mnist", "c4", "mse", 1))
     r = _ref("missing", "--reference", str(ref), *plan, "--next-step", "--targets", str(runs))
     assert r.stdout.splitlines() == [f"{runs}/alpha/mnist/a2/ratio/seed2/metrics.json"]

@@ -681,9 +681,15 @@ def cmd_reference_missing(args: argparse.Namespace) -> int:
     steps = missing(config, args.reference, args.plan, args.dataset)
     print(f"{sum(len(j) for _, j in steps)} jobs to run: " + ", ".join(f"{step} {len(j)}" for step, j in steps),
           file=sys.stderr)
+    runs = args.targets
+    finished = None if runs is None else (lambda job: Path(target(runs, job)).is_file())
+    if finished is not None:
+        done = sum(finished(job) for _, jobs_of_step in steps for job in jobs_of_step)
+        if done:
+            print(f"{done} of them finished in {runs}, not collected yet: python -m fedbalance reference collect "
+                  f"{runs} --into {args.reference}", file=sys.stderr)
     if args.next_step:
-        runs = args.targets
-        steps = next_step(steps, None if runs is None else (lambda job: Path(target(runs, job)).is_file()))
+        steps = next_step(steps, finished)
         print(f"next step: {steps[0][0] if steps else 'none'}", file=sys.stderr)
     try:
         for _, jobs_of_step in steps:

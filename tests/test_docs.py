@@ -73,16 +73,44 @@ def test_collapses_recomputed(jobs, blocks) -> None:
     assert f"Of the reference set's {len(ratio)} `losses` Ratio jobs" in text
     jobs_hit = len({(s, loss, seed) for s, loss, seed, _ in found})
     assert f"{(ratio.loss == 'ratio').sum()} of the paper\n  reading), {jobs_hit} had a round" in text
-    assert (f"({len(found)} rounds in all)" in text) == (len(found) > jobs_hit)
+    assert (f"; {len(found)} rounds in all)" in text) == (len(found) > jobs_hit)
     assert "the only collapse" not in (DOCS / "fidelity.md").read_text()
     listed = blocks["collapses"][1].split("\n- ")
-    for setting, loss, seed, r in found:
-        line = next(x for x in listed if f"/{setting}/{loss}/seed{seed}`: after round {r - 1} " in x)
+    episodes = _episodes(found)
+    assert len(listed) - 1 == len(episodes)  # one line an episode of consecutive collapsed rounds, after the opening
+    for (setting, loss, seed), first, end in episodes:
+        line = next(x for x in listed if f"/{setting}/{loss}/seed{seed}`: after round {first - 1} " in x)
         job = next(j for j in ratio.itertuples() if (j.setting, j.loss, j.seed) == (setting, loss, seed))
-        nxt = job.rounds[job.rounds["round"] == r + 1].acc
-        if len(nxt):  # the round after: "back at" only when it is above the collapse line
-            assert ("stayed below 20 %" in line) == (float(nxt.iloc[0]) < 0.2), line
-            assert ("was back at" in line) == (float(nxt.iloc[0]) >= 0.2), line
+        _check_episode(line.replace("\n  ", " "), job.rounds, first, end)
+
+
+def _episodes(found) -> list[tuple[tuple, int, int]]:
+    """(job key, first round, last round) of each run of consecutive rounds in ``found`` ((*key, round) tuples)."""
+    out: list[tuple[tuple, int, int]] = []
+    for *key, r in sorted(found):
+        if out and out[-1][0] == tuple(key) and out[-1][2] == r - 1:
+            out[-1] = (out[-1][0], out[-1][1], r)
+        else:
+            out.append((tuple(key), r, r))
+    return out
+
+
+def _check_episode(line: str, rounds: pd.DataFrame, first: int, end: int) -> None:
+    """The line of a collapse from ``first`` to ``end``: the later rounds below 20 %, the round after back above it or
+    the job's end, in the job's own accuracies."""
+    acc = dict(zip(rounds["round"], rounds.acc))
+    assert f"round {first} trained with it and ended at accuracy {100 * acc[first]:.2f} %" in line, line
+    if end == first + 1:
+        assert f"; round {end} stayed below 20 % ({100 * acc[end]:.2f} %)" in line, line
+    elif end > first:
+        later = [100 * acc[r] for r in range(first + 1, end + 1)]
+        assert f"; rounds {first + 1}–{end} stayed below 20 % ({min(later):.2f}–{max(later):.2f} %)" in line, line
+    else:
+        assert "stayed below" not in line, line
+    if end + 1 in acc:
+        assert acc[end + 1] >= 0.2 and f"round {end + 1} was back at {100 * acc[end + 1]:.2f} %" in line, line
+    else:
+        assert "the job's last round" in line and "was back at" not in line, line
 
 
 def test_sweep_collapses_recomputed(jobs, blocks) -> None:
@@ -99,15 +127,13 @@ def test_sweep_collapses_recomputed(jobs, blocks) -> None:
         hit = len({(exp, setting, seed) for exp, setting, seed, _, _ in found})
         assert f"\n{hit} had a round whose test accuracy fell below 20 %" in text
         assert (f"({len(found)} rounds in all)" in text) == (len(found) > hit)
-    for exp, setting, seed, r, acm in found:
+    for (exp, setting, seed), first, end in _episodes((exp, setting, seed, r) for exp, setting, seed, r, _ in found):
         line = next(x for x in text.split("\n- ")[1:] if x.startswith(f"`reference/mnist/{exp}/mnist/{setting}/ratio/seed{seed}`")
-                    and f"round {r} trained with it" in x)
-        flat = line.replace("\n  ", " ")
-        assert f"Ac.M {acm:.2f}." in flat or f"its final Ac.M is {acm:.2f}." in flat, flat
+                    and f"after round {first - 1} " in x)
         job = next(j for j in sweeps.itertuples() if (j.experiment, j.setting, j.seed) == (exp, setting, seed))
-        nxt = job.rounds[job.rounds["round"] == r + 1].acc
-        if len(nxt):  # the round after: "back at" only when it is above the collapse line
-            assert ("stayed below 20 %" in line) == (float(nxt.iloc[0]) < 0.2), line
+        flat = line.replace("\n  ", " ")
+        assert f"Ac.M {job.acm:.2f}." in flat or f"its final Ac.M is {job.acm:.2f}." in flat, flat
+        _check_episode(flat, job.rounds, first, end)
 
 
 def test_mismatch_block_recomputed(jobs, blocks) -> None:

@@ -165,6 +165,11 @@ def job_rounds(rounds: pd.DataFrame, experiment: str, setting: str, loss: str, s
     return r.sort_values("round").reset_index(drop=True)
 
 
+COLLAPSE_COLUMNS = ["experiment", "setting", "loss", "seed", "round", "acc", "pi", "cls", "majority", "acm_before",
+                    "acc_next", "acm_final", "last_round"]
+"""The columns of ``collapses``' frame, one row a collapsed round."""
+
+
 def collapses(rounds: pd.DataFrame, experiment: str = "losses", losses: tuple[str, ...] = READINGS) -> pd.DataFrame:
     """Every evaluated round t >= 1 of ``experiment``'s ``losses`` jobs whose test accuracy is below COLLAPSE: the job, the round
     (0-based), its accuracy, the largest π it trained with (computed after round t - 1), that π's class, whether the
@@ -184,8 +189,23 @@ def collapses(rounds: pd.DataFrame, experiment: str = "losses", losses: tuple[st
                             "majority": truth[i][p] >= float(np.median(truth[i])),
                             "acm_before": 100 * g.acc_minority[i - 1], "acc_next": 100 * g.acc[i + 1] if i + 1 < len(g) else math.nan,
                             "acm_final": 100 * g.acc_minority.iloc[-1], "last_round": int(g["round"].iloc[-1])})
-    return pd.DataFrame(out, columns=["experiment", "setting", "loss", "seed", "round", "acc", "pi", "cls", "majority", "acm_before",
-                                      "acc_next", "acm_final", "last_round"])
+    return pd.DataFrame(out, columns=COLLAPSE_COLUMNS)
+
+
+def collapse_episodes(col: pd.DataFrame) -> list[dict[str, Any]]:
+    """``collapses``' rounds merged into episodes, each the consecutive collapsed rounds of one job: its first round's
+    record (the π that started it, the Ac.M before it), ``end`` (its last collapsed round), ``n`` (its rounds),
+    ``later`` (the accuracies of its rounds after the first), ``acc_next`` (the round after ``end``; NaN when ``end``
+    is the job's last round)."""
+    out: list[dict[str, Any]] = []
+    for k in col.to_dict("records"):
+        last = out[-1] if out else None
+        if last is not None and all(last[x] == k[x] for x in ("experiment", "setting", "loss", "seed")) \
+                and k["round"] == last["end"] + 1:
+            last.update(end=k["round"], n=last["n"] + 1, later=[*last["later"], k["acc"]], acc_next=k["acc_next"])
+        else:
+            out.append({**k, "end": k["round"], "n": 1, "later": []})
+    return out
 
 
 def shrinkage_ratios(rounds: pd.DataFrame, same_clients: frozenset[str] = frozenset({"losses", "ratio_stability"})
@@ -316,7 +336,8 @@ def seeds_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
                        "not": [s for s, x in by.items() if x.outcome != YES and x.diff >= 0],
                        "misses": [s for s, x in by.items() if x.outcome != YES and x.diff < 0]}
              for reading, by in kept_by.items()}
-    g20_collapsed = {k["seed"] for k in col.to_dict("records") if k["setting"] == "g20" and k["loss"] == "ratio"}
+    g20_collapsed = {k["seed"] for k in col.to_dict("records")
+                     if k["setting"] == "g20" and k["loss"] == "ratio" and k["seed"] in cs["g20"]["ratio"].seeds}
     ce_gap = {s: c["ce"].paper - c["ce"].mean for s, c in cs.items()}
     focal = {}
     for s, c in cs.items():
@@ -324,7 +345,8 @@ def seeds_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
     mon = rounds[rounds.experiment == "monitor"]
     mon_cs = mon.groupby("seed")[["cs_pooled", "cs_uniform"]].mean().mean()
     return {
-        "c": cs, "collapses": col.to_dict("records"), "collapsed_jobs": _jobs_of(col.to_dict("records")),
+        "c": cs, "collapses": col.to_dict("records"), "episodes": collapse_episodes(col),
+        "collapsed_jobs": _jobs_of(col.to_dict("records")),
         "ratio_jobs": ratio_jobs, "paper_jobs": paper_jobs,
         "g10_low": {"seed": low_seed, "final": g10.acm[g10.seeds.index(low_seed)], "lo": 100 * tail.acc_minority.min(),
                     "hi": 100 * tail.acc_minority.max(), "pi_lo": min(tail_pi), "pi_hi": max(tail_pi),
@@ -413,7 +435,8 @@ def sweep_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
     """The jobs of the α and β sweeps the set trained and their collapsed rounds (``collapses``), with the values."""
     col = [k for experiment in SWEEPS for k in collapses(rounds, experiment, ("ratio",)).to_dict("records")]
     trained = final[final.experiment.isin(SWEEPS)]
-    return {"jobs": len(trained), "settings": sorted(set(trained.setting)), "collapses": col, "fmt": _fmt,
+    return {"jobs": len(trained), "settings": sorted(set(trained.setting)), "collapses": col,
+            "episodes": collapse_episodes(pd.DataFrame(col, columns=COLLAPSE_COLUMNS)), "fmt": _fmt,
             "COLLAPSE": 100 * COLLAPSE, "collapsed_jobs": _jobs_of(col)}
 
 

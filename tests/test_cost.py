@@ -231,12 +231,12 @@ def test_shipped_gpu_calibration_is_the_measured_figures():
     assert len(measured) == 22 and cal.startup_s == pytest.approx(statistics.median(measured.values()), abs=0.005)
     still_held = 0
     for job, startup in measured.items():
-        path = repo / "reference/mnist" / job / "provenance.json"
-        prov = json.loads(path.read_text()) if path.exists() else {}
+        prov = json.loads((repo / "reference/mnist" / job / "provenance.json").read_text())
         if "H200" in str((prov.get("runtime") or {}).get("device")):
             assert prov["wall_s_this_process"] - prov["wall_s_job"] == pytest.approx(startup, abs=1e-5), job
             still_held += 1
-    assert still_held >= 20
+    # the set replaces a CUDA job now and then (the monitor seeds, retrained on CPU with their trajectories): most remain
+    assert still_held > len(measured) // 2
     assert cal.to_json() == calibration_from_suite(suite, cal.startup_s, cal.source).to_json()
     # LeNet5 vectorised: 20 clients x 10 epochs x 32 steps took 2.1768 s
     assert cal.steps["lenet5/1x28x28/q10/vectorised/b32"] == pytest.approx(2.1768 / 6400, rel=1e-4)

@@ -427,6 +427,16 @@ def state_groups(jobs: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
     return out
 
 
+def centralised_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
+    """The `centralised` family's Ratio jobs (both readings) and their collapsed epochs (``collapses``; an epoch is a
+    round of rounds.csv), as episodes, for docs/deviations.md."""
+    col = collapses(rounds, "centralised")
+    trained = final[(final.experiment == "centralised") & final.loss.isin(READINGS)]
+    return {"jobs": len(trained), "paper_jobs": int((trained.loss == "ratio").sum()),
+            "collapses": col.to_dict("records"), "episodes": collapse_episodes(col), "fmt": _fmt,
+            "COLLAPSE": 100 * COLLAPSE, "collapsed_jobs": _jobs_of(col.to_dict("records")), "unit": "epoch"}
+
+
 SWEEPS = ("alpha", "beta")
 """The Ratio Loss's hyper-parameter sweeps (Sup_hyper_a, Sup_hyper_b) whose collapses docs/fidelity.md lists."""
 
@@ -780,6 +790,7 @@ TEMPLATES = {
     "mfe": ("fidelity.md", "mfe.md.j2"),
     "sweep-slopes": ("fidelity.md", "sweep_slopes.md.j2"),
     "t-ra": ("fidelity.md", "t_ra.md.j2"),
+    "centralised-collapses": ("deviations.md", "centralised_collapses.md.j2"),
 }
 """Block name -> (the page of docs/ it is spliced into, its template)."""
 
@@ -791,7 +802,8 @@ def blocks(reference: str | Path) -> dict[str, tuple[str, str]]:
     contexts = {"seeds": seeds, "collapses": seeds, "shrunk-evidence": shrinkage_context(rounds), "auc-fits": auc_context(),
                 "sweep-collapses": sweep_context(final, rounds), "mismatch": mismatch_context(final, rounds),
                 "early": early_context(final, rounds, reference), "mfe": mfe_context(final, rounds),
-                "sweep-slopes": sweep_slope_context(final, rounds), "t-ra": t_ra_context(final, rounds)}
+                "sweep-slopes": sweep_slope_context(final, rounds), "t-ra": t_ra_context(final, rounds),
+                "centralised-collapses": centralised_context(final, rounds)}
     return {name: (page, render(template, contexts[name])) for name, (page, template) in TEMPLATES.items()}
 
 

@@ -174,6 +174,10 @@ def test_reproduction_summary_by_hand() -> None:
     md = reproduction_summary(_vs_rows(), ["mnist"])
     t1 = next(line for line in md.splitlines() if line.startswith("- **T1**"))
     assert t1.startswith("- **T1**: 8 of its 9 published cells run (1–5 seeds); ")
+    rows = _vs_rows()
+    one = reproduction_summary(rows[(rows.table != "T1") | rows.n_seeds.isin([0, 1])], ["mnist"])
+    assert "- **T1**: 1 of its 2 published cells run (1 seed); " in one  # the one-seed cell and the one not run
+    assert "- **T3**: 1 cell run; the paper publishes none of this dataset." in one
     assert "inside our 95 % interval, which is narrow (reproduced): 1;" in t1
     assert "but it is too wide to tell (undetermined): 1;" in t1
     # the three cells where ours is lower, the largest gap in points first (45 points before 10, though 4.5 std < 10)
@@ -182,7 +186,7 @@ def test_reproduction_summary_by_hand() -> None:
             "ratio (paper reading) 50:1 Ac.M (ours 80.00 ± 1.00 vs 83.00);") in t1
     assert "ours higher than the paper's (the published value below our 95 % interval): 1 — ce 50:1 AUC (ours .9500 ± .0050 vs .9000);" in t1
     assert "one seed, no interval: 1; ours the same on every seed, no interval: 1;" in t1 and t1.endswith("not run: 1.")
-    assert "- **T3**: 1 cells run; the paper publishes none of this dataset." in md
+    assert "- **T3**: 1 cell run; the paper publishes none of this dataset." in md
     assert "- **Not run at all** (published cells): T2 (2)." in md
     assert md.startswith("**MNIST**") and "cifar10" not in md.lower().split("within")[0]
 

@@ -302,7 +302,7 @@ def reproduction_markdown(frame: pd.DataFrame, unpublished: Mapping[str, int] | 
         run = cells[cells.verdict != NOT_RUN]
         seeds = sorted(set(run.n_seeds))
         parts = [f"{len(run)} of its {len(cells)} published cells run "
-                 f"({seeds[0] if len(seeds) == 1 else f'{seeds[0]}–{seeds[-1]}'} seeds)"
+                 f"({seeds[0] if len(seeds) == 1 else f'{seeds[0]}–{seeds[-1]}'} seed{'' if seeds == [1] else 's'})"
                  + (f"; its Ratio Loss cells are the {READING_NAME['ratio']} (`ratio`"
                     + (f"; the {READING_NAME['ratio_rel']} beside it is in the Fidelity table"
                        if table in TABLE_OF.values() else "") + ")" if _reads_ratio(str(table)) else "")]
@@ -323,7 +323,7 @@ def reproduction_markdown(frame: pd.DataFrame, unpublished: Mapping[str, int] | 
     published_tables = set(frame.table)
     for table, k in unpublished.items():
         if table not in published_tables:
-            lines.append(f"- **{table}**: {k} cells run; the paper publishes none of this dataset.")
+            lines.append(f"- **{table}**: {k} cell{'' if k == 1 else 's'} run; the paper publishes none of this dataset.")
     if idle:
         lines.append("- **Not run at all** (published cells): " + ", ".join(idle) + ".")
     return "\n".join(lines) if lines else "- No published cell of this dataset in these tables."

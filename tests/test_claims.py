@@ -125,3 +125,17 @@ def test_the_rule_used_before_leaked() -> None:
     before = float(((((diff > 0) & (p < ALPHA)).sum(-1)) * 2 > 5).mean())
     assert before == pytest.approx(1 - 0.975 ** 3, abs=4 * np.sqrt(0.073 * 0.927 / SIMS)) and before > ALPHA
     assert float(decide(diff, p, needed(MOST, 5))[0].mean()) < ALPHA / 2 + 0.002
+
+
+def test_a_comparison_on_no_common_seed_says_so() -> None:
+    """Two cells that hold jobs on different seeds (centralised Γ = 10: Ratio seed 2, GHM-C seed 0) print no difference
+    and no seed count, not '-- (0 seeds)'; one common seed prints its difference."""
+    import pandas as pd
+
+    from fedbalance.presentation.claims import Detail, _detail, paired_comparison
+
+    c = paired_comparison(pd.Series({2: 0.0}), pd.Series({0: 94.4}))
+    assert (c.n, c.seeds) == (0, ())
+    assert _detail(Detail("mnist 10:1: Ratio - ghmc", c, "acm")) == "mnist 10:1: Ratio - ghmc: no seed in common"
+    one = _detail(Detail("mnist B.: Ratio - focal", paired_comparison(pd.Series({0: 0.0}), pd.Series({0: 98.86})), "acm"))
+    assert one == "mnist B.: Ratio - focal -98.86 (1 seed)<!-- seeds mnist B.  Ratio - focal: 0 / 0 -->", one

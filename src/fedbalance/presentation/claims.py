@@ -298,6 +298,8 @@ def _detail(d: Detail, adjust: int = 1) -> str:
     label = d.label.replace(" - ", " / ", 1) if c.scale == "log" else d.label
     mark = seed_mark(d.label, c.seeds, c.seeds) if c.seeds else ""
     seeds = f"{c.n} seed{'' if c.n == 1 else 's'}"
+    if c.n == 0:  # the two cells hold jobs, on no seed in common: nothing to compare
+        return f"{label}: no seed in common"
     if c.outcome == FEW or math.isnan(c.low):
         return f"{label} {_shown(c.diff, m, c.scale)} ({seeds}){mark}"
     if c.low == c.high:

@@ -165,11 +165,6 @@ def job_rounds(rounds: pd.DataFrame, experiment: str, setting: str, loss: str, s
     return r.sort_values("round").reset_index(drop=True)
 
 
-COLLAPSE_COLUMNS = ["experiment", "setting", "loss", "seed", "round", "acc", "pi", "cls", "majority", "acm_before",
-                    "acc_next", "acm_final", "last_round"]
-"""The columns of ``collapses``' frame, one row a collapsed round."""
-
-
 def collapses(rounds: pd.DataFrame, experiment: str = "losses", losses: tuple[str, ...] = READINGS) -> pd.DataFrame:
     """Every evaluated round t >= 1 of ``experiment``'s ``losses`` jobs whose test accuracy is below COLLAPSE: the job, the round
     (0-based), its accuracy, the largest π it trained with (computed after round t - 1), that π's class, whether the
@@ -189,16 +184,17 @@ def collapses(rounds: pd.DataFrame, experiment: str = "losses", losses: tuple[st
                             "majority": truth[i][p] >= float(np.median(truth[i])),
                             "acm_before": 100 * g.acc_minority[i - 1], "acc_next": 100 * g.acc[i + 1] if i + 1 < len(g) else math.nan,
                             "acm_final": 100 * g.acc_minority.iloc[-1], "last_round": int(g["round"].iloc[-1])})
-    return pd.DataFrame(out, columns=COLLAPSE_COLUMNS)
+    return pd.DataFrame(out, columns=["experiment", "setting", "loss", "seed", "round", "acc", "pi", "cls", "majority", "acm_before",
+                                      "acc_next", "acm_final", "last_round"])
 
 
-def collapse_episodes(col: pd.DataFrame) -> list[dict[str, Any]]:
-    """``collapses``' rounds merged into episodes, each the consecutive collapsed rounds of one job: its first round's
-    record (the π that started it, the Ac.M before it), ``end`` (its last collapsed round), ``n`` (its rounds),
+def collapse_episodes(col: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``collapses``' records (in its order) merged into episodes, each the consecutive collapsed rounds of one job: its
+    first round's record (the π that started it, the Ac.M before it), ``end`` (its last collapsed round), ``n`` (its rounds),
     ``later`` (the accuracies of its rounds after the first), ``acc_next`` (the round after ``end``; NaN when ``end``
     is the job's last round)."""
     out: list[dict[str, Any]] = []
-    for k in col.to_dict("records"):
+    for k in col:
         last = out[-1] if out else None
         if last is not None and all(last[x] == k[x] for x in ("experiment", "setting", "loss", "seed")) \
                 and k["round"] == last["end"] + 1:
@@ -296,7 +292,7 @@ def _gap_range(cs: dict[str, dict[str, Cell]], loss: str) -> tuple[float, float,
 def seeds_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
     """Everything the fidelity page's "What the seeds say" block states, computed from the set's frames."""
     cs = cells(final)
-    col = collapses(rounds)
+    col = collapses(rounds).to_dict("records")
     ratio_jobs = int(((final.experiment == "losses") & final.loss.isin(READINGS)).sum())
     paper_jobs = int(((final.experiment == "losses") & (final.loss == "ratio")).sum())
     # the paper reading at Γ = 10: its lowest seed, the spread of its last five rounds and the π it trained with there
@@ -336,7 +332,7 @@ def seeds_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
                        "not": [s for s, x in by.items() if x.outcome != YES and x.diff >= 0],
                        "misses": [s for s, x in by.items() if x.outcome != YES and x.diff < 0]}
              for reading, by in kept_by.items()}
-    g20_collapsed = {k["seed"] for k in col.to_dict("records")
+    g20_collapsed = {k["seed"] for k in col
                      if k["setting"] == "g20" and k["loss"] == "ratio" and k["seed"] in cs["g20"]["ratio"].seeds}
     ce_gap = {s: c["ce"].paper - c["ce"].mean for s, c in cs.items()}
     focal = {}
@@ -345,8 +341,7 @@ def seeds_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
     mon = rounds[rounds.experiment == "monitor"]
     mon_cs = mon.groupby("seed")[["cs_pooled", "cs_uniform"]].mean().mean()
     return {
-        "c": cs, "collapses": col.to_dict("records"), "episodes": collapse_episodes(col),
-        "collapsed_jobs": _jobs_of(col.to_dict("records")),
+        "c": cs, "collapses": col, "episodes": collapse_episodes(col), "collapsed_jobs": _jobs_of(col),
         "ratio_jobs": ratio_jobs, "paper_jobs": paper_jobs,
         "g10_low": {"seed": low_seed, "final": g10.acm[g10.seeds.index(low_seed)], "lo": 100 * tail.acc_minority.min(),
                     "hi": 100 * tail.acc_minority.max(), "pi_lo": min(tail_pi), "pi_hi": max(tail_pi),
@@ -430,11 +425,11 @@ def state_groups(jobs: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
 def centralised_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
     """The `centralised` family's Ratio jobs (both readings) and their collapsed epochs (``collapses``; an epoch is a
     round of rounds.csv), as episodes, for docs/deviations.md."""
-    col = collapses(rounds, "centralised")
+    col = collapses(rounds, "centralised").to_dict("records")
     trained = final[(final.experiment == "centralised") & final.loss.isin(READINGS)]
     return {"jobs": len(trained), "paper_jobs": int((trained.loss == "ratio").sum()),
-            "collapses": col.to_dict("records"), "episodes": collapse_episodes(col), "fmt": _fmt,
-            "COLLAPSE": 100 * COLLAPSE, "collapsed_jobs": _jobs_of(col.to_dict("records")), "unit": "epoch"}
+            "collapses": col, "episodes": collapse_episodes(col), "fmt": _fmt,
+            "COLLAPSE": 100 * COLLAPSE, "collapsed_jobs": _jobs_of(col), "unit": "epoch"}
 
 
 SWEEPS = ("alpha", "beta")
@@ -446,7 +441,7 @@ def sweep_context(final: pd.DataFrame, rounds: pd.DataFrame) -> dict[str, Any]:
     col = [k for experiment in SWEEPS for k in collapses(rounds, experiment, ("ratio",)).to_dict("records")]
     trained = final[final.experiment.isin(SWEEPS)]
     return {"jobs": len(trained), "settings": sorted(set(trained.setting)), "collapses": col,
-            "episodes": collapse_episodes(pd.DataFrame(col, columns=COLLAPSE_COLUMNS)), "fmt": _fmt,
+            "episodes": collapse_episodes(col), "fmt": _fmt,
             "COLLAPSE": 100 * COLLAPSE, "collapsed_jobs": _jobs_of(col)}
 
 

@@ -47,6 +47,9 @@ COVERED = {
     "python -m fedbalance compare --ours results --reference reference/mnist": "test_reference::test_compare_cli",
     "snakemake --cores 2 --configfile config/mnist.yaml --config results_dir=RUNS --":
         "test_reference_batch_command_plans + test_profiles::test_the_slurm_profile_plans_a_batch_of_the_sets_missing_jobs",
+    "REFERENCE=<checkout>/reference/mnist scripts/evidence_slots.sh 2 RUNS":
+        "test_evidence_slots (stand-ins: order, slots, tries, STOP, JOBS) + "
+        "test_evidence_slots::test_the_readme_command_trains_the_first_jobs_of_the_order_with_the_workflow",
     "python -m fedbalance reference collect RUNS --into reference/mnist":
         "test_refset (collect RUNS --into SET) + test_refset_workflow (a workflow's jobs collected)",
 }

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# The reference set's missing jobs, trained by the workflow in the evidence order, SLOTS at once, no core idle.
+#
+#   scripts/evidence_slots.sh SLOTS RUNS [SNAKEMAKE_OPTION ...]
+#
+# Run it from a checkout pinned at one commit (a `git worktree`, reference/README.md). Each of SLOTS slots takes the
+# first job of `fedbalance reference missing --targets RUNS` (the evidence order) not finished in RUNS nor running in
+# another slot, builds its inputs (data, partition) while it holds the queue's lock, then trains it with its own
+# `snakemake --cores 1 --configfile CONFIG --config results_dir=RUNS SNAKEMAKE_OPTION ... -- TARGET` and takes the next.
+# One Snakemake for a batch runs its jobs in an order of its own; here a job starts only when every job before it in
+# the order has started, and a slot that ends takes the next job at once.
+# REFERENCE (default reference/mnist): the set; CONFIG (default config/mnist.yaml); STOP (default RUNS/.slots/STOP):
+# while that file exists no slot starts a job (running ones finish; a new run clears nothing, delete it yourself).
+# A job that fails (its log: RUNS/.slots/slot<k>.log) is tried again after RETRY_S (default 60) seconds, by the
+# next free slot, at most TRIES (default 2) times in a run; a failure is often another slot holding Snakemake's lock
+# on a job both need (the source of a derived job), which the wait outlasts. Given-up jobs: RUNS/.slots/failed. A
+# slot with nothing left to take waits while another slot's job runs (it may fail and come back), then ends.
+# JOBS (default unset: no limit): the most jobs this run starts (a try again is no new job).
+# SNAKEMAKE (default `python3 -m snakemake`) and FEDBALANCE (default `python3 -m fedbalance`) name the commands.
+# The slots write RUNS/.slots/events.log: "start|end|failed|gave-up TARGET SLOT rc=RC TIME", one line each.
+# Exit status: 0 when no job is left to start, STOP exists or JOBS jobs started (the last line says which), 1 when a
+# job was given up, 2 on bad arguments.
+set -u
+if [ $# -lt 2 ] || ! [[ $1 =~ ^[1-9][0-9]*$ ]]; then
+  echo "usage: scripts/evidence_slots.sh SLOTS RUNS [SNAKEMAKE_OPTION ...] (SLOTS: a positive integer)" >&2
+  exit 2
+fi
+if [ -n "${JOBS:-}" ] && ! [[ $JOBS =~ ^[1-9][0-9]*$ ]]; then
+  echo "FAILED: JOBS=$JOBS: a positive integer (the most jobs this run starts), or unset" >&2
+  exit 2
+fi
+slots=$1 runs=$2
+shift 2
+config=${CONFIG:-config/mnist.yaml} reference=${REFERENCE:-reference/mnist}
+[ -f "$config" ] || { echo "FAILED: CONFIG $config: no such file (run from a checkout)" >&2; exit 2; }
+[ -d "$reference" ] || { echo "FAILED: REFERENCE $reference: no such folder" >&2; exit 2; }
+read -r -a snakemake <<<"${SNAKEMAKE:-python3 -m snakemake}"
+read -r -a fedbalance <<<"${FEDBALANCE:-python3 -m fedbalance}"
+state="$runs/.slots"
+stop=${STOP:-$state/STOP}
+mkdir -p "$state"
+smk=("${snakemake[@]}" --rerun-incomplete --configfile "$config" --config results_dir="$runs" "$@")
+
+event() { echo "$1 $2 $3 rc=$4 $(date -u +%FT%TZ)" >>"$state/events.log"; }
+
+# Under the queue's lock: the first missing job not finished in RUNS, running or given up (empty when none is left).
+next_job() {
+  local t
+  for t in $("${fedbalance[@]}" reference missing --config "$config" --reference "$reference" --targets "$runs" \
+      2>>"$state/missing.log"); do
+    [ -e "$t" ] && continue   # finished here, not collected yet
+    grep -qxF "$t" "$state/running" "$state/failed" && continue
+    echo "$t"
+    return
+  done
+}
+
+slot() {
+  local k=$1 t rc
+  exec 9>"$state/queue.lock"
+  while [ ! -e "$stop" ]; do
+    flock 9
+    if [ -n "${JOBS:-}" ] && [ "$(sort -u "$state/started" | wc -l)" -ge "$JOBS" ]; then t=""; else t=$(next_job); fi
+    if [ -z "$t" ]; then
+      # nothing to take: done, unless a job running in another slot may fail and come back
+      [ -s "$state/running" ] || { flock -u 9; return 0; }
+      flock -u 9
+      sleep "${RETRY_S:-60}"
+      continue
+    fi
+    echo "$t" >>"$state/running"
+    echo "$t" >>"$state/started"
+    "${smk[@]}" --cores 1 --omit-from train keep -- "$t" >"$state/slot$k.prepare.log" 2>&1
+    flock -u 9
+    event start "$t" "$k" -
+    "${smk[@]}" --cores 1 -- "$t" >"$state/slot$k.log" 2>&1
+    rc=$?
+    flock 9
+    grep -vxF "$t" "$state/running" >"$state/running.new"
+    mv "$state/running.new" "$state/running"
+    if [ "$rc" -eq 0 ]; then event end "$t" "$k" 0; flock -u 9; continue; fi
+    echo "$t" >>"$state/tries"
+    if [ "$(grep -cxF "$t" "$state/tries")" -ge "${TRIES:-2}" ]; then
+      echo "$t" >>"$state/failed"
+      event gave-up "$t" "$k" "$rc"
+    else
+      event failed "$t" "$k" "$rc"
+    fi
+    flock -u 9
+    cp "$state/slot$k.log" "$state/slot$k.failed.log"
+    sleep "${RETRY_S:-60}"
+  done
+}
+
+: >"$state/running"; : >"$state/started"; : >"$state/failed"; : >"$state/tries"   # a run starts afresh
+for k in $(seq 1 "$slots"); do slot "$k" & done
+wait
+if [ -s "$state/failed" ]; then
+  echo "FAILED: given up after ${TRIES:-2} tries (logs: $state/slot<k>.failed.log):" >&2
+  cat "$state/failed" >&2
+  exit 1
+fi
+started=$(sort -u "$state/started" | wc -l)
+if [ -e "$stop" ]; then why="STOP ($stop) exists"
+elif [ -n "${JOBS:-}" ] && [ "$started" -ge "$JOBS" ]; then why="JOBS=$JOBS reached"
+else why="no job of the order is left to start"; fi
+echo "the slots ended, $started jobs started in this run: $why (events: $state/events.log)"

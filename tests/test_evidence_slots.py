@@ -1,0 +1,202 @@
+"""scripts/evidence_slots.sh with stand-ins for Snakemake and `fedbalance reference missing` that record what they
+are asked: jobs start in the evidence order, SLOTS at once, each once; finished ones are skipped, a failing one is
+tried TRIES times and reported, STOP starts nothing, bad arguments are refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_readme import readme_commands
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Snakemake's stand-in: `--omit-from` (the inputs) records "prepare"; otherwise "start", a pause of SLEEP_<name>
+# seconds, then the target written and "end", or a failure for a target named in FAIL (FAIL_ONCE: the first try only).
+FAKE_SNAKEMAKE = r'''
+import os, sys, time
+from pathlib import Path
+args = sys.argv[1:]
+target = args[args.index("--") + 1]
+name = Path(target).parent.name
+log = Path(os.environ["CALLS"])
+def note(word):
+    with log.open("a") as f:
+        f.write(f"{word} {name} {time.monotonic():.6f} {' '.join(args[:args.index('--')])}\n")
+if "--omit-from" in args:
+    note("prepare")
+    sys.exit(0)
+note("start")
+time.sleep(float(os.environ.get("SLEEP_" + name, "0.2")))
+once = Path(os.environ["CALLS"] + ".failed-" + name)
+if name in os.environ.get("FAIL", "").split() or (name in os.environ.get("FAIL_ONCE", "").split()
+                                                   and not once.exists()):
+    once.touch()
+    note("fail")
+    sys.exit(1)
+Path(target).parent.mkdir(parents=True, exist_ok=True)
+Path(target).write_text("{}")
+note("end")
+'''
+
+# `fedbalance reference missing --targets RUNS`'s stand-in: the targets of ORDER, one a line, whatever RUNS holds.
+FAKE_FEDBALANCE = r'''
+import os, sys
+args = sys.argv[1:]
+assert args[:2] == ["reference", "missing"] and "--targets" in args, args
+runs = args[args.index("--targets") + 1]
+for name in os.environ["ORDER"].split():
+    print(f"{runs}/{name}/metrics.json")
+'''
+
+
+def _run(tmp_path: Path, slots: str, order: list[str], *options: str, **env: str) -> subprocess.CompletedProcess:
+    (tmp_path / "smk.py").write_text(FAKE_SNAKEMAKE)
+    (tmp_path / "fb.py").write_text(FAKE_FEDBALANCE)
+    (tmp_path / "ref").mkdir(exist_ok=True)
+    full = {**os.environ, "SNAKEMAKE": f"{sys.executable} {tmp_path / 'smk.py'}",
+            "FEDBALANCE": f"{sys.executable} {tmp_path / 'fb.py'}", "CALLS": str(tmp_path / "calls.log"),
+            "ORDER": " ".join(order), "REFERENCE": str(tmp_path / "ref"), "CONFIG": "config/quick.yaml",
+            "RETRY_S": "0", **env}
+    return subprocess.run(["bash", "scripts/evidence_slots.sh", slots, str(tmp_path / "runs"), *options], cwd=REPO,
+                          env=full, capture_output=True, text=True, timeout=120)
+
+
+def _calls(tmp_path: Path) -> list[tuple[str, str, float, str]]:
+    path = tmp_path / "calls.log"
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        word, name, at, options = line.split(" ", 3)
+        rows.append((word, name, float(at), options))
+    return rows
+
+
+def _most_at_once(calls: list[tuple[str, str, float, str]]) -> int:
+    running = most = 0
+    for word, *_ in sorted(calls, key=lambda c: c[2]):
+        running += {"start": 1, "end": -1, "fail": -1}.get(word, 0)
+        most = max(most, running)
+    return most
+
+
+def test_jobs_start_in_the_evidence_order_two_at_once_each_once(tmp_path: Path) -> None:
+    """Six jobs, two slots, the first job slow: the others start in order in the second slot while it runs, every
+    job is trained once with the options given, after its inputs were prepared, and the third slot-free moment takes
+    the next job at once (no batch boundary)."""
+    order = [f"job{i}" for i in range(6)]
+    proc = _run(tmp_path, "2", order, "--config", "device=cpu", SLEEP_job0="2.5")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    calls = _calls(tmp_path)
+    starts = [name for word, name, *_ in calls if word == "start"]
+    assert starts == order
+    assert sorted(name for word, name, *_ in calls if word == "end") == order
+    assert _most_at_once(calls) == 2
+    # job0 still ran when job1..job5 had all started and ended in the other slot
+    end_of = {name: at for word, name, at, _ in calls if word == "end"}
+    assert all(end_of[name] < end_of["job0"] for name in order[1:])
+    for word, name, at, options in calls:
+        assert f"--configfile config/quick.yaml --config results_dir={tmp_path / 'runs'} --config device=cpu" in options
+        assert ("--omit-from train keep" in options) == (word == "prepare")
+    prepared = {name: at for word, name, at, _ in calls if word == "prepare"}
+    start_of = {name: at for word, name, at, _ in calls if word == "start"}
+    assert all(prepared[name] < start_of[name] for name in order)
+    events = (tmp_path / "runs/.slots/events.log").read_text().splitlines()
+    assert sorted(line.split()[1] for line in events if line.startswith("end ")) == [
+        f"{tmp_path / 'runs'}/{name}/metrics.json" for name in order]
+
+
+def test_a_job_finished_in_runs_is_not_trained_again(tmp_path: Path) -> None:
+    """`missing` lists a job finished in RUNS until it is collected: the slots skip it."""
+    done = tmp_path / "runs/job1/metrics.json"
+    done.parent.mkdir(parents=True)
+    done.write_text("{}")
+    proc = _run(tmp_path, "2", ["job0", "job1", "job2"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [name for word, name, *_ in _calls(tmp_path) if word == "start"] == ["job0", "job2"]
+
+
+def test_a_failing_job_is_tried_tries_times_then_reported(tmp_path: Path) -> None:
+    """A job that always fails: tried twice (TRIES=2), named on stderr and in failed, exit 1; the others trained."""
+    proc = _run(tmp_path, "2", ["job0", "bad", "job2", "job3"], FAIL="bad")
+    assert proc.returncode == 1
+    assert "given up after 2 tries" in proc.stderr and f"{tmp_path / 'runs'}/bad/metrics.json" in proc.stderr
+    calls = _calls(tmp_path)
+    assert [name for word, name, *_ in calls if word == "fail"] == ["bad", "bad"]
+    assert sorted(name for word, name, *_ in calls if word == "end") == ["job0", "job2", "job3"]
+    assert (tmp_path / "runs/.slots/failed").read_text().split() == [f"{tmp_path / 'runs'}/bad/metrics.json"]
+
+
+def test_a_job_that_fails_once_is_trained_on_its_second_try(tmp_path: Path) -> None:
+    """A failure that passes (another slot held Snakemake's lock): the job is taken again and finishes, exit 0, even
+    when it was the last job and the other slot had nothing left to take."""
+    proc = _run(tmp_path, "2", ["job0", "flaky"], FAIL_ONCE="flaky", SLEEP_job0="0.1", SLEEP_flaky="0.5")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    calls = _calls(tmp_path)
+    assert [name for word, name, *_ in calls if word == "start"].count("flaky") == 2
+    assert sorted(name for word, name, *_ in calls if word == "end") == ["flaky", "job0"]
+
+
+def test_stop_starts_no_job(tmp_path: Path) -> None:
+    stop = tmp_path / "stop"
+    stop.touch()
+    proc = _run(tmp_path, "2", ["job0", "job1"], STOP=str(stop))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _calls(tmp_path) == []
+
+
+def test_bad_arguments_are_refused_before_any_job(tmp_path: Path) -> None:
+    for slots in ("0", "two", "-1"):
+        proc = _run(tmp_path, slots, ["job0"])
+        assert proc.returncode == 2 and "SLOTS: a positive integer" in proc.stderr
+    proc = _run(tmp_path, "1", ["job0"], CONFIG="config/no-such.yaml")
+    assert proc.returncode == 2 and "CONFIG config/no-such.yaml" in proc.stderr
+    proc = _run(tmp_path, "1", ["job0"], REFERENCE=str(tmp_path / "nowhere"))
+    assert proc.returncode == 2 and "REFERENCE" in proc.stderr and "nowhere" in proc.stderr
+    assert _calls(tmp_path) == []
+
+
+def test_jobs_caps_the_jobs_a_run_starts(tmp_path: Path) -> None:
+    """JOBS=3 of five: the first three of the order start, the last line says the cap ended the run."""
+    proc = _run(tmp_path, "2", [f"job{i}" for i in range(5)], JOBS="3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [name for word, name, *_ in _calls(tmp_path) if word == "start"] == ["job0", "job1", "job2"]
+    assert "3 jobs started in this run: JOBS=3 reached" in proc.stdout
+    for bad in ("0", "many", "2.5"):
+        proc = _run(tmp_path, "2", ["job0"], JOBS=bad)
+        assert proc.returncode == 2 and f"JOBS={bad}" in proc.stderr
+
+
+@pytest.mark.slow
+def test_the_readme_command_trains_the_first_jobs_of_the_order_with_the_workflow(tmp_path: Path) -> None:
+    """The README's command with the real Snakemake, on config/quick.yaml and an empty set, JOBS=2: the first two jobs
+    `reference missing` lists are trained by rule train (provenance), each by a Snakemake of its own, in that order."""
+    command = next(c for c in readme_commands() if "scripts/evidence_slots.sh" in c)
+    assert command == "REFERENCE=<checkout>/reference/mnist scripts/evidence_slots.sh 2 RUNS"
+    (tmp_path / "ref").mkdir()
+    runs = tmp_path / "runs"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "CONFIG": "config/quick.yaml", "JOBS": "2", "RETRY_S": "5",
+           "REFERENCE": str(tmp_path / "ref"),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    listed = subprocess.run([sys.executable, "-m", "fedbalance", "reference", "missing", "--config", "config/quick.yaml",
+                             "--reference", str(tmp_path / "ref"), "--targets", str(runs)], cwd=REPO, env=env,
+                            capture_output=True, text=True, check=True).stdout.split()
+    proc = subprocess.run(["bash", "scripts/evidence_slots.sh", "2", str(runs)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout + proc.stderr + _tail(runs)
+    events = (runs / ".slots/events.log").read_text().splitlines()
+    assert [line.split()[1] for line in events if line.startswith("start ")] == listed[:2]
+    for target in listed[:2]:
+        record = json.loads((Path(target).parent / "provenance.json").read_text())
+        assert record["runner"] == "snakemake" and record["rule"] == "train"
+        assert record["command"].endswith(f"--cores 1 -- {target.replace(str(runs), 'RUNS')}")
+    assert not any(Path(t).exists() for t in listed[2:])
+
+
+def _tail(runs: Path) -> str:
+    return "".join(p.read_text()[-2000:] for p in sorted((runs / ".slots").glob("slot*.log")))

@@ -17,7 +17,9 @@
 # slot with nothing left to take waits while another slot's job runs (it may fail and come back), then ends.
 # JOBS (default unset: no limit): the most jobs this run starts (a try again is no new job).
 # SNAKEMAKE (default `python3 -m snakemake`) and FEDBALANCE (default `python3 -m fedbalance`) name the commands.
-# The slots write RUNS/.slots/events.log: "start|end|failed|gave-up TARGET SLOT rc=RC TIME", one line each.
+# The slots write RUNS/.slots/events.log: "start|end|failed|gave-up TARGET SLOT rc=RC TIME", one line each, and
+# "missing-failed - SLOT" when `missing` failed (its stderr: missing.log; the slot asks again after RETRY_S, and
+# ends after 10 failures in a row). `missing` failing before any slot starts is a bad argument.
 # Exit status: 0 when no job is left to start, STOP exists or JOBS jobs started (the last line says which), 1 when a
 # job was given up, 2 on bad arguments.
 set -u
@@ -43,24 +45,37 @@ smk=("${snakemake[@]}" --rerun-incomplete --configfile "$config" --config result
 
 event() { echo "$1 $2 $3 rc=$4 $(date -u +%FT%TZ)" >>"$state/events.log"; }
 
-# Under the queue's lock: the first missing job not finished in RUNS, running or given up (empty when none is left).
+# Under the queue's lock: the first missing job not finished in RUNS, running or given up; nothing when none is left;
+# status 1 when `missing` fails (a set being collected into, say: the caller waits and asks again).
 next_job() {
-  local t
-  for t in $("${fedbalance[@]}" reference missing --config "$config" --reference "$reference" --targets "$runs" \
-      2>>"$state/missing.log"); do
+  local t listed
+  listed=$("${fedbalance[@]}" reference missing --config "$config" --reference "$reference" --targets "$runs" \
+    2>>"$state/missing.log") || return 1
+  while IFS= read -r t; do
+    [ -n "$t" ] || continue
     [ -e "$t" ] && continue   # finished here, not collected yet
-    grep -qxF "$t" "$state/running" "$state/failed" && continue
+    grep -qxF -- "$t" "$state/running" "$state/failed" && continue
     echo "$t"
-    return
-  done
+    return 0
+  done <<<"$listed"
 }
 
 slot() {
-  local k=$1 t rc
+  local k=$1 t rc misses=0
   exec 9>"$state/queue.lock"
   while [ ! -e "$stop" ]; do
     flock 9
-    if [ -n "${JOBS:-}" ] && [ "$(sort -u "$state/started" | wc -l)" -ge "$JOBS" ]; then t=""; else t=$(next_job); fi
+    if [ -n "${JOBS:-}" ] && [ "$(sort -u "$state/started" | wc -l)" -ge "$JOBS" ]; then
+      t=""
+    elif ! t=$(next_job); then
+      flock -u 9
+      event missing-failed - "$k" 1
+      misses=$((misses + 1))
+      [ "$misses" -lt 10 ] || { echo "missing failed 10 times in a row (slot $k)" >>"$state/failed"; return 1; }
+      sleep "${RETRY_S:-60}"
+      continue
+    fi
+    misses=0
     if [ -z "$t" ]; then
       # nothing to take: done, unless a job running in another slot may fail and come back
       [ -s "$state/running" ] || { flock -u 9; return 0; }
@@ -76,11 +91,11 @@ slot() {
     "${smk[@]}" --cores 1 -- "$t" >"$state/slot$k.log" 2>&1
     rc=$?
     flock 9
-    grep -vxF "$t" "$state/running" >"$state/running.new"
+    grep -vxF -- "$t" "$state/running" >"$state/running.new"
     mv "$state/running.new" "$state/running"
     if [ "$rc" -eq 0 ]; then event end "$t" "$k" 0; flock -u 9; continue; fi
     echo "$t" >>"$state/tries"
-    if [ "$(grep -cxF "$t" "$state/tries")" -ge "${TRIES:-2}" ]; then
+    if [ "$(grep -cxF -- "$t" "$state/tries")" -ge "${TRIES:-2}" ]; then
       echo "$t" >>"$state/failed"
       event gave-up "$t" "$k" "$rc"
     else
@@ -92,6 +107,9 @@ slot() {
   done
 }
 
+"${fedbalance[@]}" reference missing --config "$config" --reference "$reference" --targets "$runs" >/dev/null \
+  2>"$state/missing.log" || { echo "FAILED: fedbalance reference missing refuses the set or the config:" >&2;
+                              tail -n 5 "$state/missing.log" >&2; exit 2; }
 : >"$state/running"; : >"$state/started"; : >"$state/failed"; : >"$state/tries"   # a run starts afresh
 for k in $(seq 1 "$slots"); do slot "$k" & done
 wait

@@ -16,7 +16,8 @@ from test_readme import readme_commands
 REPO = Path(__file__).resolve().parents[1]
 
 # Snakemake's stand-in: `--omit-from` (the inputs) records "prepare"; otherwise "start", a pause of SLEEP_<name>
-# seconds, then the target written and "end", or a failure for a target named in FAIL (FAIL_ONCE: the first try only).
+# seconds (and, with WAIT_<name>=<other>, until <other>'s target exists), then the target written and "end", or a
+# failure for a target named in FAIL (FAIL_ONCE: the first try only).
 FAKE_SNAKEMAKE = r'''
 import os, sys, time
 from pathlib import Path
@@ -32,6 +33,11 @@ if "--omit-from" in args:
     sys.exit(0)
 note("start")
 time.sleep(float(os.environ.get("SLEEP_" + name, "0.2")))
+waits_for = os.environ.get("WAIT_" + name)
+deadline = time.monotonic() + 60
+while waits_for and not Path(target).parent.with_name(waits_for).joinpath("metrics.json").exists():
+    assert time.monotonic() < deadline, f"{name} waited 60 s for {waits_for}"
+    time.sleep(0.05)
 once = Path(os.environ["CALLS"] + ".failed-" + name)
 if name in os.environ.get("FAIL", "").split() or (name in os.environ.get("FAIL_ONCE", "").split()
                                                    and not once.exists()):
@@ -43,9 +49,16 @@ Path(target).write_text("{}")
 note("end")
 '''
 
-# `fedbalance reference missing --targets RUNS`'s stand-in: the targets of ORDER, one a line, whatever RUNS holds.
+# `fedbalance reference missing --targets RUNS`'s stand-in: the targets of ORDER, one a line, whatever RUNS holds;
+# its calls numbered in MISSING_FAILS fail ("all": every call).
 FAKE_FEDBALANCE = r'''
 import os, sys
+from pathlib import Path
+counter = Path(os.environ["CALLS"] + ".missing")
+calls = int(counter.read_text()) + 1 if counter.exists() else 1
+counter.write_text(str(calls))
+if str(calls) in os.environ.get("MISSING_FAILS", "").split() or os.environ.get("MISSING_FAILS") == "all":
+    sys.exit("the set is being collected into")
 args = sys.argv[1:]
 assert args[:2] == ["reference", "missing"] and "--targets" in args, args
 runs = args[args.index("--targets") + 1]
@@ -86,11 +99,11 @@ def _most_at_once(calls: list[tuple[str, str, float, str]]) -> int:
 
 
 def test_jobs_start_in_the_evidence_order_two_at_once_each_once(tmp_path: Path) -> None:
-    """Six jobs, two slots, the first job slow: the others start in order in the second slot while it runs, every
-    job is trained once with the options given, after its inputs were prepared, and the third slot-free moment takes
-    the next job at once (no batch boundary)."""
+    """Six jobs, two slots, the first job running until the last has finished: the others start in order in the
+    second slot while it runs (no batch boundary), and every job is trained once with the options given, after its
+    inputs were prepared."""
     order = [f"job{i}" for i in range(6)]
-    proc = _run(tmp_path, "2", order, "--config", "device=cpu", SLEEP_job0="2.5")
+    proc = _run(tmp_path, "2", order, "--config", "device=cpu", WAIT_job0="job5")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     calls = _calls(tmp_path)
     starts = [name for word, name, *_ in calls if word == "start"]
@@ -172,6 +185,20 @@ def test_jobs_caps_the_jobs_a_run_starts(tmp_path: Path) -> None:
         assert proc.returncode == 2 and f"JOBS={bad}" in proc.stderr
 
 
+def test_a_failing_missing_is_asked_again_and_a_refused_set_starts_nothing(tmp_path: Path) -> None:
+    """`missing` failing mid-run (the set swapped by a collect) is no empty list: the slot asks again and every job
+    runs; `missing` refusing the set before any slot starts is exit 2 with its message."""
+    proc = _run(tmp_path, "2", ["job0", "job1", "job2"], MISSING_FAILS="2 3 4")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [name for word, name, *_ in _calls(tmp_path) if word == "start"] == ["job0", "job1", "job2"]
+    assert "missing-failed" in (tmp_path / "runs/.slots/events.log").read_text()
+    refused = tmp_path / "refused"
+    refused.mkdir()
+    proc = _run(refused, "2", ["job0"], MISSING_FAILS="all")
+    assert proc.returncode == 2 and "the set is being collected into" in proc.stderr
+    assert _calls(refused) == []
+
+
 @pytest.mark.slow
 def test_the_readme_command_trains_the_first_jobs_of_the_order_with_the_workflow(tmp_path: Path) -> None:
     """The README's command with the real Snakemake, on config/quick.yaml and an empty set, JOBS=2: the first two jobs
@@ -183,9 +210,9 @@ def test_the_readme_command_trains_the_first_jobs_of_the_order_with_the_workflow
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "CONFIG": "config/quick.yaml", "JOBS": "2", "RETRY_S": "5",
            "REFERENCE": str(tmp_path / "ref"),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    listed = subprocess.run([sys.executable, "-m", "fedbalance", "reference", "missing", "--config", "config/quick.yaml",
-                             "--reference", str(tmp_path / "ref"), "--targets", str(runs)], cwd=REPO, env=env,
-                            capture_output=True, text=True, check=True).stdout.split()
+    listed = subprocess.run([sys.executable, "-m", "fedbalance", "reference", "missing", "--config",
+                             "config/quick.yaml", "--reference", str(tmp_path / "ref"), "--targets", str(runs)],
+                            cwd=REPO, env=env, capture_output=True, text=True, check=True).stdout.split()
     proc = subprocess.run(["bash", "scripts/evidence_slots.sh", "2", str(runs)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout + proc.stderr + _tail(runs)

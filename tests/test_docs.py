@@ -96,10 +96,19 @@ def _episodes(found) -> list[tuple[tuple, int, int]]:
 
 
 def _check_episode(line: str, rounds: pd.DataFrame, first: int, end: int, unit: str = "round") -> None:
-    """The line of a collapse from ``first`` to ``end``: the later rounds (``unit``s) below 20 %, the one after back
-    above it or the job's end, in the job's own accuracies."""
+    """The line of a collapse from ``first`` to ``end``: the class π weighed most and what it was in that round (a
+    majority class: at or above the median count, by hand; every class as large at Γ = 1), the later rounds
+    (``unit``s) below 20 %, the one after back above it or the job's end, in the job's own accuracies."""
     acc = dict(zip(rounds["round"], rounds.acc))
     assert f"{unit} {first} trained with it and ended at accuracy {100 * acc[first]:.2f} %" in line, line
+    by_round = rounds.set_index("round")
+    cls = int(np.argmax(json.loads(by_round.weights[first - 1])))
+    counts = json.loads(by_round.true_composition[first])
+    c, n = sorted(counts), len(counts)
+    median = c[n // 2] if n % 2 else (c[n // 2 - 1] + c[n // 2]) / 2
+    role = ("every class as large" if c[0] == c[-1] else
+            "a majority class" if counts[cls] >= median else "a minority class")
+    assert f"on class {cls}, {role}; {unit} {first} trained" in line, line
     if end == first + 1:
         assert f"; {unit} {end} stayed below 20 % ({100 * acc[end]:.2f} %)" in line, line
     elif end > first:

@@ -165,10 +165,18 @@ def job_rounds(rounds: pd.DataFrame, experiment: str, setting: str, loss: str, s
     return r.sort_values("round").reset_index(drop=True)
 
 
+def class_role(counts: list[float], cls: int) -> str:
+    """What class ``cls`` is among a round's class ``counts``, in words: "a majority class" (count at or above the
+    median), "a minority class", or "every class as large" when all counts are equal (a balanced round: Γ = 1)."""
+    if min(counts) == max(counts):
+        return "every class as large"
+    return "a majority class" if counts[cls] >= float(np.median(counts)) else "a minority class"
+
+
 def collapses(rounds: pd.DataFrame, experiment: str = "losses", losses: tuple[str, ...] = READINGS) -> pd.DataFrame:
     """Every evaluated round t >= 1 of ``experiment``'s ``losses`` jobs whose test accuracy is below COLLAPSE: the job, the round
-    (0-based), its accuracy, the largest π it trained with (computed after round t - 1), that π's class, whether the
-    class is a majority class of the round (count at or above the median), the final Ac.M and the last round."""
+    (0-based), its accuracy, the largest π it trained with (computed after round t - 1), that π's class, what the class
+    is in the round (``role``: ``class_role``), the final Ac.M and the last round."""
     out = []
     r = rounds[(rounds.experiment == experiment) & rounds.loss.isin(losses)]
     for (setting, loss, seed), g in r.groupby(["setting", "loss", "seed"]):
@@ -181,10 +189,10 @@ def collapses(rounds: pd.DataFrame, experiment: str = "losses", losses: tuple[st
                 p = int(np.argmax(pi))
                 out.append({"experiment": experiment, "setting": setting, "loss": loss, "seed": int(seed), "round": int(g["round"][i]),
                             "acc": 100 * g.acc[i], "pi": float(pi[p]), "cls": p,
-                            "majority": truth[i][p] >= float(np.median(truth[i])),
+                            "role": class_role(truth[i], p),
                             "acm_before": 100 * g.acc_minority[i - 1], "acc_next": 100 * g.acc[i + 1] if i + 1 < len(g) else math.nan,
                             "acm_final": 100 * g.acc_minority.iloc[-1], "last_round": int(g["round"].iloc[-1])})
-    return pd.DataFrame(out, columns=["experiment", "setting", "loss", "seed", "round", "acc", "pi", "cls", "majority", "acm_before",
+    return pd.DataFrame(out, columns=["experiment", "setting", "loss", "seed", "round", "acc", "pi", "cls", "role", "acm_before",
                                       "acc_next", "acm_final", "last_round"])
 
 
@@ -704,7 +712,7 @@ def mismatch_context(final: pd.DataFrame, rounds: pd.DataFrame, gamma: int = MIS
     col = col[col.setting.isin(set(f.setting))]
     by_job = [{"setting": setting, "seed": int(seed), "n": len(g), "first": int(g["round"].min()),
                "last": int(g["round"].max()), "acm_final": float(g.acm_final.iloc[0]),
-               **g.loc[g.pi.idxmax(), ["pi", "cls", "majority", "round"]].rename({"round": "pi_round"}).to_dict()}
+               **g.loc[g.pi.idxmax(), ["pi", "cls", "role", "round"]].rename({"round": "pi_round"}).to_dict()}
               for (setting, seed), g in col.groupby(["setting", "seed"])]
     def named(d: dict[str, bool], value: bool) -> list[str]:
         return [PROSE_LOSS_NAME[k] for k in FOUR_LOSSES if d.get(k) is value]

@@ -11,6 +11,7 @@ import io
 import itertools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -120,6 +121,7 @@ def test_collect_replaces_a_different_job_only_on_purpose(tmp_path: Path) -> Non
     _one_line(_ref("collect", str(runs), "--into", str(ref), "--replace"), "--replace needs --reason")
     r = _ref("collect", str(runs), "--into", str(ref), "--replace", "--reason", "rerun on purpose")
     assert r.returncode == 0, r.stderr
+    assert f"1 finished jobs of {runs} in {ref} (0 added, 1 replaced, 0 held already)" in r.stdout, r.stdout
     assert (ref / "losses/mnist/g10/ce/seed0/metrics.json").read_bytes() == \
         (runs / "losses/mnist/g10/ce/seed0/metrics.json").read_bytes()
     prov = json.loads((ref / "losses/mnist/g10/ce/seed0/provenance.json").read_text())
@@ -129,7 +131,7 @@ def test_collect_replaces_a_different_job_only_on_purpose(tmp_path: Path) -> Non
     # collected again, unchanged: the record of the replacement stays (the run's own provenance.json lacks it)
     held = (ref / "losses/mnist/g10/ce/seed0/provenance.json").read_bytes()
     r = _ref("collect", str(runs), "--into", str(ref))
-    assert r.returncode == 0 and "(0 replaced)" in r.stdout, r.stderr
+    assert r.returncode == 0 and "(0 added, 0 replaced, 1 held already)" in r.stdout, r.stderr
     assert (ref / "losses/mnist/g10/ce/seed0/provenance.json").read_bytes() == held
     seal.verify(ref)  # collect sealed the set again
     assert not [p for p in tmp_path.iterdir() if ".collect." in p.name]  # no lock, journal or folder left beside it
@@ -360,9 +362,12 @@ def test_collect_names_a_source_by_its_job_path_and_records_the_change(tmp_path:
     metrics["branched_from"] = {"folder": str(source), "round": 10}
     (job / "metrics.json").write_text(json.dumps(metrics, indent=1))
     before = seal.sha256(job / "metrics.json")
-    for _ in range(2):
+    for again in (False, True):  # the second collect adds nothing: every job is held already
         proc = _ref("collect", str(runs), "--into", str(ref))
-        assert proc.returncode == 0 and "(0 replaced)" in proc.stdout, proc.stdout + proc.stderr
+        counts = re.search(r"(\d+) finished jobs of .* \((\d+) added, 0 replaced, (\d+) held already\)", proc.stdout)
+        assert proc.returncode == 0 and counts, proc.stdout + proc.stderr
+        found, added, held = map(int, counts.groups())
+        assert (added, held) == ((0, found) if again else (found, 0)) and found > 0, proc.stdout
     dst = ref / "early" / "mnist" / "S" / "ce" / "seed7"
     text = (dst / "metrics.json").read_text()
     assert '"/' not in text and json.loads(text)["branched_from"] == {"folder": "early/mnist/E/ce/seed7", "round": 10}

@@ -559,6 +559,7 @@ def collect(runs: Path | None, into: Path, *, config: Path | None = None, replac
         if runs is not None and not jobs and not missing:
             raise RefSetError(f"RUNS {runs} holds no finished job to collect "
                               f"(<experiment>/<dataset>/<setting>/<loss>/seed<k>/{METRICS} with its {PROVENANCE})")
+        new = sum(1 for _, rel, _ in jobs if plan.current(f"{rel}/{PROVENANCE}") is None)
         replaced = _plan_jobs(plan, runs, jobs, replace, reason, say)
         dirty = sum(1 for _, _, record in jobs if record.get("checkout_dirty"))
         if dirty:
@@ -575,8 +576,8 @@ def collect(runs: Path | None, into: Path, *, config: Path | None = None, replac
         if adopt:
             say(f"sealed {into} ({held} jobs, {seal.MANIFEST}); {migrated} job(s) migrated to relative source paths")
         if runs is not None:
-            say(f"{len(jobs)} finished jobs in {into} ({len(replaced)} replaced)"
-                + (f"; sealed ({seal.MANIFEST})" if jobs else ""))
+            say(f"{len(jobs)} finished jobs of {runs} in {into} ({new} added, {len(replaced)} replaced, "
+                f"{len(jobs) - new - len(replaced)} held already)" + (f"; sealed ({seal.MANIFEST})" if jobs else ""))
     if missing:
         note(f"error: {len(missing)} finished job(s) without provenance not collected: "
              f"{', '.join(str(m) for m in missing)}")

@@ -45,12 +45,14 @@ smk=("${snakemake[@]}" --rerun-incomplete --configfile "$config" --config result
 
 event() { echo "$1 $2 $3 rc=$4 $(date -u +%FT%TZ)" >>"$state/events.log"; }
 
+# The set's missing jobs as targets in RUNS, in the evidence order.
+list_missing() { "${fedbalance[@]}" reference missing --config "$config" --reference "$reference" --targets "$runs"; }
+
 # Under the queue's lock: the first missing job not finished in RUNS, running or given up; nothing when none is left;
 # status 1 when `missing` fails (a set being collected into, say: the caller waits and asks again).
 next_job() {
   local t listed
-  listed=$("${fedbalance[@]}" reference missing --config "$config" --reference "$reference" --targets "$runs" \
-    2>>"$state/missing.log") || return 1
+  listed=$(list_missing 2>>"$state/missing.log") || return 1
   while IFS= read -r t; do
     [ -n "$t" ] || continue
     [ -e "$t" ] && continue   # finished here, not collected yet
@@ -107,9 +109,11 @@ slot() {
   done
 }
 
-"${fedbalance[@]}" reference missing --config "$config" --reference "$reference" --targets "$runs" >/dev/null \
-  2>"$state/missing.log" || { echo "FAILED: fedbalance reference missing refuses the set or the config:" >&2;
-                              tail -n 5 "$state/missing.log" >&2; exit 2; }
+if ! list_missing >/dev/null 2>"$state/missing.log"; then
+  echo "FAILED: fedbalance reference missing refuses the set or the config:" >&2
+  tail -n 5 "$state/missing.log" >&2
+  exit 2
+fi
 : >"$state/running"; : >"$state/started"; : >"$state/failed"; : >"$state/tries"   # a run starts afresh
 for k in $(seq 1 "$slots"); do slot "$k" & done
 wait

@@ -7,6 +7,8 @@
 # first job of `fedbalance reference missing --targets RUNS` (the evidence order) not finished in RUNS nor running in
 # another slot, builds its inputs (data, partition) while it holds the queue's lock, then trains it with its own
 # `snakemake --cores 1 --configfile CONFIG --config results_dir=RUNS SNAKEMAKE_OPTION ... -- TARGET` and takes the next.
+# SNAKEMAKE_OPTION's `--config KEY=VALUE ...` entries join that --config (Snakemake keeps only its last one); a
+# --configfile or a results_dir entry is refused: CONFIG and RUNS are those.
 # One Snakemake for a batch runs its jobs in an order of its own; here a job starts only when every job before it in
 # the order has started, and a slot that ends takes the next job at once.
 # REFERENCE (default reference/mnist): the set; CONFIG (default config/mnist.yaml); STOP (default RUNS/.slots/STOP):
@@ -40,8 +42,29 @@ read -r -a snakemake <<<"${SNAKEMAKE:-python3 -m snakemake}"
 read -r -a fedbalance <<<"${FEDBALANCE:-python3 -m fedbalance}"
 state="$runs/.slots"
 stop=${STOP:-$state/STOP}
+# Snakemake keeps only the last --config it is given: the caller's KEY=VALUE entries join the script's results_dir
+sets=() opts=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --config | -C)
+      shift
+      while [ $# -gt 0 ] && [[ $1 != -* ]]; do sets+=("$1"); shift; done ;;
+    --config=*) sets+=("${1#*=}"); shift ;;
+    --configfile | --configfiles | --configfile=* | --configfiles=*)
+      echo "FAILED: $1: the config file is CONFIG=$config (\`missing\` reads it too), not a Snakemake option" >&2
+      exit 2 ;;
+    *) opts+=("$1"); shift ;;
+  esac
+done
+for kv in "${sets[@]}"; do
+  case $kv in
+    results_dir=*) echo "FAILED: --config $kv: the jobs' results folder is RUNS ($runs)" >&2; exit 2 ;;
+    *=*) ;;
+    *) echo "FAILED: --config $kv: KEY=VALUE entries only" >&2; exit 2 ;;
+  esac
+done
+smk=("${snakemake[@]}" --rerun-incomplete --configfile "$config" --config results_dir="$runs" "${sets[@]}" "${opts[@]}")
 mkdir -p "$state"
-smk=("${snakemake[@]}" --rerun-incomplete --configfile "$config" --config results_dir="$runs" "$@")
 
 event() { echo "$1 $2 $3 rc=$4 $(date -u +%FT%TZ)" >>"$state/events.log"; }
 

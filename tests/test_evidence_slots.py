@@ -114,7 +114,7 @@ def test_jobs_start_in_the_evidence_order_two_at_once_each_once(tmp_path: Path) 
     end_of = {name: at for word, name, at, _ in calls if word == "end"}
     assert all(end_of[name] < end_of["job0"] for name in order[1:])
     for word, name, at, options in calls:
-        assert f"--configfile config/quick.yaml --config results_dir={tmp_path / 'runs'} --config device=cpu" in options
+        assert f"--configfile config/quick.yaml --config results_dir={tmp_path / 'runs'} device=cpu" in options
         assert ("--omit-from train keep" in options) == (word == "prepare")
     prepared = {name: at for word, name, at, _ in calls if word == "prepare"}
     start_of = {name: at for word, name, at, _ in calls if word == "start"}
@@ -174,6 +174,50 @@ def test_bad_arguments_are_refused_before_any_job(tmp_path: Path) -> None:
     assert _calls(tmp_path) == []
 
 
+# Snakemake's own command-line parser as the stand-in: it records the config and config files Snakemake would read.
+PARSING_SNAKEMAKE = r'''
+import json, os, sys
+from pathlib import Path
+from snakemake.cli import get_argument_parser, parse_config
+args = get_argument_parser().parse_args(sys.argv[1:])
+(target,) = args.targets
+with open(os.environ["CALLS"] + ".parsed", "a") as f:
+    f.write(json.dumps({"config": parse_config(args.config), "configfile": [str(c) for c in args.configfile],
+                        "omit": sorted(args.omit_from or ()), "cores": args.cores}) + "\n")
+if not args.omit_from:
+    Path(target).parent.mkdir(parents=True, exist_ok=True)
+    Path(target).write_text("{}")
+'''
+
+
+def test_the_callers_config_entries_join_the_results_folder_in_the_config_snakemake_reads(tmp_path: Path) -> None:
+    """Snakemake keeps only the last --config: `--config device=cpu lr=0.5 ... --config=eval_every=2` must reach it
+    beside results_dir=RUNS, as its own parser reads the command (a second --config would drop results_dir)."""
+    (tmp_path / "parse.py").write_text(PARSING_SNAKEMAKE)
+    proc = _run(tmp_path, "1", ["job0"], "--config", "device=cpu", "lr=0.5", "--rerun-triggers", "mtime",
+                "--config=eval_every=2", SNAKEMAKE=f"{sys.executable} {tmp_path / 'parse.py'}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    parsed = [json.loads(line) for line in (tmp_path / "calls.log.parsed").read_text().splitlines()]
+    assert len(parsed) == 2 and [bool(p["omit"]) for p in parsed] == [True, False]
+    for p in parsed:
+        assert p["config"] == {"results_dir": str(tmp_path / "runs"), "device": "cpu", "lr": 0.5, "eval_every": 2}
+        assert p["configfile"] == ["config/quick.yaml"] and p["cores"] == 1
+    assert (tmp_path / "runs/job0/metrics.json").exists()
+
+
+def test_a_config_file_option_or_a_results_dir_entry_is_refused_before_any_job(tmp_path: Path) -> None:
+    """CONFIG is the config file (`missing` reads it) and RUNS the results folder: options that would set them
+    otherwise, or a --config entry without "=", are refused with status 2, nothing started, RUNS not made."""
+    cases = {("--configfile", "config/mnist.yaml"): "--configfile: the config file is CONFIG=config/quick.yaml",
+             ("--configfile=config/mnist.yaml",): "the config file is CONFIG=config/quick.yaml",
+             ("--config", "results_dir=elsewhere"): "--config results_dir=elsewhere: the jobs' results folder is RUNS",
+             ("--config", "device"): "--config device: KEY=VALUE entries only"}
+    for options, message in cases.items():
+        proc = _run(tmp_path, "2", ["job0"], *options)
+        assert proc.returncode == 2 and message in proc.stderr, (options, proc.stderr)
+    assert _calls(tmp_path) == [] and not (tmp_path / "runs").exists()
+
+
 def test_jobs_caps_the_jobs_a_run_starts(tmp_path: Path) -> None:
     """JOBS=3 of five: the first three of the order start, the last line says the cap ended the run."""
     proc = _run(tmp_path, "2", [f"job{i}" for i in range(5)], JOBS="3")
@@ -213,14 +257,15 @@ def test_the_readme_command_trains_the_first_jobs_of_the_order_with_the_workflow
     listed = subprocess.run([sys.executable, "-m", "fedbalance", "reference", "missing", "--config",
                              "config/quick.yaml", "--reference", str(tmp_path / "ref"), "--targets", str(runs)],
                             cwd=REPO, env=env, capture_output=True, text=True, check=True).stdout.split()
-    proc = subprocess.run(["bash", "scripts/evidence_slots.sh", "2", str(runs)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=1500)
+    proc = subprocess.run(["bash", "scripts/evidence_slots.sh", "2", str(runs), "--config", "device=cpu"], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout + proc.stderr + _tail(runs)
     events = (runs / ".slots/events.log").read_text().splitlines()
     assert [line.split()[1] for line in events if line.startswith("start ")] == listed[:2]
     for target in listed[:2]:
         record = json.loads((Path(target).parent / "provenance.json").read_text())
         assert record["runner"] == "snakemake" and record["rule"] == "train"
+        assert "device=cpu" in record["command"]
         assert record["command"].endswith(f"--cores 1 -- {target.replace(str(runs), 'RUNS')}")
     assert not any(Path(t).exists() for t in listed[2:])
 

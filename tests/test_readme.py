@@ -52,6 +52,7 @@ COVERED = {
         "test_evidence_slots::test_the_readme_command_trains_the_first_jobs_of_the_order_with_the_workflow",
     "python -m fedbalance reference collect RUNS --into reference/mnist":
         "test_refset (collect RUNS --into SET) + test_refset_workflow (a workflow's jobs collected)",
+    "scripts/collect_render.sh RUNS": "test_collect_render (stand-ins: collect, the documented render, docs, check)",
 }
 
 

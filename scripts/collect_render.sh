@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# RUNS' finished jobs collected into the set, the set rendered and the docs spliced from that render, in one command.
+#
+#   scripts/collect_render.sh RUNS
+#
+# Run it from the checkout where the set is committed. A set collected into without a render leaves every doc that
+# reads it stale (tests/test_docs.py and test_reference.py fail on the commit): here the docs are rewritten from the
+# render of the set just collected, and `docs --check` confirms them, before the script ends with status 0; commit
+# the set and the docs it names together.
+# REFERENCE (default reference/mnist): the set; CONFIG (default config/mnist.yaml); RENDER (default
+# results_reference): the render's folder, emptied first; CORES (default all): the render's --cores.
+# SNAKEMAKE (default `python3 -m snakemake`) and FEDBALANCE (default `python3 -m fedbalance`) name the commands.
+# Exit status: 0 when the docs hold the render of the set as collected; 1 when a step failed (the line says which,
+# and what in the checkout it left changed); 2 on bad arguments (nothing is changed).
+set -u
+if [ $# -ne 1 ]; then
+  echo "usage: scripts/collect_render.sh RUNS" >&2
+  exit 2
+fi
+runs=$1
+config=${CONFIG:-config/mnist.yaml} reference=${REFERENCE:-reference/mnist} render=${RENDER:-results_reference}
+cores=${CORES:-all}
+read -r -a snakemake <<<"${SNAKEMAKE:-python3 -m snakemake}"
+read -r -a fedbalance <<<"${FEDBALANCE:-python3 -m fedbalance}"
+[ -d "$runs" ] || { echo "FAILED: RUNS $runs: no such folder" >&2; exit 2; }
+[ -f "$config" ] || { echo "FAILED: CONFIG $config: no such file (run from the checkout)" >&2; exit 2; }
+[ -d "$reference" ] || { echo "FAILED: REFERENCE $reference: no such folder" >&2; exit 2; }
+case $render in
+  "" | / | . | .. | "$reference" | "$runs")
+    echo "FAILED: RENDER=$render: a folder of its own (it is emptied first)" >&2; exit 2 ;;
+esac
+
+"${fedbalance[@]}" reference collect "$runs" --into "$reference" || {
+  echo "FAILED: collect into $reference (the set is as collect left it; nothing rendered)" >&2; exit 1; }
+rm -rf -- "$render"
+"${snakemake[@]}" --cores "$cores" --configfile "$config" \
+  --config reference_dir="$reference" results_dir="$render" || {
+  echo "FAILED: the render of $reference into $render; $reference is collected into and the docs are stale:" \
+    "fix the render and run this again (collect takes nothing twice) before committing the set" >&2; exit 1; }
+"${fedbalance[@]}" reference docs --rendered "$render" --reference "$reference" || {
+  echo "FAILED: docs from $render; $reference is collected into and the docs are stale" >&2; exit 1; }
+"${fedbalance[@]}" reference docs --check --rendered "$render" --reference "$reference" || {
+  echo "FAILED: docs --check against $render after docs wrote them" >&2; exit 1; }
+echo "collected, rendered ($render) and the docs spliced: commit $reference with the docs named above"

@@ -3,10 +3,12 @@
 #
 #   scripts/collect_render.sh RUNS
 #
-# Run it from the checkout where the set is committed. A set collected into without a render leaves every doc that
-# reads it stale (tests/test_docs.py and test_reference.py fail on the commit): here the docs are rewritten from the
-# render of the set just collected, and `docs --check` confirms them, before the script ends with status 0; commit
-# the set and the docs it names together.
+# Run it from the checkout where the set is committed. A set committed without its render leaves every doc that reads
+# it stale (tests/test_docs.py and test_reference.py fail on that commit), and a render reads the set as committed:
+# here the set must hold no uncommitted change before the collect, so that every uncommitted file after it is the
+# collect's, which the render and `docs` then read on purpose (FEDBALANCE_ACCEPT_UNCOMMITTED=1, fedbalance.jobs.seal);
+# `docs --check` confirms the docs, and the set and the docs go into one commit (the same files, committed, give the
+# same render).
 # REFERENCE (default reference/mnist): the set; CONFIG (default config/mnist.yaml); RENDER (default
 # results_reference): the render's folder, emptied first; CORES (default all): the render's --cores.
 # SNAKEMAKE (default `python3 -m snakemake`) and FEDBALANCE (default `python3 -m fedbalance`) name the commands.
@@ -25,6 +27,11 @@ read -r -a fedbalance <<<"${FEDBALANCE:-python3 -m fedbalance}"
 [ -d "$runs" ] || { echo "FAILED: RUNS $runs: no such folder" >&2; exit 2; }
 [ -f "$config" ] || { echo "FAILED: CONFIG $config: no such file (run from the checkout)" >&2; exit 2; }
 [ -d "$reference" ] || { echo "FAILED: REFERENCE $reference: no such folder" >&2; exit 2; }
+if git -C "$reference" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  pending=$(git -C "$reference" status --porcelain -- . | head -n 3)
+  [ -z "$pending" ] || { printf 'FAILED: REFERENCE %s has uncommitted changes (commit or restore them first):\n%s\n' \
+    "$reference" "$pending" >&2; exit 2; }
+fi
 case $render in
   "" | / | . | .. | "$reference" | "$runs")
     echo "FAILED: RENDER=$render: a folder of its own (it is emptied first)" >&2; exit 2 ;;
@@ -32,13 +39,15 @@ esac
 
 "${fedbalance[@]}" reference collect "$runs" --into "$reference" || {
   echo "FAILED: collect into $reference (the set is as collect left it; nothing rendered)" >&2; exit 1; }
+redo="commit neither; restore the set (git checkout -- $reference && git clean -fd -- $reference), fix the cause and run this again (collect takes RUNS' jobs again)"
+export FEDBALANCE_ACCEPT_UNCOMMITTED=1   # the uncommitted files are this collect's (checked above)
 rm -rf -- "$render"
 "${snakemake[@]}" --cores "$cores" --configfile "$config" \
   --config reference_dir="$reference" results_dir="$render" || {
   echo "FAILED: the render of $reference into $render; $reference is collected into and the docs are stale:" \
-    "fix the render and run this again (collect takes nothing twice) before committing the set" >&2; exit 1; }
+    "$redo" >&2; exit 1; }
 "${fedbalance[@]}" reference docs --rendered "$render" --reference "$reference" || {
-  echo "FAILED: docs from $render; $reference is collected into and the docs are stale" >&2; exit 1; }
+  echo "FAILED: docs from $render; $reference is collected into and the docs are stale: $redo" >&2; exit 1; }
 "${fedbalance[@]}" reference docs --check --rendered "$render" --reference "$reference" || {
   echo "FAILED: docs --check against $render after docs wrote them" >&2; exit 1; }
-echo "collected, rendered ($render) and the docs spliced: commit $reference with the docs named above"
+echo "collected, rendered ($render) and the docs spliced: commit $reference and the docs named above together"

@@ -15,7 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Both stand-ins append "<name> <argv>" to CALLS and fail when their step is named in FAIL ("collect", "render",
+# Both stand-ins append "<name> <argv> accept=<FEDBALANCE_ACCEPT_UNCOMMITTED>" to CALLS and fail when their step is named in FAIL ("collect", "render",
 # "docs", "check"); the render stand-in also records whether its results folder held anything when it started.
 FAKE = r'''
 import os, sys
@@ -29,6 +29,7 @@ if os.environ["ROLE"] == "snakemake" or "--cores" in args:
 else:
     step = {"collect": "collect", "docs": "check" if "--check" in args else "docs"}[args[1]]
     extra = ""
+extra += " accept=" + os.environ.get("FEDBALANCE_ACCEPT_UNCOMMITTED", "-")
 with open(os.environ["CALLS"], "a") as f:
     f.write(step + " " + " ".join(args) + extra + "\n")
 if step in os.environ.get("FAIL", "").split():
@@ -76,10 +77,10 @@ def test_collect_then_the_documented_render_into_an_emptied_folder_then_docs_and
                        .replace("results_dir=results_reference", f"results_dir={render}") for a in documented]
     assert expected_render[expected_render.index("--configfile") + 1] == "config/mnist.yaml"
     assert _calls(tmp_path) == [
-        f"collect reference collect {runs} --into {ref}",
-        "render " + " ".join(expected_render) + " held=",
-        f"docs reference docs --rendered {render} --reference {ref}",
-        f"check reference docs --check --rendered {render} --reference {ref}",
+        f"collect reference collect {runs} --into {ref} accept=-",
+        "render " + " ".join(expected_render) + " held= accept=1",
+        f"docs reference docs --rendered {render} --reference {ref} accept=1",
+        f"check reference docs --check --rendered {render} --reference {ref} accept=1",
     ]
     assert (tmp_path / "render" / "claims.md").exists() and not (tmp_path / "render" / "stale.md").exists()
 
@@ -94,6 +95,7 @@ def test_a_failing_step_stops_the_rest_and_says_what_it_left(tmp_path: Path, ste
     assert "FAILED" in proc.stderr and "collected, rendered" not in proc.stdout
     if step in ("render", "docs"):
         assert f"{tmp_path / 'set'} is collected into and the docs are stale" in proc.stderr
+        assert f"git checkout -- {tmp_path / 'set'}" in proc.stderr
 
 
 def test_bad_arguments_change_nothing(tmp_path: Path) -> None:
@@ -107,3 +109,20 @@ def test_bad_arguments_change_nothing(tmp_path: Path) -> None:
     assert no_config.returncode == 2 and "none.yaml" in no_config.stderr
     assert _calls(tmp_path) == []
     assert (tmp_path / "runs").exists() and (tmp_path / "set").exists()
+
+
+def test_a_set_with_uncommitted_changes_is_refused_before_the_collect(tmp_path: Path) -> None:
+    """Every uncommitted file the render reads on purpose must be the collect's: a set in a git work tree with a
+    change of its own (an earlier collect not committed, a hand edit) is refused, naming it, and nothing runs."""
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path / "set")]
+    (tmp_path / "set").mkdir()
+    (tmp_path / "set" / "MANIFEST.sha256").write_text("sealed\n")
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "set"], check=True)
+    assert _run(tmp_path, str(tmp_path / "runs"), FAIL="check").returncode == 1   # clean: it runs
+    calls = len(_calls(tmp_path))
+    (tmp_path / "set" / "MANIFEST.sha256").write_text("edited\n")
+    proc = _run(tmp_path, str(tmp_path / "runs"))
+    assert proc.returncode == 2 and "uncommitted changes" in proc.stderr and "MANIFEST.sha256" in proc.stderr
+    assert len(_calls(tmp_path)) == calls

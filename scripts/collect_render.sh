@@ -32,8 +32,10 @@ if git -C "$reference" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   [ -z "$pending" ] || { printf 'FAILED: REFERENCE %s has uncommitted changes (commit or restore them first):\n%s\n' \
     "$reference" "$pending" >&2; exit 2; }
 fi
-case $render in
-  "" | / | . | .. | "$reference" | "$runs")
+# compared as real paths: ./reference/mnist or a link to the set is the set (the render folder is emptied first)
+render_real=$(realpath -m -- "$render")
+case $render_real in
+  / | "$(realpath -m -- .)" | "$(realpath -m -- "$reference")" | "$(realpath -m -- "$runs")")
     echo "FAILED: RENDER=$render: a folder of its own (it is emptied first)" >&2; exit 2 ;;
 esac
 

@@ -15,13 +15,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Both stand-ins append "<name> <argv> accept=<FEDBALANCE_ACCEPT_UNCOMMITTED>" to CALLS and fail when their step is named in FAIL ("collect", "render",
-# "docs", "check"); the render stand-in also records whether its results folder held anything when it started.
+# One stand-in for both commands (Snakemake's calls are those with --cores): it appends "<step> <argv>
+# accept=<FEDBALANCE_ACCEPT_UNCOMMITTED>" to CALLS and fails when its step is named in FAIL ("collect", "render",
+# "docs", "check"); for the render it also records what its results folder held when it started.
 FAKE = r'''
 import os, sys
 from pathlib import Path
 args = sys.argv[1:]
-if os.environ["ROLE"] == "snakemake" or "--cores" in args:
+if "--cores" in args:
     step = "render"
     results = Path(next(a.split("=", 1)[1] for a in args if a.startswith("results_dir=")))
     held = sorted(p.name for p in results.iterdir()) if results.exists() else []
@@ -45,7 +46,7 @@ def _run(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     fake.write_text(FAKE)
     (tmp_path / "runs").mkdir(exist_ok=True)
     (tmp_path / "set").mkdir(exist_ok=True)
-    full = {**os.environ, "CALLS": str(tmp_path / "calls.log"), "ROLE": "",
+    full = {**os.environ, "CALLS": str(tmp_path / "calls.log"),
             "SNAKEMAKE": f"{sys.executable} {fake}", "FEDBALANCE": f"{sys.executable} {fake}",
             "REFERENCE": str(tmp_path / "set"), "RENDER": str(tmp_path / "render"), **env}
     return subprocess.run(["bash", "scripts/collect_render.sh", *args], cwd=REPO, env=full, capture_output=True,
@@ -102,7 +103,9 @@ def test_bad_arguments_change_nothing(tmp_path: Path) -> None:
     assert _run(tmp_path).returncode == 2
     missing = _run(tmp_path, str(tmp_path / "nowhere"))
     assert missing.returncode == 2 and "nowhere" in missing.stderr
-    for render in (str(tmp_path / "set"), str(tmp_path / "runs"), ".", "/"):
+    (tmp_path / "link").symlink_to(tmp_path / "set")
+    for render in (str(tmp_path / "set"), f"{tmp_path}/./set/", str(tmp_path / "link"), str(tmp_path / "runs"), ".",
+                   str(REPO), "/"):
         proc = _run(tmp_path, str(tmp_path / "runs"), RENDER=render)
         assert proc.returncode == 2 and "RENDER" in proc.stderr, render
     no_config = _run(tmp_path, str(tmp_path / "runs"), CONFIG=str(tmp_path / "none.yaml"))

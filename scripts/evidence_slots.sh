@@ -10,14 +10,16 @@
 # SNAKEMAKE_OPTION's `--config KEY=VALUE ...` entries join that --config (Snakemake keeps only its last one); a
 # --configfile or a results_dir entry is refused: CONFIG and RUNS are those.
 # One Snakemake for a batch runs its jobs in an order of its own; here a job starts only when every job before it in
-# the order has started, and a slot that ends takes the next job at once.
+# the order has started, and a slot that ends takes the next job at once. The one exception: a job whose Snakemake
+# would build a file another slot's Snakemake builds (its branch source's kept state, a derived job's source) waits
+# until that slot's job has ended, and the next job of the order is taken meanwhile (RUNS/.slots/claims.<k>: what
+# slot k's job builds, from its dry run).
 # REFERENCE (default reference/mnist): the set; CONFIG (default config/mnist.yaml); STOP (default RUNS/.slots/STOP):
 # while that file exists no slot starts a job (running ones finish; a new run clears nothing, delete it yourself).
 # A job that fails (its log: RUNS/.slots/slot<k>.log) is tried again after RETRY_S (default 60) seconds, by the
-# next free slot, at most TRIES (default 2) times in a run; a failure is often another slot holding Snakemake's lock
-# on a job both need (the source of a derived job), which the wait outlasts. Given-up jobs: RUNS/.slots/failed. A
-# slot with nothing left to take waits while another slot's job runs (it may fail and come back), then ends.
-# JOBS (default unset: no limit): the most jobs this run starts (a try again is no new job).
+# next free slot, at most TRIES (default 2) times in a run. Given-up jobs: RUNS/.slots/failed. A slot with nothing
+# left to take waits while another slot's job runs (it may fail and come back, or free a job that waits), then ends.
+# JOBS (default unset: no limit): the most jobs this run starts (a try again is no new job, and is still made).
 # SNAKEMAKE (default `python3 -m snakemake`) and FEDBALANCE (default `python3 -m fedbalance`) name the commands.
 # The slots write RUNS/.slots/events.log: "start|end|failed|gave-up TARGET SLOT rc=RC TIME", one line each, and
 # "missing-failed - SLOT" when `missing` failed (its stderr: missing.log; the slot asks again after RETRY_S, and
@@ -71,18 +73,31 @@ event() { echo "$1 $2 $3 rc=$4 $(date -u +%FT%TZ)" >>"$state/events.log"; }
 # The set's missing jobs as targets in RUNS, in the evidence order.
 list_missing() { "${fedbalance[@]}" reference missing --config "$config" --reference "$reference" --targets "$runs"; }
 
-# Under the queue's lock: the first missing job not finished in RUNS, running or given up; nothing when none is left;
+# Under the queue's lock: the first missing job not finished in RUNS, running or given up (once JOBS jobs started, the
+# first of those that failed and is to be tried again: the cap counts jobs, not tries); nothing when none is left;
 # status 1 when `missing` fails (a set being collected into, say: the caller waits and asks again).
 next_job() {
-  local t listed
+  local t listed capped=""
   listed=$(list_missing 2>>"$state/missing.log") || return 1
+  if [ -n "${JOBS:-}" ] && [ "$(sort -u "$state/started" | wc -l)" -ge "$JOBS" ]; then capped=1; fi
   while IFS= read -r t; do
     [ -n "$t" ] || continue
     [ -e "$t" ] && continue   # finished here, not collected yet
     grep -qxF -- "$t" "$state/running" "$state/failed" && continue
+    [ -n "$capped" ] && ! grep -qxF -- "$t" "$state/started" && continue
+    planned "$t" >"$state/plan.$1"
+    # a job whose plan builds a file another slot's plan builds (its branch or derive source, say) waits for it
+    if [ -s "$state/plan.$1" ] && cat "$state"/claims.* 2>/dev/null | grep -qxFf "$state/plan.$1"; then continue; fi
+    mv "$state/plan.$1" "$state/claims.$1"
     echo "$t"
     return 0
   done <<<"$listed"
+}
+
+# The files TARGET's Snakemake would build, one a line (its dry run's `output:` entries). Snakemake's own lock cannot
+# keep two slots off the same file: every Snakemake that ends deletes .snakemake/locks whole, other runs' locks too.
+planned() {
+  "${smk[@]}" --cores 1 --dry-run -- "$1" 2>/dev/null | sed -n 's/^ *output: //p' | tr ',' '\n' | sed 's/^ *//; /^$/d'
 }
 
 slot() {
@@ -90,9 +105,7 @@ slot() {
   exec 9>"$state/queue.lock"
   while [ ! -e "$stop" ]; do
     flock 9
-    if [ -n "${JOBS:-}" ] && [ "$(sort -u "$state/started" | wc -l)" -ge "$JOBS" ]; then
-      t=""
-    elif ! t=$(next_job); then
+    if ! t=$(next_job "$k"); then
       flock -u 9
       event missing-failed - "$k" 1
       misses=$((misses + 1))
@@ -118,6 +131,7 @@ slot() {
     flock 9
     grep -vxF -- "$t" "$state/running" >"$state/running.new"
     mv "$state/running.new" "$state/running"
+    rm -f "$state/claims.$k"
     if [ "$rc" -eq 0 ]; then event end "$t" "$k" 0; flock -u 9; continue; fi
     echo "$t" >>"$state/tries"
     if [ "$(grep -cxF -- "$t" "$state/tries")" -ge "${TRIES:-2}" ]; then
@@ -138,6 +152,7 @@ if ! list_missing >/dev/null 2>"$state/missing.log"; then
   exit 2
 fi
 : >"$state/running"; : >"$state/started"; : >"$state/failed"; : >"$state/tries"   # a run starts afresh
+rm -f "$state"/claims.* "$state"/plan.*
 for k in $(seq 1 "$slots"); do slot "$k" & done
 wait
 if [ -s "$state/failed" ]; then

@@ -17,7 +17,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 # Snakemake's stand-in: `--omit-from` (the inputs) records "prepare"; otherwise "start", a pause of SLEEP_<name>
 # seconds (and, with WAIT_<name>=<other>, until <other>'s target exists), then the target written and "end", or a
-# failure for a target named in FAIL (FAIL_ONCE: the first try only).
+# failure for a target named in FAIL (FAIL_ONCE: the first try only). `--dry-run` prints the target as an output and,
+# with NEEDS_<name>="<other> ...", each other's target not yet there (a branch source its run would build).
 FAKE_SNAKEMAKE = r'''
 import os, sys, time
 from pathlib import Path
@@ -25,6 +26,11 @@ args = sys.argv[1:]
 target = args[args.index("--") + 1]
 name = Path(target).parent.name
 log = Path(os.environ["CALLS"])
+if "--dry-run" in args:
+    needs = [Path(target).parent.with_name(n) / "metrics.json" for n in os.environ.get("NEEDS_" + name, "").split()]
+    for out in [Path(target), *(n for n in needs if not n.exists())]:
+        print(f"rule train:\n    output: {out}, {out.with_name('rounds.csv')}\n    log: x.log")
+    sys.exit(0)
 def note(word):
     with log.open("a") as f:
         f.write(f"{word} {name} {time.monotonic():.6f} {' '.join(args[:args.index('--')])}\n")
@@ -183,8 +189,8 @@ args = get_argument_parser().parse_args(sys.argv[1:])
 (target,) = args.targets
 with open(os.environ["CALLS"] + ".parsed", "a") as f:
     f.write(json.dumps({"config": parse_config(args.config), "configfile": [str(c) for c in args.configfile],
-                        "omit": sorted(args.omit_from or ()), "cores": args.cores}) + "\n")
-if not args.omit_from:
+                        "omit": sorted(args.omit_from or ()), "cores": args.cores, "dry": args.dryrun}) + "\n")
+if not args.omit_from and not args.dryrun:
     Path(target).parent.mkdir(parents=True, exist_ok=True)
     Path(target).write_text("{}")
 '''
@@ -198,7 +204,7 @@ def test_the_callers_config_entries_join_the_results_folder_in_the_config_snakem
                 "--config=eval_every=2", SNAKEMAKE=f"{sys.executable} {tmp_path / 'parse.py'}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     parsed = [json.loads(line) for line in (tmp_path / "calls.log.parsed").read_text().splitlines()]
-    assert len(parsed) == 2 and [bool(p["omit"]) for p in parsed] == [True, False]
+    assert [(bool(p["omit"]), p["dry"]) for p in parsed] == [(False, True), (True, False), (False, False)]
     for p in parsed:
         assert p["config"] == {"results_dir": str(tmp_path / "runs"), "device": "cpu", "lr": 0.5, "eval_every": 2}
         assert p["configfile"] == ["config/quick.yaml"] and p["cores"] == 1
@@ -229,6 +235,36 @@ def test_jobs_caps_the_jobs_a_run_starts(tmp_path: Path) -> None:
         assert proc.returncode == 2 and f"JOBS={bad}" in proc.stderr
 
 
+def test_a_job_whose_run_builds_another_running_job_waits_for_it(tmp_path: Path) -> None:
+    """`branched`'s Snakemake would build `src` (its branch source) while `src` trains in the other slot: it waits,
+    `other` (after it in the order) is taken meanwhile, and `branched` starts only once `src` has ended."""
+    proc = _run(tmp_path, "2", ["src", "branched", "other"], NEEDS_branched="src", SLEEP_src="1.5")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    calls = _calls(tmp_path)
+    assert [name for word, name, *_ in calls if word == "start"] == ["src", "other", "branched"]
+    at = {(word, name): when for word, name, when, _ in calls}
+    assert at[("start", "branched")] > at[("end", "src")]
+    assert at[("start", "other")] < at[("end", "src")]
+    assert not list((tmp_path / "runs/.slots").glob("claims.*"))
+
+
+def test_a_job_that_fails_once_is_tried_again_after_jobs_is_reached(tmp_path: Path) -> None:
+    """JOBS=2, the first job failing once while the second runs (a lock another slot holds, say): the cap counts jobs,
+    not tries, so the first is tried again and both end; the third is never started. Given up, the run exits 1."""
+    proc = _run(tmp_path, "2", ["flaky", "job1", "job2"], JOBS="2", FAIL_ONCE="flaky", SLEEP_job1="0.5")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    calls = _calls(tmp_path)
+    assert [name for word, name, *_ in calls if word == "start"] == ["flaky", "job1", "flaky"]
+    assert sorted(name for word, name, *_ in calls if word == "end") == ["flaky", "job1"]
+    assert (tmp_path / "runs/flaky/metrics.json").exists() and not (tmp_path / "runs/job2").exists()
+    assert "2 jobs started in this run: JOBS=2 reached" in proc.stdout
+    again = tmp_path / "again"
+    again.mkdir()
+    proc = _run(again, "2", ["broken", "job1", "job2"], JOBS="2", FAIL="broken")
+    assert proc.returncode == 1 and "broken" in proc.stderr
+    assert [name for word, name, *_ in _calls(again) if word == "start"] == ["broken", "job1", "broken"]
+
+
 def test_a_failing_missing_is_asked_again_and_a_refused_set_starts_nothing(tmp_path: Path) -> None:
     """`missing` failing mid-run (the set swapped by a collect) is no empty list: the slot asks again and every job
     runs; `missing` refusing the set before any slot starts is exit 2 with its message."""
@@ -245,8 +281,10 @@ def test_a_failing_missing_is_asked_again_and_a_refused_set_starts_nothing(tmp_p
 
 @pytest.mark.slow
 def test_the_readme_command_trains_the_first_jobs_of_the_order_with_the_workflow(tmp_path: Path) -> None:
-    """The README's command with the real Snakemake, on config/quick.yaml and an empty set, JOBS=2: the first two jobs
-    `reference missing` lists are trained by rule train (provenance), each by a Snakemake of its own, in that order."""
+    """The README's command with the real Snakemake, on config/quick.yaml and an empty set, JOBS=2: the first job
+    `reference missing` lists (early E, rule train) and the third (t_ra, rule derive) are made by the workflow
+    (provenance), each by a Snakemake of its own, in that order; the second (early S, which branches from E's kept state, so its Snakemake would build E's
+    branch-r003.pt beside E's own) waits while E trains, and the cap ends the run before it starts."""
     command = next(c for c in readme_commands() if "scripts/evidence_slots.sh" in c)
     assert command == "REFERENCE=<checkout>/reference/mnist scripts/evidence_slots.sh 2 RUNS"
     (tmp_path / "ref").mkdir()
@@ -260,14 +298,21 @@ def test_the_readme_command_trains_the_first_jobs_of_the_order_with_the_workflow
     proc = subprocess.run(["bash", "scripts/evidence_slots.sh", "2", str(runs), "--config", "device=cpu"], cwd=REPO,
                           env=env, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout + proc.stderr + _tail(runs)
+    assert [str(Path(t).relative_to(runs)) for t in listed[:2]] == ["early/mnist/E/ce/seed0/metrics.json",
+                                                                    "early/mnist/S/ce/seed0/metrics.json"]
     events = (runs / ".slots/events.log").read_text().splitlines()
-    assert [line.split()[1] for line in events if line.startswith("start ")] == listed[:2]
-    for target in listed[:2]:
+    trained = [listed[0], listed[2]]
+    rules = {listed[0]: "train", listed[2]: "derive"}   # the third, t_ra T_Ra = 2, is derived from a monitor job
+    assert Path(listed[2]).relative_to(runs).parts[0] == "t_ra"
+    assert [line.split()[1] for line in events if line.startswith("start ")] == trained
+    for target in trained:
         record = json.loads((Path(target).parent / "provenance.json").read_text())
-        assert record["runner"] == "snakemake" and record["rule"] == "train"
+        assert record["runner"] == "snakemake" and record["rule"] == rules[target]
         assert "device=cpu" in record["command"]
         assert record["command"].endswith(f"--cores 1 -- {target.replace(str(runs), 'RUNS')}")
-    assert not any(Path(t).exists() for t in listed[2:])
+    source = json.loads((Path(listed[2]).parent / "provenance.json").read_text())["derived_from"]
+    made = [*trained, str(runs / source / "metrics.json")]   # a derived job's Snakemake trains its source first
+    assert [t for t in listed if Path(t).exists()] == [t for t in listed if t in made]
 
 
 def _tail(runs: Path) -> str:

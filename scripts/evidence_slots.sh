@@ -65,7 +65,10 @@ for kv in "${sets[@]}"; do
     *) echo "FAILED: --config $kv: KEY=VALUE entries only" >&2; exit 2 ;;
   esac
 done
-smk=("${snakemake[@]}" --rerun-incomplete --configfile "$config" --config results_dir="$runs" "${sets[@]}" "${opts[@]}")
+# --nolock: the claims below keep the slots apart; Snakemake's lock cannot (every Snakemake that ends deletes
+# .snakemake/locks whole, the other runs' locks with it, and one starting then fails writing its own)
+smk=("${snakemake[@]}" --nolock --rerun-incomplete --configfile "$config" --config results_dir="$runs" "${sets[@]}"
+  "${opts[@]}")
 mkdir -p "$state"
 
 event() { echo "$1 $2 $3 rc=$4 $(date -u +%FT%TZ)" >>"$state/events.log"; }
@@ -94,8 +97,7 @@ next_job() {
   done <<<"$listed"
 }
 
-# The files TARGET's Snakemake would build, one a line (its dry run's `output:` entries). Snakemake's own lock cannot
-# keep two slots off the same file: every Snakemake that ends deletes .snakemake/locks whole, other runs' locks too.
+# The files TARGET's Snakemake would build, one a line (its dry run's `output:` entries).
 planned() {
   "${smk[@]}" --cores 1 --dry-run -- "$1" 2>/dev/null | sed -n 's/^ *output: //p' | tr ',' '\n' | sed 's/^ *//; /^$/d'
 }

@@ -120,7 +120,8 @@ def test_jobs_start_in_the_evidence_order_two_at_once_each_once(tmp_path: Path) 
     end_of = {name: at for word, name, at, _ in calls if word == "end"}
     assert all(end_of[name] < end_of["job0"] for name in order[1:])
     for word, name, at, options in calls:
-        assert f"--configfile config/quick.yaml --config results_dir={tmp_path / 'runs'} device=cpu" in options
+        assert f"--nolock --rerun-incomplete --configfile config/quick.yaml --config results_dir={tmp_path / 'runs'} " \
+               "device=cpu" in options
         assert ("--omit-from train keep" in options) == (word == "prepare")
     prepared = {name: at for word, name, at, _ in calls if word == "prepare"}
     start_of = {name: at for word, name, at, _ in calls if word == "start"}

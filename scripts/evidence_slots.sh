@@ -13,7 +13,7 @@
 # the order has started, and a slot that ends takes the next job at once. The one exception: a job whose Snakemake
 # would build a file another slot's Snakemake builds (its branch source's kept state, a derived job's source) waits
 # until that slot's job has ended, and the next job of the order is taken meanwhile (RUNS/.slots/claims.<k>: what
-# slot k's job builds, from its dry run).
+# slot k's job builds, from its dry run; waits.<k>: the jobs that wait for it, not dry-run again until it ends).
 # REFERENCE (default reference/mnist): the set; CONFIG (default config/mnist.yaml); STOP (default RUNS/.slots/STOP):
 # while that file exists no slot starts a job (running ones finish; a new run clears nothing, delete it yourself).
 # A job that fails (its log: RUNS/.slots/slot<k>.log) is tried again after RETRY_S (default 60) seconds, by the
@@ -88,9 +88,16 @@ next_job() {
     [ -e "$t" ] && continue   # finished here, not collected yet
     grep -qxF -- "$t" "$state/running" "$state/failed" && continue
     [ -n "$capped" ] && ! grep -qxF -- "$t" "$state/started" && continue
+    cat "$state"/waits.* 2>/dev/null | grep -qxF -- "$t" && continue   # waits for a job still running
     planned "$t" >"$state/plan.$1"
-    # a job whose plan builds a file another slot's plan builds (its branch or derive source, say) waits for it
-    if [ -s "$state/plan.$1" ] && cat "$state"/claims.* 2>/dev/null | grep -qxFf "$state/plan.$1"; then continue; fi
+    # a job whose plan builds a file another slot's job builds (its branch or derive source, say) waits for that job
+    if [ -s "$state/plan.$1" ]; then
+      for claims in "$state"/claims.*; do
+        [ -e "$claims" ] && grep -qxFf "$state/plan.$1" "$claims" || continue
+        echo "$t" >>"$state/waits.${claims##*.}"
+        continue 2
+      done
+    fi
     mv "$state/plan.$1" "$state/claims.$1"
     echo "$t"
     return 0
@@ -133,7 +140,7 @@ slot() {
     flock 9
     grep -vxF -- "$t" "$state/running" >"$state/running.new"
     mv "$state/running.new" "$state/running"
-    rm -f "$state/claims.$k"
+    rm -f "$state/claims.$k" "$state/waits.$k"
     if [ "$rc" -eq 0 ]; then event end "$t" "$k" 0; flock -u 9; continue; fi
     echo "$t" >>"$state/tries"
     if [ "$(grep -cxF -- "$t" "$state/tries")" -ge "${TRIES:-2}" ]; then
@@ -154,7 +161,7 @@ if ! list_missing >/dev/null 2>"$state/missing.log"; then
   exit 2
 fi
 : >"$state/running"; : >"$state/started"; : >"$state/failed"; : >"$state/tries"   # a run starts afresh
-rm -f "$state"/claims.* "$state"/plan.*
+rm -f "$state"/claims.* "$state"/waits.* "$state"/plan.*
 for k in $(seq 1 "$slots"); do slot "$k" & done
 wait
 if [ -s "$state/failed" ]; then

@@ -17,8 +17,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 # Snakemake's stand-in: `--omit-from` (the inputs) records "prepare"; otherwise "start", a pause of SLEEP_<name>
 # seconds (and, with WAIT_<name>=<other>, until <other>'s target exists), then the target written and "end", or a
-# failure for a target named in FAIL (FAIL_ONCE: the first try only). `--dry-run` prints the target as an output and,
-# with NEEDS_<name>="<other> ...", each other's target not yet there (a branch source its run would build).
+# failure for a target named in FAIL (FAIL_ONCE: the first try only). `--dry-run` records "plan" and prints the
+# target as an output and, with NEEDS_<name>="<other> ...", each other's target not yet there (a branch source).
 FAKE_SNAKEMAKE = r'''
 import os, sys, time
 from pathlib import Path
@@ -26,14 +26,15 @@ args = sys.argv[1:]
 target = args[args.index("--") + 1]
 name = Path(target).parent.name
 log = Path(os.environ["CALLS"])
+def note(word):
+    with log.open("a") as f:
+        f.write(f"{word} {name} {time.monotonic():.6f} {' '.join(args[:args.index('--')])}\n")
 if "--dry-run" in args:
+    note("plan")
     needs = [Path(target).parent.with_name(n) / "metrics.json" for n in os.environ.get("NEEDS_" + name, "").split()]
     for out in [Path(target), *(n for n in needs if not n.exists())]:
         print(f"rule train:\n    output: {out}, {out.with_name('rounds.csv')}\n    log: x.log")
     sys.exit(0)
-def note(word):
-    with log.open("a") as f:
-        f.write(f"{word} {name} {time.monotonic():.6f} {' '.join(args[:args.index('--')])}\n")
 if "--omit-from" in args:
     note("prepare")
     sys.exit(0)
@@ -247,6 +248,9 @@ def test_a_job_whose_run_builds_another_running_job_waits_for_it(tmp_path: Path)
     assert at[("start", "branched")] > at[("end", "src")]
     assert at[("start", "other")] < at[("end", "src")]
     assert not list((tmp_path / "runs/.slots").glob("claims.*"))
+    # branched is dry-run once while src runs (the slot then polls without one) and once when src has ended
+    assert [word for word, name, *_ in calls if name == "branched"][:3] == ["plan", "plan", "prepare"]
+    assert at[("plan", "branched")] > at[("end", "src")]
 
 
 def test_a_job_that_fails_once_is_tried_again_after_jobs_is_reached(tmp_path: Path) -> None:
@@ -284,8 +288,9 @@ def test_a_failing_missing_is_asked_again_and_a_refused_set_starts_nothing(tmp_p
 def test_the_readme_command_trains_the_first_jobs_of_the_order_with_the_workflow(tmp_path: Path) -> None:
     """The README's command with the real Snakemake, on config/quick.yaml and an empty set, JOBS=2: the first job
     `reference missing` lists (early E, rule train) and the third (t_ra, rule derive) are made by the workflow
-    (provenance), each by a Snakemake of its own, in that order; the second (early S, which branches from E's kept state, so its Snakemake would build E's
-    branch-r003.pt beside E's own) waits while E trains, and the cap ends the run before it starts."""
+    (provenance), each by a Snakemake of its own, in that order; the second (early S, which branches from E's kept
+    state, so its Snakemake would build E's branch-r003.pt beside E's own) waits while E trains, and the cap ends the
+    run before it starts."""
     command = next(c for c in readme_commands() if "scripts/evidence_slots.sh" in c)
     assert command == "REFERENCE=<checkout>/reference/mnist scripts/evidence_slots.sh 2 RUNS"
     (tmp_path / "ref").mkdir()

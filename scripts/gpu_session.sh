@@ -17,10 +17,11 @@
 # DEVICE (default cuda) and CONFIG (default config/mnist.yaml) override the jobs' device and config, RUNS
 # (default /tmp/refruns) the folder the jobs run in; CAPTURE=1 trains the jobs with the captured step (the suite's
 # round section times it beside the eager step either way).
-# A machine without Snakemake: wheels in WHEELS (default .whl/, e.g. `pip download snakemake mlxtend --only-binary
-# :all: --python-version 3.12 --platform manylinux2014_x86_64 -d .whl`) are installed into SITE (default
-# /tmp/fedbalance-site) with `pip install --no-index --no-deps --target`, and SITE goes first on PYTHONPATH.
-# MNIST comes from data/MNIST/raw or, gzipped, from data/mnist-gz (a machine without network).
+# A machine without Snakemake: wheels in WHEELS (default .whl/, made by `python scripts/gpu_wheels.py`: the
+# library's closure less the device image's packages, 17 MB for Python 3.12 with pulp cut to one solver) are
+# installed into SITE (default /tmp/fedbalance-site) with `pip install --no-index --no-deps --target`, and SITE goes
+# first on PYTHONPATH. MNIST comes from data/MNIST/raw or, gzipped, from data/mnist-gz (a machine without network).
+# A device call carries 64 MiB (the tree, ~28 MB; the wheels; MNIST gzipped, 12 MB): carry .whl and data/mnist-gz.
 # Exit status: Snakemake's (0: every job it started finished, or the window closed on them; 1: a job failed or a
 # target is no job of the config; 2: bad arguments); the archive is written either way.
 set -u

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fedbalance.presentation.prose import COLLAPSE
 from fedbalance.presentation.tables import published
 
 REPO = Path(__file__).resolve().parents[1]
@@ -179,15 +180,15 @@ def test_sweep_slopes_recomputed(jobs, fidelity) -> None:
     runs = {s: jobs["alpha", "a5", "ratio", s] for s in seeds_of(jobs, "alpha", "a5", "ratio")}
     final = {s: 100 * r.acc_minority.iloc[-1] for s, r in runs.items()}
     above = [s for s, v in final.items() if v > paper]
-    assert f"seeds {', '.join(map(str, above))} end above it (Ac.M {', '.join(f'{final[s]:.1f}' for s in above)} in round {runs[above[0]]['round'].iloc[-1]})" in after
+    assert f"{seed_words(above)} end above it (Ac.M {', '.join(f'{final[s]:.1f}' for s in above)} in round {runs[above[0]]['round'].iloc[-1]})" in after
     below = [s for s in final if s not in above]
     n = {3: "three", 4: "four", 5: "five"}[len(final)]
     assert len(below) == 1 and f"at one seed of {n} here" in after
     dead = runs[below[0]]
-    low = dead.acc.to_numpy() < 0.2
-    start = next(i for i in range(len(low)) if low[i:].all())   # the first round from which every round is below 20 %
+    low = dead.acc.to_numpy() < COLLAPSE
+    start = next(i for i in range(len(low)) if low[i:].all())   # the first round from which every round has collapsed
     row = dead.iloc[start]
-    assert f"seed {below[0]} diverged: in round {row['round']} its training loss jumped to {row.train_loss:.2f}" in after
+    assert f"{seed_words(below)} diverged: in round {row['round']} its training loss jumped to {row.train_loss:.2f}" in after
     assert (dead.acc_minority.iloc[start:] == 0).all() and dead.train_loss.iloc[:start].max() < row.train_loss
     assert f"the mean over the {n} ({statistics.mean(final.values()):.1f}) stays above" in after
     assert statistics.mean(final.values()) > paper

@@ -176,3 +176,24 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 _REFERENCE_KEY = pytest.StashKey[dict]()
+
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+"""The real datasets beside the checkout (../shared/data: MNIST, Fer2013, a partial LEAF FEMNIST; MANIFEST.md)."""
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """../shared/data; the test is skipped where it is absent, and fails under CI (which has it)."""
+    needs_ci_tool(None if (SHARED_DATA / "stage.sh").is_file() else f"the real datasets ({SHARED_DATA}) are not here")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def staged_data(shared_data, tmp_path_factory) -> Path:
+    """The real datasets unpacked once per session in the README's layout (``../shared/data/stage.sh DEST``)."""
+    import subprocess
+
+    dest = tmp_path_factory.mktemp("real-data")
+    subprocess.run(["bash", str(shared_data / "stage.sh"), str(dest)], check=True, capture_output=True)
+    return dest

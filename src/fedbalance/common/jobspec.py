@@ -491,6 +491,11 @@ PARTITION_KEYS: dict[str, tuple[str, ...]] = {
 }
 """The job spec's ``partition.<key>`` each scheme reads (all required for their scheme: ``config.validate``;
 defined here, torch- and numpy-free, so that the workflow plans without the partition code)."""
+OPTIONAL_PARTITION_KEYS: dict[str, tuple[str, ...]] = {
+    "imbalance": ("balanced_samples",),
+    "mismatch": ("balanced_samples",),
+}
+"""The ``partition.<key>`` a scheme also reads when set (unset: the scheme's reading without it)."""
 
 
 def partition_dict(spec: Mapping[str, Any] | JobSpec) -> dict[str, Any]:
@@ -506,7 +511,7 @@ def partition_args(spec: Mapping[str, Any] | JobSpec) -> tuple[str, dict[str, An
     """(scheme, keyword arguments) of a job's partition, for ``make_partition``."""
     spec = as_spec(spec)
     p = spec.partition
-    kwargs = {k: p[k] for k in PARTITION_KEYS[spec.scheme] if k in p}
+    kwargs = {k: p[k] for k in PARTITION_KEYS[spec.scheme] + OPTIONAL_PARTITION_KEYS.get(spec.scheme, ()) if k in p}
     if spec.scheme != "monitor":
         kwargs["minority_classes"] = spec.minority_classes
     return spec.scheme, kwargs

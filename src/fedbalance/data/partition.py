@@ -37,6 +37,9 @@ __all__ = [
     "writer_partition",
     "unused_writers",
     "make_partition",
+    "class_demand",
+    "samples_per_class",
+    "shortfall",
     "SCHEMES",
 ]
 
@@ -220,6 +223,26 @@ def _check_gamma(gamma: float) -> float:
     return gamma
 
 
+def shortfall(need: Any, have: Any, names: Any = None) -> list[str]:
+    """One phrase per class whose demand ``need`` exceeds its supply ``have`` ("class 1 (disgust) needs 3500
+    samples, has 436"); ``names``: the classes' names, when known."""
+    need, have = np.asarray(need), np.asarray(have)
+    label = (lambda p: f"class {p} ({names[p]})") if names is not None else (lambda p: f"class {p}")
+    return [f"{label(p)} needs {need[p]} samples, has {have[p]}" for p in range(need.size) if need[p] > have[p]]
+
+
+def _check_supply(need: np.ndarray, have: np.ndarray, knob: str) -> None:
+    """PartitionError naming the classes (three, then a count) of which ``need`` asks more than ``have``."""
+    short = shortfall(need, have)
+    if short:
+        shown = short if len(short) <= 3 else short[:3] + [f"{len(short) - 3} more classes"]
+        raise PartitionError(
+            f"partition.{knob} and partition.num_clients ask more samples than the dataset has: "
+            + "; ".join(shown)
+            + f"; lower partition.{knob} or partition.num_clients"
+        )
+
+
 def _draw_samples(
     labels: np.ndarray, holders: np.ndarray, per_class: np.ndarray, rng: np.random.Generator, knob: str
 ) -> tuple[np.ndarray, ...]:
@@ -231,15 +254,7 @@ def _draw_samples(
     """
     num_clients, num_classes = holders.shape
     need = holders.sum(axis=0) * per_class
-    have = np.bincount(labels, minlength=num_classes)
-    short = [f"class {p} needs {need[p]} samples, has {have[p]}" for p in range(num_classes) if need[p] > have[p]]
-    if short:
-        shown = short if len(short) <= 3 else short[:3] + [f"{len(short) - 3} more classes"]
-        raise PartitionError(
-            f"partition.{knob} and partition.num_clients ask more samples than the dataset has: "
-            + "; ".join(shown)
-            + f"; lower partition.{knob} or partition.num_clients"
-        )
+    _check_supply(need, np.bincount(labels, minlength=num_classes), knob)
     parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
     for p in range(num_classes):
         who = np.flatnonzero(holders[:, p])
@@ -249,6 +264,15 @@ def _draw_samples(
         for j, chunk in zip(who, np.split(pool, who.size)):
             parts[j].append(chunk)
     return tuple(np.concatenate(c) if c else np.empty(0, np.int64) for c in parts)
+
+
+def _monitor_holders(num_clients: int, num_classes: int, rng: np.random.Generator) -> np.ndarray:
+    """Client x class incidence of the monitor scheme: each client draws 1..Q, then that many distinct classes."""
+    holders = np.zeros((num_clients, num_classes), dtype=bool)
+    for j in range(num_clients):
+        k = int(rng.integers(1, num_classes + 1))
+        holders[j, rng.choice(num_classes, size=k, replace=False)] = True
+    return holders
 
 
 def monitor_partition(
@@ -265,10 +289,7 @@ def monitor_partition(
     num_clients = _positive_int("num_clients", num_clients)
     samples_per_class = _positive_int("samples_per_class", samples_per_class)
     rng = np.random.default_rng(seed)
-    holders = np.zeros((num_clients, num_classes), dtype=bool)
-    for j in range(num_clients):
-        k = int(rng.integers(1, num_classes + 1))
-        holders[j, rng.choice(num_classes, size=k, replace=False)] = True
+    holders = _monitor_holders(num_clients, num_classes, rng)
     per_class = np.full(num_classes, samples_per_class, dtype=np.int64)
     params = dict(num_classes=num_classes, num_clients=num_clients, samples_per_class=samples_per_class, seed=seed)
     return Partition(_draw_samples(y, holders, per_class, rng, "samples_per_class"), num_classes, (), "monitor", params)
@@ -338,6 +359,33 @@ def _balanced_design(k: np.ndarray, num_classes: int, rng: np.random.Generator, 
     return design
 
 
+def samples_per_class(
+    num_classes: int, majority_samples: int, gamma: float, minority_classes: Iterable[int],
+    balanced_samples: int | None = None,
+) -> np.ndarray:
+    """Samples each holder of a class gets (paper, Supplementary "Data Splitting": 250 per majority class, 250/Γ per
+    minority class): ``majority_samples``, and ``max(1, round(majority_samples / gamma))`` for a minority class; at
+    Γ = 1 every class gets ``balanced_samples`` when it is set (a dataset whose rarest class cannot supply the
+    majority share balanced: docs/deviations.md, Fer2013)."""
+    gamma = _check_gamma(gamma)
+    if gamma == 1 and balanced_samples is not None:
+        return np.full(num_classes, _positive_int("balanced_samples", balanced_samples), dtype=np.int64)
+    per_class = np.full(num_classes, _positive_int("majority_samples", majority_samples), dtype=np.int64)
+    per_class[list(_check_minority(minority_classes, num_classes))] = max(1, round(majority_samples / gamma))
+    return per_class
+
+
+def _imbalance_plan(
+    num_classes: int, num_clients: int, min_classes: int, max_classes: int, majority_samples: int, gamma: float,
+    minority_classes: Iterable[int], balanced_samples: int | None, rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(classes per client k, samples per class): the draws before the incidence design, so ``class_demand`` and
+    the scheme consume the generator alike. Every class is held by ``k.sum() / Q`` clients."""
+    num_clients = _positive_int("num_clients", num_clients)
+    per_class = samples_per_class(num_classes, majority_samples, gamma, minority_classes, balanced_samples)
+    return _classes_per_client(num_clients, num_classes, int(min_classes), int(max_classes), rng), per_class
+
+
 def _imbalance(
     labels: Any,
     num_classes: int,
@@ -347,19 +395,23 @@ def _imbalance(
     majority_samples: int,
     gamma: float,
     minority_classes: Iterable[int],
+    balanced_samples: int | None,
     seed: int,
 ) -> tuple[tuple[np.ndarray, ...], tuple[int, ...]]:
     y = _as_labels(labels, num_classes)
-    num_clients = _positive_int("num_clients", num_clients)
-    majority_samples = _positive_int("majority_samples", majority_samples)
-    gamma = _check_gamma(gamma)
     minority = _check_minority(minority_classes, num_classes)
     rng = np.random.default_rng(seed)
-    k = _classes_per_client(num_clients, num_classes, int(min_classes), int(max_classes), rng)
+    k, per_class = _imbalance_plan(num_classes, num_clients, min_classes, max_classes, majority_samples, gamma,
+                                   minority, balanced_samples, rng)
+    knob = "balanced_samples" if gamma == 1 and balanced_samples is not None else "majority_samples"
+    _check_supply(int(k.sum()) // num_classes * per_class, np.bincount(y, minlength=num_classes), knob)
     holders = _balanced_design(k, num_classes, rng)
-    per_class = np.full(num_classes, majority_samples, dtype=np.int64)
-    per_class[list(minority)] = max(1, round(majority_samples / gamma))
-    return _draw_samples(y, holders, per_class, rng, "majority_samples"), minority
+    return _draw_samples(y, holders, per_class, rng, knob), minority
+
+
+def _optional(**params: Any) -> dict[str, Any]:
+    """The optional keyword arguments that are set (a partition's ``params`` records only those)."""
+    return {k: v for k, v in params.items() if v is not None}
 
 
 def imbalance_partition(
@@ -372,13 +424,15 @@ def imbalance_partition(
     majority_samples: int = 250,
     gamma: float = 1.0,
     minority_classes: Iterable[int] = (2, 4, 7),
+    balanced_samples: int | None = None,
     seed: int,
 ) -> Partition:
     """Loss comparison (tables Res_3_datasets, Sup_majority*): fixed global Γ.
 
     Each client holds ``min_classes..max_classes`` distinct classes and gets
     ``majority_samples`` random samples of each majority class and
-    ``max(1, round(majority_samples / gamma))`` of each minority class. Rounding is
+    ``max(1, round(majority_samples / gamma))`` of each minority class (``samples_per_class``;
+    at Γ = 1, ``balanced_samples`` of every class when set). Rounding is
     Python's ``round`` (half to even): 250/20 = 12.5 -> 12 and 250/100 = 2.5 -> 2,
     so the realised Γ is 250/12 and 125 for the nominal 20 and 100.
 
@@ -390,7 +444,8 @@ def imbalance_partition(
     :class:`PartitionError`.
     """
     clients, minority = _imbalance(
-        labels, num_classes, num_clients, min_classes, max_classes, majority_samples, gamma, minority_classes, seed
+        labels, num_classes, num_clients, min_classes, max_classes, majority_samples, gamma, minority_classes,
+        balanced_samples, seed,
     )
     params = dict(
         num_classes=num_classes,
@@ -400,6 +455,7 @@ def imbalance_partition(
         majority_samples=majority_samples,
         gamma=gamma,
         minority_classes=minority,
+        **_optional(balanced_samples=balanced_samples),
         seed=seed,
     )
     return Partition(clients, num_classes, minority, "imbalance", params)
@@ -414,6 +470,7 @@ def mismatch_partition(
     majority_samples: int = 250,
     gamma: float = 10.0,
     minority_classes: Iterable[int] = (2, 4, 7),
+    balanced_samples: int | None = None,
     seed: int,
 ) -> Partition:
     """Local/global mismatch (Sup_MFE, Res_mismatch): every client holds exactly c classes.
@@ -432,6 +489,7 @@ def mismatch_partition(
         majority_samples,
         gamma,
         minority_classes,
+        balanced_samples,
         seed,
     )
     params = dict(
@@ -441,6 +499,7 @@ def mismatch_partition(
         majority_samples=majority_samples,
         gamma=gamma,
         minority_classes=minority,
+        **_optional(balanced_samples=balanced_samples),
         seed=seed,
     )
     return Partition(clients, num_classes, minority, "mismatch", params)
@@ -527,6 +586,26 @@ def unused_writers(partition: Partition, writers: Any) -> np.ndarray:
     """
     w = np.asarray(writers)
     return np.setdiff1d(np.unique(w), np.unique(w[partition.pooled()]))
+
+
+def class_demand(scheme: str, *, num_classes: int, seed: int, **params: Any) -> np.ndarray:
+    """Samples of each class that ``make_partition(scheme, ..., seed=seed, **params)`` takes from the training split,
+    from the scheme's own draws before any sample is chosen: no labels needed (the shipped configs are checked
+    against the real datasets' class counts with it, ``fedbalance.data.structures``). The writers scheme takes whole
+    writers, not counts: PartitionError."""
+    rng = np.random.default_rng(seed)
+    if scheme == "monitor":
+        holders = _monitor_holders(_positive_int("num_clients", params["num_clients"]), num_classes, rng)
+        return holders.sum(axis=0) * _positive_int("samples_per_class", params["samples_per_class"])
+    if scheme in ("imbalance", "mismatch"):
+        lo, hi = ((params["min_classes"], params["max_classes"]) if scheme == "imbalance"
+                  else (params["classes_per_client"],) * 2)
+        k, per_class = _imbalance_plan(
+            num_classes, params["num_clients"], lo, hi, params["majority_samples"], params["gamma"],
+            params.get("minority_classes", ()), params.get("balanced_samples"), rng,
+        )
+        return int(k.sum()) // num_classes * per_class
+    raise PartitionError(f"scheme {scheme!r} takes whole writers: it has no class demand")
 
 
 SCHEMES: dict[str, Callable[..., Partition]] = {

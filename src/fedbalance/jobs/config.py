@@ -29,6 +29,7 @@ from fedbalance.jobs.seal import SealError, refuse_inside
 from fedbalance.common.jobspec import (  # noqa: F401  (re-exported: the config's readers import them from here)
     JOB_DEFAULTS,
     IDENTITY_KEYS,
+    OPTIONAL_PARTITION_KEYS,
     PARTITION_KEYS,
     PLUGINS,
     ConfigError,
@@ -645,6 +646,7 @@ def validate(cfg: Mapping[str, Any]) -> dict[str, Any]:
     job_schema = {"$defs": s["$defs"], **s["$defs"]["job"]}
     registered = base_losses()
     variants = out.get("loss_variants") or {}
+    planned: list[tuple[Job, dict[str, Any]]] = []
     entry_losses = plugins.entry_points("losses")
     for name, exp in out["experiments"].items():
         for loss in exp["losses"]:
@@ -681,7 +683,44 @@ def validate(cfg: Mapping[str, Any]) -> dict[str, Any]:
                     _check_loss_params(out, spec, where)
                     _check_contracts(out, spec, where)
                     _check_one_partition(out, job, spec, first)
+                    planned.append((job, spec))
+    _check_real_data(out, planned)
     return out
+
+
+def _check_real_data(cfg: Mapping[str, Any], planned: list[tuple[Job, dict[str, Any]]]) -> None:
+    """Every partition of the study (each seed, the balanced one of a switch too) and its auxiliary data on the real
+    dataset's class counts (``fedbalance.data.structures``), for the built-in sources: ConfigError naming the family,
+    dataset, setting, seed and class, before any work. The partition rule checks the labels actually prepared."""
+    try:
+        from fedbalance.data import structures
+    except ImportError:  # the workflow catalog's lint runs Snakemake alone (no numpy): the partition rule still checks
+        return
+    done: set[str] = set()
+    for job, spec in planned:
+        found = structures.for_source(*data_args(spec))
+        if found is None:
+            continue
+        typed = JobSpec.from_config(spec)
+        where = f"experiments.{job.experiment}[{job.dataset}, {job.setting}, {job.loss}]"
+        if runs_monitor(typed) and typed.monitor.aux_per_class is not None:
+            problem = structures.aux_problem(found, typed.monitor.aux_per_class, typed.monitor.aux_source)
+            if problem:
+                raise ConfigError(f"{where}: {problem}")
+        scheme, kwargs = partition_args(typed)
+        variants = [kwargs] + ([{**kwargs, "gamma": 1}] if typed.switch_round is not None and "gamma" in kwargs else [])
+        for seed in cfg["experiments"][job.experiment].get("seeds", cfg.get("seeds", [0])):
+            for params in variants:
+                key = json.dumps([found.name, found.num_classes, scheme, params, seed], sort_keys=True, default=str)
+                if key in done:
+                    continue
+                done.add(key)
+                problem = structures.demand_problem(found, scheme, params, seed)
+                if problem:
+                    what = " (its balanced partition, from switch_round on)" if params is not kwargs else ""
+                    raise ConfigError(
+                        f"experiments.{job.experiment}[{job.dataset}, {job.setting}, seed {seed}]{what}: {problem}"
+                    )
 
 
 def _configured(cfg: Mapping[str, Any], job: Job) -> dict[str, Any]:
@@ -822,7 +861,8 @@ def protocol(job_config: Mapping[str, Any], loss: str) -> dict[str, str]:
     flat.pop("seed", None)
     own = f"loss_params.{base_loss(config)}."
     scheme = (config.get("partition") or {}).get("scheme")
-    read = {f"partition.{k}" for k in PARTITION_KEYS.get(scheme, ())} | {"partition.scheme"}
+    read = {f"partition.{k}" for k in PARTITION_KEYS.get(scheme, ()) + OPTIONAL_PARTITION_KEYS.get(scheme, ())}
+    read.add("partition.scheme")
     return {k: v for k, v in flat.items() if (not k.startswith("loss_params.") or k.startswith(own))
             and (not k.startswith("partition.") or scheme not in PARTITION_KEYS or k in read)}
 

@@ -252,7 +252,7 @@ def test_fer2013_split_by_usage(tmp_path: Path) -> None:
     emotions = [6, 0, 3, 2, 4]
     rows = [(e, pixel_string(x), u) for e, x, u in zip(emotions, images, usage)]
     write_fer(tmp_path / "fer2013" / "fer2013.csv", rows)
-    ds = load_dataset("fer2013", tmp_path)
+    ds = load_dataset("fer2013", tmp_path, verify=False)
     assert ds.x_train.shape == (3, 1, 48, 48) and ds.num_classes == 7
     np.testing.assert_array_equal(ds.x_train[:, 0].numpy(), images[[0, 2, 4]])
     np.testing.assert_array_equal(ds.x_test[:, 0].numpy(), images[[1, 3]])
@@ -273,7 +273,103 @@ def test_fer2013_malformed_row_names_line(tmp_path: Path, bad_row: tuple, needle
     rows = [(0, good, "Training"), (1, good, "PublicTest"), (emotion, pixels or good, usage), (2, good, "Training")]
     write_fer(tmp_path / "fer2013" / "fer2013.csv", rows)
     with pytest.raises(DataError, match=f"line 4: .*{needle}"):
-        load_dataset("fer2013", tmp_path)
+        load_dataset("fer2013", tmp_path, verify=False)
+
+
+def _fer_rows(n: int = 6) -> tuple[list, np.ndarray, list, list]:
+    images = RNG.integers(0, 256, (n, 48, 48), dtype=np.uint8)
+    usage = (["Training", "PublicTest", "PrivateTest"] * n)[:n]
+    emotions = [int(e) for e in RNG.integers(0, 7, n)]
+    return [(e, pixel_string(x), u) for e, x, u in zip(emotions, images, usage)], images, usage, emotions
+
+
+def _check_fer(ds, images, usage, emotions) -> None:
+    train = np.array([u == "Training" for u in usage])
+    np.testing.assert_array_equal(ds.x_train[:, 0].numpy(), images[train])
+    np.testing.assert_array_equal(ds.x_test[:, 0].numpy(), images[~train])
+    assert ds.y_train.tolist() == [e for e, t in zip(emotions, train) if t]
+
+
+def test_fer2013_reads_kaggles_icml_face_data_csv(tmp_path: Path) -> None:
+    """icml_face_data.csv: the same rows, columns "emotion, Usage, pixels" (torchvision's note)."""
+    rows, images, usage, emotions = _fer_rows()
+    path = tmp_path / "fer2013" / "icml_face_data.csv"
+    path.parent.mkdir(parents=True)
+    path.write_text("emotion, Usage, pixels\n" + "".join(f"{e},{u},{p}\n" for e, p, u in rows))
+    assert prepare_dataset("fer2013", tmp_path, verify=False) == [path]
+    _check_fer(load_dataset("fer2013", tmp_path, verify=False), images, usage, emotions)
+
+
+@pytest.mark.parametrize("form", ["tar.gz", "zip", "zip with the tar.gz inside"])
+def test_fer2013_is_taken_out_of_kaggles_archives(tmp_path: Path, form: str) -> None:
+    import tarfile
+    import zipfile
+
+    rows, images, usage, emotions = _fer_rows()
+    src = tmp_path / "src" / "fer2013.csv"
+    write_fer(src, rows)
+    folder = tmp_path / "data" / "fer2013"
+    folder.mkdir(parents=True)
+    tgz = (tmp_path / "src" / "fer2013.tar.gz") if form != "tar.gz" else folder / "fer2013.tar.gz"
+    with tarfile.open(tgz, "w:gz") as tar:
+        tar.add(src, arcname="fer2013/fer2013.csv")
+    if form == "zip":
+        with zipfile.ZipFile(folder / data.FER2013_KAGGLE_ZIP, "w") as z:
+            z.write(src, "fer2013.csv")
+    elif form != "tar.gz":
+        with zipfile.ZipFile(folder / data.FER2013_KAGGLE_ZIP, "w") as z:
+            z.write(tgz, "fer2013.tar.gz")
+            z.writestr("test.csv", "pixels\n")
+    assert prepare_dataset("fer2013", tmp_path / "data", verify=False) == [folder / "fer2013.csv"]
+    assert (folder / "fer2013.csv").read_bytes() == src.read_bytes()
+    assert not [p for p in folder.iterdir() if p.name.endswith(".part")]
+    _check_fer(load_dataset("fer2013", tmp_path / "data", verify=False), images, usage, emotions)
+
+
+def test_fer2013_md5_is_torchvisions(tmp_path: Path) -> None:
+    """A CSV that is not Kaggle's fer2013.csv is refused by default, naming both md5s (torchvision's is f8428a1e...)."""
+    import hashlib
+
+    rows, *_ = _fer_rows(2)
+    write_fer(tmp_path / "fer2013" / "fer2013.csv", rows)
+    with pytest.raises(DataError) as err:
+        prepare_dataset("fer2013", tmp_path)
+    got = hashlib.md5((tmp_path / "fer2013" / "fer2013.csv").read_bytes()).hexdigest()
+    assert "f8428a1edbd21e88f42c73edd2a14f95" in str(err.value) and got in str(err.value)
+
+
+def test_fer2013_train_and_test_csv_alone_are_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "fer2013"
+    folder.mkdir()
+    (folder / "train.csv").write_text("emotion,pixels\n")
+    (folder / "test.csv").write_text("pixels\n")
+    with pytest.raises(DataError, match="no labels") as err:
+        prepare_dataset("fer2013", tmp_path, verify=False)
+    assert "icml_face_data.csv" in str(err.value)
+
+
+def test_fer2013_parses_once_and_reparses_a_changed_or_damaged_cache(tmp_path: Path, monkeypatch) -> None:
+    rows, images, usage, emotions = _fer_rows()
+    write_fer(tmp_path / "fer2013" / "fer2013.csv", rows)
+    calls = []
+    real = data._parse_fer2013
+    monkeypatch.setattr(data, "_parse_fer2013", lambda path: calls.append(path) or real(path))
+    for _ in range(2):
+        _check_fer(load_dataset("fer2013", tmp_path, verify=False), images, usage, emotions)
+    assert len(calls) == 1  # the second load read the cache
+    cache = next((tmp_path / "fer2013").glob(".cache-*.npz"))
+    with np.load(cache) as z:  # a cache whose arrays do not match its checksum is parsed again
+        arrays = {k: z[k] for k in z.files}
+    arrays["y"] = (arrays["y"] + 1) % 7
+    np.savez(cache, **arrays)
+    with pytest.warns(UserWarning, match="does not match its checksum"):
+        _check_fer(load_dataset("fer2013", tmp_path, verify=False), images, usage, emotions)
+    assert len(calls) == 2
+    rows[0] = ((rows[0][0] + 1) % 7, *rows[0][1:])  # an edited CSV: another key, parsed again
+    emotions[0] = rows[0][0]
+    write_fer(tmp_path / "fer2013" / "fer2013.csv", rows)
+    _check_fer(load_dataset("fer2013", tmp_path, verify=False), images, usage, emotions)
+    assert len(calls) == 3
 
 
 def test_fer2013_missing_says_where(tmp_path: Path) -> None:

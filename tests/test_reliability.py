@@ -542,7 +542,7 @@ def _config_with(tmp_path: Path, quick: dict, name: str, dataset: dict) -> str:
 def test_prepare_refuses_a_malformed_fer2013(tmp_path: Path, quick: dict, capsys) -> None:
     from fedbalance.cli import main
 
-    cfg = _config_with(tmp_path, quick, "fer", {"source": "fer2013", "model": "resnet18"})
+    cfg = _config_with(tmp_path, quick, "fer", {"source": "fer2013", "model": "resnet18", "options": {"verify": False}})
     csv = tmp_path / "data" / "fer2013" / "fer2013.csv"
     csv.parent.mkdir(parents=True)
     good = " ".join(["0"] * 2304)

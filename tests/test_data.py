@@ -441,6 +441,18 @@ def test_femnist_cache_written_reused_and_invalidated(tmp_path: Path, tiny_leaf)
     assert len(list((tmp_path / "femnist").glob("cache-*.pt"))) == 2
 
 
+def test_femnist_reads_leafs_own_layout(tmp_path: Path, tiny_leaf) -> None:
+    """LEAF's data/femnist/data copied whole to femnist/data (train/, test/ beside all_data/, sampled_data/)."""
+    ours = load_dataset("femnist", tmp_path, letters_only=False, cache=False)
+    other = tmp_path / "other"
+    (other / "femnist").mkdir(parents=True)
+    (tmp_path / "femnist" / "leaf").rename(other / "femnist" / "data")
+    write_shard(other / "femnist" / "data" / "all_data" / "all_data_0.json", {"f_q": leaf_user([5])[0]})
+    theirs = load_dataset("femnist", other, letters_only=False, cache=False)
+    assert torch.equal(ours.x_train, theirs.x_train) and ours.y_test.tolist() == theirs.y_test.tolist()
+    assert prepare_dataset("femnist", other)[0].parent == other / "femnist" / "data" / "train"
+
+
 def test_femnist_leaf_errors(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=str(tmp_path / "femnist" / "leaf" / "train")):
         load_dataset("femnist", tmp_path, download=True)

@@ -501,10 +501,19 @@ def _femnist_classes(letters_only: bool = True, source: str = "leaf", cache: boo
     return 26 if letters_only else 62
 
 
+LEAF_FOLDERS = ("leaf", "data")
+"""Where under ``femnist/`` the shards' train/ and test/ folders may be: ``leaf`` (this project's layout) or ``data``
+(LEAF's own, ``leaf/data/femnist/data`` copied whole); the first that holds shards is read."""
+
+
 def _leaf_files(root: Path) -> tuple[list[Path], list[Path]]:
     """Sorted train and test JSON shards."""
-    leaf = root / "femnist" / "leaf"
-    return sorted((leaf / "train").glob("*.json")), sorted((leaf / "test").glob("*.json"))
+    for name in LEAF_FOLDERS:
+        leaf = root / "femnist" / name
+        train, test = sorted((leaf / "train").glob("*.json")), sorted((leaf / "test").glob("*.json"))
+        if train or test:
+            return train, test
+    return [], []
 
 
 def _prepare_femnist(root: Path, download: bool, letters_only: bool, source: str, cache: bool) -> list[Path]:
@@ -522,7 +531,9 @@ def _prepare_femnist(root: Path, download: bool, letters_only: bool, source: str
         raise DataError(f"femnist: option source={source!r} must be 'leaf' or 'mat'")
     train, test = _leaf_files(root)
     if not train or not test:
-        where = root / "femnist" / "leaf" / ("train" if not train else "test")
+        base = next((root / "femnist" / n for n in LEAF_FOLDERS if (root / "femnist" / n).is_dir()),
+                    root / "femnist" / "leaf")
+        where = base / ("train" if not train else "test")
         raise DataError(f"femnist: no LEAF JSON shards in {where}; {LEAF_HELP}")
     return train + test
 

@@ -22,10 +22,10 @@ import math
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from fedbalance.common.jobspec import as_spec
+from fedbalance.data import structures
 from fedbalance.data.partition import load_partitions
 from fedbalance.jobs import cost
 
@@ -34,6 +34,15 @@ def _real_sizes(results: Path, spec) -> dict[str, list[int]]:
     job = spec.job
     path = results / "partitions" / job.experiment / job.dataset / job.setting / f"seed{job.seed}.json"
     return {name: [len(c) for c in p.clients] for name, p in load_partitions(path).items()}
+
+
+def _test_samples(spec) -> int:
+    """The test split a real.yaml job evaluates on: the real structure's (FEMNIST: the partial LEAF copy's)."""
+    name = "femnist_partial" if spec.source == "femnist" else spec.source
+    found = structures.structure(name)
+    if spec.source == "femnist" and dict(spec.options).get("letters_only", True):
+        found = found.letters()
+    return int(sum(found.test))
 
 
 def measure(results: Path, cal: cost.Calibration) -> dict:
@@ -50,8 +59,9 @@ def measure(results: Path, cal: cost.Calibration) -> dict:
         spec = as_spec(metrics["config"])
         rounds = pd.read_csv(folder / "rounds.csv")
         work = cost.job_work(spec, device_type="cpu")
-        real = cost.job_work(spec, device_type="cpu", sizes=_real_sizes(results, spec))
-        final_eval = cost.TEST_SAMPLES[spec.source] * cal.forward_seconds(work.shape)
+        n_test = _test_samples(spec)
+        real = cost.job_work(spec, device_type="cpu", sizes=_real_sizes(results, spec), test_samples=n_test)
+        final_eval = n_test * cal.forward_seconds(work.shape)
         rows.append({
             "job": "/".join(map(str, (spec.job.experiment, spec.job.dataset, spec.job.setting, spec.job.loss,
                                       f"seed{spec.job.seed}"))),

@@ -49,8 +49,17 @@ CALIBRATION_VERSION = 1
 # FEMNIST letters per writer: the authors' FEMNIST-shape client, 20 writers x ~50 samples = ~1,000
 # samples (the timing of the released loop, docs/performance.md); real LEAF writers vary widely.
 SAMPLES_PER_WRITER = 50
-# Test-set sizes of the registered sources (official splits; femnist: the EMNIST-letters test split).
-TEST_SAMPLES = {"mnist": 10_000, "mnist5k": 1_000, "cifar10": 10_000, "fer2013": 7_178, "femnist": 20_800}
+
+def _test_sizes() -> dict[str, int]:
+    """Test-set sizes of the registered sources: the real structures' (``fedbalance.data.structures``); femnist: the
+    EMNIST-letters test split of the authors' setting (LEAF's test split depends on how its writers were sampled)."""
+    from fedbalance.data.structures import structure
+
+    sizes = {name: sum(structure(name).test) for name in ("mnist", "mnist5k", "cifar10", "fer2013")}
+    return {**sizes, "femnist": 20_800}
+
+
+TEST_SAMPLES = _test_sizes()
 
 
 class CostError(ValueError):
@@ -171,16 +180,19 @@ def job_work(
     samples_per_writer: int = SAMPLES_PER_WRITER,
     sizes: Mapping[str, Sequence[int]] | None = None,
     start_round: int = 0,
+    test_samples: int | None = None,
 ) -> JobWork:
     """Count the SGD steps and forward samples of one job (its ``resolve_job`` spec; ``sizes``: its ``client_sizes``)
-    from round ``start_round`` on (a branched job's first rounds are its source's: ``reuse.branches``)."""
+    from round ``start_round`` on (a branched job's first rounds are its source's: ``reuse.branches``);
+    ``test_samples``: the test split's size where it is known (default ``TEST_SAMPLES`` of the source)."""
     from fedbalance.engine.centralised import num_epochs
     from fedbalance.engine.fl import needs_monitor
 
     spec = as_spec(spec)
     job, source = spec.job, spec.source
-    if source not in TEST_SAMPLES:
+    if test_samples is None and source not in TEST_SAMPLES:
         raise CostError(f"no test-set size known for source {source!r}; known: {sorted(TEST_SAMPLES)}")
+    n_test = test_samples if test_samples is not None else TEST_SAMPLES[source]
     shape = job_shape(spec, device_type)
     q, b = shape.classes, shape.batch_size
     sizes = sizes if sizes is not None else client_sizes(spec, q, samples_per_writer)
@@ -197,7 +209,7 @@ def job_work(
             client += math.ceil(n / b)
             mon += q * aux_steps if monitor else 0
             fwd += n if empirical else 0
-        fwd += _evaluations(epochs, eval_every) * TEST_SAMPLES[source]
+        fwd += _evaluations(epochs, eval_every) * n_test
     else:
         rounds, k, e = spec.rounds, spec.required("clients_per_round"), spec.required("local_epochs")
         for t in range(start_round, rounds):
@@ -206,7 +218,7 @@ def job_work(
             client += sum(e * math.ceil(part[j] / b) for j in chosen)
             mon += q * e * aux_steps if monitor else 0
             fwd += sum(part[j] for j in chosen) if empirical else 0
-        fwd += _evaluations(rounds, eval_every, start_round) * TEST_SAMPLES[source]
+        fwd += _evaluations(rounds, eval_every, start_round) * n_test
     return JobWork(job, shape, client, mon, fwd)
 
 

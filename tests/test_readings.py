@@ -257,3 +257,24 @@ def test_benchmark_pairs_each_reading_with_ratio_rel(tmp_path) -> None:
     assert rows[("redgrape", "g50", "ratio_rel")]["n"] == 1 and "diff" not in rows[("redgrape", "g50", "ratio_rel")]
     assert rows[("climb", "g10", "ratio_rel")]["n"] == 0
     assert "| climb | readings/ratio_climb | 50 | ratio_rel | 3 | +11.67" in bench.markdown(list(rows.values()))
+
+
+def test_fidelity_states_the_ce_reading_against_ratio_rel_as_the_set_gives_it() -> None:
+    """docs/fidelity.md's FedLoGe sentence: CE's paired Ac.M difference to ratio_rel (and ratio) at each Γ of the
+    readings family, as benchmarks/readings.py computes it from reference/mnist (seeds 0-2)."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("readings_bench", root / "benchmarks" / "readings.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = {(r["reading"], r["setting"], r["against"]): r
+            for r in bench.compare(root / "reference" / "mnist", root / "config" / "mnist.yaml") if r["reading"] == "fedloge"}
+    text = " ".join((root / "docs" / "fidelity.md").read_text().split())
+    for g, clear in ((10, True), (50, True), (100, False)):
+        r = rows[("fedloge", f"g{g}", "ratio_rel")]
+        assert r["seeds"] == [0, 1, 2] and r["clear"] is clear, g
+        assert f"Γ = {g}: {r['diff']:.2f} [{r['low']:.2f}, {r['high']:+.2f}]" in text, g
+    paper = [f"{rows[('fedloge', f'g{g}', 'ratio')]['diff']:.2f}" for g in (10, 50, 100)]
+    assert f"against the paper reading `ratio`, {paper[0]}, {paper[1]} and {paper[2]}." in text

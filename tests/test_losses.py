@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from fedbalance.methods.losses import (
     LOSSES,
+    RATIO_WEIGHTING,
     GHMCLoss,
     RatioLoss,
     cross_entropy,
@@ -483,7 +484,7 @@ def test_masks_ignore_padding() -> None:
     pad_y = torch.cat([y, torch.tensor([2, 2, 1])])
     mask = torch.tensor([1] * 5 + [0] * 3, dtype=torch.bool)
     pi = torch.tensor([1.3, 0.7, 2.0, 1.1], dtype=torch.float64)
-    for weighting in ("per_sample", "batch_mean"):
+    for weighting in RATIO_WEIGHTING:
         torch.testing.assert_close(ratio_loss(pad_z, pad_y, pi, weighting=weighting, mask=mask), ratio_loss(z, y, pi, weighting=weighting))
     for g in ("softmax", "sigmoid"):
         torch.testing.assert_close(ghmc_loss(pad_z, pad_y, bins=3, g=g, mask=mask), ghmc_loss(z, y, bins=3, g=g))

@@ -103,6 +103,12 @@ def test_lenet5_every_loss_unequal_clients(lenet: nn.Module, client_data, name: 
     _compare(lenet, client_data, get_loss(name, Q, **params))
 
 
+@pytest.mark.parametrize("weighting", ["batch_mean", "normalised"])
+def test_lenet5_ratio_weightings(lenet: nn.Module, client_data, weighting: str) -> None:
+    """The released code's and the CLIMB authors' weightings (docs/deviations.md) on padded batches."""
+    _compare(lenet, client_data, get_loss("ratio", Q, weight=torch.linspace(0.5, 2.0, Q), weighting=weighting))
+
+
 def test_lenet5_torch_cross_entropy_with_class_weights(lenet: nn.Module, client_data) -> None:
     _compare(lenet, client_data, nn.CrossEntropyLoss(weight=torch.linspace(0.5, 2.0, Q)))
 

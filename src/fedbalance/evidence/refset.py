@@ -725,7 +725,7 @@ def status(reference: Path, readme: Path | None = None) -> str:
 EVIDENCE_PLAN = (
     "early::0,1,2", "t_ra::0,1,2", "mfe::0,1,2", "mismatch:*_g10:0,1,2", "alpha::0,1,2", "beta::0,1,2", "early::3,4",
     "losses:g1,g20:3,4", "t_ra::3,4", "centralised::0,1,2", "alpha::3,4", "beta::3,4", "beyond:g10,g50:0,1,2",
-    "mismatch::0,1,2", "*::",
+    "mismatch::0,1,2", "readings::0,1,2", "*::",
 )
 """The order in which the set is filled (the evidence issue), fixed before the results: per step
 ``experiment:settings:seeds``, the experiment and the settings as globs (settings comma-separated, empty: all), seeds
@@ -733,6 +733,7 @@ empty for all. The paper's tables in claim order at seeds 0-2 first (done), ``ea
 then where a fifth seed can decide a claim that three leave not distinguishable: ``losses`` at Γ = 1 and 20 seeds 3-4
 (claims 1, 2, 15), ``t_ra`` seeds 3-4 (27, 28); ``centralised`` at seeds 0-2 with both readings of the Ratio Loss
 (5, 6); ``alpha`` and ``beta`` seeds 3-4 (29, 30); then ``beyond`` and the rest of ``mismatch`` (9, 10) at seeds 0-2;
+then ``readings`` at seeds 0-2 (issue 78: the Ratio Loss as other code reads it, paired with ``losses``' ratio_rel);
 then every other job. Every cell goes to exactly the seeds its step lists, whatever the first of them show."""
 
 

@@ -106,7 +106,7 @@ def focal_loss(
 
 
 GHM_G = ("softmax", "sigmoid")
-RATIO_WEIGHTING = ("per_sample", "batch_mean")
+RATIO_WEIGHTING = ("per_sample", "batch_mean", "normalised")
 
 
 def ghm_gradient_norm(logits: torch.Tensor, target: torch.Tensor, g: str = "softmax") -> torch.Tensor:
@@ -191,15 +191,19 @@ def ratio_loss(
       [N] by the log-probabilities [N, 1], which broadcasts to [N, N]; its mean is
       mean_i(pi_{y_i}) * mean_i(CE_i). Every sample gets the batch's mean weight, so classes are not
       weighted against each other; each batch's step is rescaled. 'none' gives mean(pi) * CE_i.
+    * ``"normalised"`` (``F.cross_entropy(weight=pi)``, as the CLIMB authors' ``core/ratio_loss_fl.py`` applies it,
+      docs/deviations.md): 'mean' is sum_i(pi_{y_i} CE_i) / sum_i pi_{y_i}; 'sum' and 'none' as ``"per_sample"``.
 
-    pi = 1 is exactly CE in both readings. ``mask`` [N] restricts everything to the real samples.
+    pi = 1 is exactly CE in every reading. ``mask`` [N] restricts everything to the real samples.
     """
     if weighting not in RATIO_WEIGHTING:
         raise ValueError(f"ratio weighting must be one of {RATIO_WEIGHTING}, got {weighting!r}")
     pi = weight.to(logits.dtype).gather(-1, target.long())
+    m = torch.ones_like(pi) if mask is None else mask.to(pi.dtype)
     if weighting == "batch_mean":
-        m = torch.ones_like(pi) if mask is None else mask.to(pi.dtype)
         pi = ((pi * m).sum() / m.sum().clamp_min(1.0)).expand_as(pi)
+    if weighting == "normalised" and reduction == "mean":
+        return (-pi * _log_p_target(logits, target) * m).sum() / (pi * m).sum().clamp_min(torch.finfo(pi.dtype).tiny)
     return _masked(-pi * _log_p_target(logits, target), mask, reduction)
 
 
@@ -347,7 +351,8 @@ class GHMCLoss(Loss):
 class RatioLoss(Loss):
     """Module form of ``ratio_loss``; the per-class weights pi live in the buffer ``weight``.
 
-    ``weighting``: ``"per_sample"`` (the paper's equation) or ``"batch_mean"`` (the released code).
+    ``weighting``: ``"per_sample"`` (the paper's equation), ``"batch_mean"`` (the released code) or ``"normalised"``
+    (the CLIMB authors' reading).
     ``weight=None`` means all ones (plain CE: round 0 of the paper); ``set_weight`` installs the
     monitor's pi for the next round.
     """

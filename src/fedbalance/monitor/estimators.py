@@ -38,6 +38,7 @@ from fedbalance.monitor.monitor import (
     uniform_guess,
 )
 from fedbalance.monitor.drift import estimate_drift
+from fedbalance.monitor.readings import round_weights
 from fedbalance.common.records import DRIFT, DRIFT_POOLED, POOLED, RLU, RLU_POOLED, SHARPENED, SHRUNK, est_column
 
 
@@ -412,7 +413,8 @@ class Observer:
     """The monitor of a run: runs the job's estimators every round and keeps the track they read.
 
     ``observe`` returns {"estimates": {name: Estimate}, "ratios": R, "weights": pi}: the estimators
-    asked for (and those they require), and the Ratio-Loss weights from the same dW.
+    asked for (and those they require), and the Ratio-Loss weights from the same dW (a reading of other code's from
+    the round: ``fedbalance.monitor.readings``).
     """
 
     def __init__(self, monitor: Monitor, names: Sequence[str], track: Track | None = None,
@@ -443,7 +445,7 @@ class Observer:
             if e.history:
                 estimates[e.name] = e.fn(self.track)
                 self.track.estimates[-1][e.name] = estimates[e.name].counts.tolist()
-        ratios, weights = self.monitor.weights(r.dW)
+        ratios, weights = round_weights(r)
         return {"estimates": estimates, "ratios": ratios, "weights": weights}
 
     def restore(self, rows: Sequence[Mapping[str, Any]], clients: Sequence[Sequence[Hashable]],

@@ -44,6 +44,9 @@ RATIO_CLIP = 5000.0
 KEPT_UNIT_READINGS = ("paper", "median", "sums")
 """Ra_p from the units above T_Ra: their mean (the paper), median, or ratio of sums (docs/ratio-stability.md)."""
 VARIANTS = (*KEPT_UNIT_READINGS, "released")
+READING_VARIANTS = ("redgrape", "climb", "fedloge", "flower")
+"""The Ratio Loss as other code reads it: variants whose weights read the whole round, not dW alone
+(``fedbalance.monitor.readings``, one registry entry each; docs/deviations.md)."""
 
 
 def _weight_key() -> str:
@@ -649,8 +652,8 @@ class Monitor:
         aggregation: str = "mean",
         path: str = "sequential",
     ) -> None:
-        if variant not in VARIANTS:
-            raise ValueError(f"monitor variant must be one of {VARIANTS}, got {variant!r}")
+        if variant not in (*VARIANTS, *READING_VARIANTS):
+            raise ValueError(f"monitor variant must be one of {(*VARIANTS, *READING_VARIANTS)}, got {variant!r}")
         self.aux_x, self.aux_y = aux_x, aux_y
         self.num_classes = num_classes
         self.cfg = cfg
@@ -670,5 +673,8 @@ class Monitor:
 
     def weights(self, dW: Tensor) -> tuple[Tensor, Tensor]:
         """(R, pi): class ratios and Ratio-Loss weights from dW."""
+        if self.variant in READING_VARIANTS:
+            raise ValueError(f"monitor variant {self.variant!r} reads the whole round, not dW alone: "
+                             "fedbalance.monitor.readings.round_weights computes its weights")
         ratios = class_ratios(dW, t_ra=self.t_ra, variant=self.variant, clip=self.clip)
         return ratios, ratio_weights(ratios, alpha=self.alpha, beta=self.beta)

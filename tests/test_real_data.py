@@ -25,7 +25,6 @@ from fedbalance.jobs.config import jobs, load_config, resolve_job
 
 from test_workflow import in_tmp
 
-pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 REAL = REPO / "config" / "real.yaml"
 
@@ -76,6 +75,7 @@ def _record_wall_times(results: Path, cfg: dict) -> None:
     (out / "real_data.json").write_text(json.dumps(rows, indent=1))
 
 
+@pytest.mark.slow
 def test_every_job_of_every_family_ran_on_the_real_files(real_run):
     tmp, cfg = real_run
     results = Path(cfg["results_dir"])
@@ -92,6 +92,7 @@ def test_every_job_of_every_family_ran_on_the_real_files(real_run):
     assert [f["md5"] for f in manifest["files"]] == ["f8428a1edbd21e88f42c73edd2a14f95"]  # Kaggle's own file
 
 
+@pytest.mark.slow
 def test_the_fer2013_partitions_are_the_real_counts(real_run, staged_data):
     """Each Fer2013 partition on the real labels, counted here from the CSV: Γ = 100 is exactly 100 (m holders x 100
     against m x 1) and the balanced mismatch gives every class 24 a holder, disgust included."""
@@ -117,6 +118,7 @@ def test_the_fer2013_partitions_are_the_real_counts(real_run, staged_data):
             assert totals.tolist() == [per * m if c in (1, 2, 4) else 100 * m for c in range(7)], job
 
 
+@pytest.mark.slow
 def test_the_tables_and_report_hold_the_real_cells(real_run):
     tmp, cfg = real_run
     results = Path(cfg["results_dir"])

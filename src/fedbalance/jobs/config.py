@@ -693,9 +693,11 @@ def _check_real_data(cfg: Mapping[str, Any], planned: list[tuple[Job, dict[str, 
     dataset's class counts (``fedbalance.data.structures``), for the built-in sources: ConfigError naming the family,
     dataset, setting, seed and class, before any work. The partition rule checks the labels actually prepared."""
     try:
-        from fedbalance.data import structures
+        import numpy  # noqa: F401
     except ImportError:  # the workflow catalog's lint runs Snakemake alone (no numpy): the partition rule still checks
         return
+    from fedbalance.data import structures
+
     done: set[str] = set()
     for job, spec in planned:
         found = structures.for_source(*data_args(spec))

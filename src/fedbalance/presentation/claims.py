@@ -513,14 +513,27 @@ def _bottleneck_index(comparisons: Sequence[Comparison], k: int) -> int:
     return order[min(k, len(order)) - 1]
 
 
+def _power(c: Comparison, p_factor: float, against: bool) -> int | None:
+    """The seeds 80 % power needs for comparison ``c`` to be clear for the claim (``against``: against it) at
+    ``p_factor`` (``seedstats.seeds_for_power`` at its observed mean and spread; an equivalence's effect is the
+    distance of the mean to the nearer margin, or past it)."""
+    if c.n < 2 or math.isnan(c.sd):
+        return None
+    if c.margin:
+        effect = abs(c.diff) - c.margin if against else c.margin - abs(c.diff)
+        return seeds_for_power(effect, c.sd, 2 * p_factor if against else p_factor)
+    return seeds_for_power(-c.diff if against else c.diff, c.sd, p_factor * (c.rivals if against else 1))
+
+
 def _undecided_reading(comparisons: Sequence[Comparison], details: Sequence[Detail], quantifier: str,
                        looks: int) -> tuple[str, str, int | None]:
     """(what the data exclude, seeds for 80 % power, that number or None) of an undecided claim: its bottleneck
     comparison (``_bottleneck_index``), the upper end of its 95 % interval ("the data exclude an advantage of more
-    than X"), and the seeds at which the paired t-test at the claim's adjusted level (its quantifier's factor × the
-    looks × a cell's rivals) would be clear for it with 80 % power at the observed mean and spread
-    (``seedstats.seeds_for_power``); "no effect to find" when the difference points against the claim or more than
-    ``MAX_SEEDS`` seeds would be needed."""
+    than X"); and the fewest seeds at which 80 % power would decide it, at the observed means and spreads: for it,
+    the bottleneck clear at the claim's level (the quantifier's factor n − k + 1 × the looks); against it, the
+    (n − k + 1)-th most adverse comparison clear against at k × the looks (× a cell's rivals)
+    (``seedstats.seeds_for_power``); "no effect to find" when neither direction would be decided within
+    ``MAX_SEEDS`` seeds (the effects too close to zero for their spread)."""
     n = len(comparisons)
     k = needed(quantifier, n)
     i = _bottleneck_index(comparisons, k)
@@ -534,22 +547,22 @@ def _undecided_reading(comparisons: Sequence[Comparison], details: Sequence[Deta
     def shown(x: float) -> str:
         return f"×{math.exp(x):.3g}" if c.scale == "log" else fmt_diff(x, metric) if metric else f"{x:+.4g}"
 
-    factor_ = (n - k + 1) * looks
-    if c.margin:  # an equivalence: the distance of the mean to the nearer margin is the effect to find
+    if c.margin:
         where = "" if math.isnan(c.low) else f": the data place the difference in [{shown(c.low)}, {shown(c.high)}]"
         exclude = f"bottleneck {name}{where} (margin ±{c.margin:g})"
-        need = seeds_for_power(c.margin - abs(c.diff), c.sd, factor_)
-        effect = c.margin - abs(c.diff)
     else:
         exclude = (f"bottleneck {name}: on fewer than {MIN_SEEDS} common seeds" if math.isnan(c.high) else
                    f"bottleneck {name}: the data exclude an advantage of more than {shown(c.high)}" if c.high >= 0
                    else f"bottleneck {name}: the data exclude any advantage (the 95 % interval ends at "
                         f"{shown(c.high)})")
-        need = seeds_for_power(c.diff, c.sd, factor_)
-        effect = c.diff
-    if need is None:
-        return exclude, "no effect to find" if not effect > 0 else f"more than {MAX_SEEDS}", None
-    return exclude, str(need), need
+    to_hold = _power(c, (n - k + 1) * looks, against=False)
+    adverse = sorted(comparisons, key=lambda x: (x.p_against, x.diff))[n - k]
+    to_refute = _power(adverse, k * looks, against=True)
+    options = [(m, why) for m, why in ((to_hold, "to hold"), (to_refute, "to refute")) if m is not None]
+    if not options:
+        return exclude, f"no effect to find (none within {MAX_SEEDS} seeds)", None
+    m, why = min(options)
+    return exclude, f"{m} ({why})", m
 
 
 def _evidence(head: str, comparisons: Sequence[Comparison], details: Sequence[Detail], closest: int | None,

@@ -340,3 +340,19 @@ def test_looks_file_by_hand(tmp_path) -> None:
     f.write_text("looks:\n  - {claims: [one]}\n")
     with pytest.raises(LooksError, match=r"set.looks.yaml: looks\[0\] claim 'one'"):
         read_looks(f)
+
+
+def test_the_seeds_an_undecided_claim_needs_either_way() -> None:
+    """"All" of one comparison, 3 seeds, per-seed sd 1: a mean of +1 needs 10 seeds to hold (the textbook n for
+    d = 1 at two-sided .05, checked by simulation above), -1 the same 10 to refute; at 2 looks, the level halves and
+    the seeds grow (the same n ``seeds_for_power`` gives at factor 2); a mean of 0: no effect to find."""
+    from fedbalance.evidence.seedstats import seeds_for_power
+    from fedbalance.presentation.claims import TIE, Comparison, Detail, _undecided_reading
+
+    def reading(diff: float, looks: int = 1) -> str:
+        c = Comparison(TIE, diff, 3, diff - 2.5, diff + 2.5, 0.5, (0, 1, 2), sd=1.0)
+        return _undecided_reading([c], [Detail("mnist B.: Ratio - ce", c, "acm")], ALL, looks)[1]
+
+    assert reading(1.0) == "10 (to hold)" and reading(-1.0) == "10 (to refute)"
+    assert reading(1.0, looks=2) == f"{seeds_for_power(1.0, 1.0, 2)} (to hold)" and seeds_for_power(1.0, 1.0, 2) > 10
+    assert reading(0.0).startswith("no effect to find")

@@ -402,14 +402,15 @@ def _detail(d: Detail, quantifier: str | None = None, n: int = 1, looks: int = 1
     comparisons, the looks, a cell's rivals: the p compared with .05). A cell against every rival names the
     bottleneck rival ('Ratio - ghmc (weakest of 4)')."""
     c, m = d.comparison, d.metric
-    label = d.label + (f" - {c.rival}" if c.rival else "") + (f" (weakest of {c.rivals})" if c.rivals > 1 else "")
+    pair = d.label + (f" - {c.rival}" if c.rival else "")
+    label = pair + (f" (weakest of {c.rivals})" if c.rivals > 1 else "")
     label = label.replace(" - ", " / ", 1) if c.scale == "log" else label
     side_for = c.p_for <= c.p_against
     k = needed(quantifier, n) if quantifier else 1
     p_side = c.p_for if side_for else c.p_against
     adjust = ((n - k + 1) if side_for else k) * looks if quantifier else 1
     own = not math.isnan(c.p_for_) and abs(p_side - c.p) > 1e-12
-    mark = seed_mark(d.label, c.seeds, c.seeds) if c.seeds else ""
+    mark = seed_mark(pair, c.seeds, c.seeds) if c.seeds else ""
     seeds = f"{c.n} seed{'' if c.n == 1 else 's'}"
     if c.n == 0:  # the two cells hold jobs, on no seed in common: nothing to compare
         return f"{label}: no seed in common"
@@ -851,7 +852,7 @@ def _mismatch_claims(out: _Claims, final: pd.DataFrame) -> None:
                 slopes = pd.Series({seed: slope(list(frame.columns), list(row)) for seed, row in frame.iterrows()},
                                    dtype=float)
                 comps.append(paired_comparison(slopes, 0.0))
-                details.append(Detail(f"{d}/{loss}: slope per class per client", comps[-1], "acm"))
+                details.append(Detail(f"{d}/{loss}: slope per class per client - 0", comps[-1], "acm"))
         head = (f"{sum(c.diff > 0 for c in comps)}/{len(comps)} (dataset, loss) with Ac.M rising with classes per "
                 "client (the least-squares slope over the levels, per seed, on the seeds that hold every level)")
         out.add(text, comps, head, details, cells=list(cells_of.values()))

@@ -39,3 +39,17 @@ def test_a_twin_is_planned_as_the_job_trained_in_its_place() -> None:
     jobs, _ = jobs_to_decide([("beyond", "mnist", "g10", "ce")], 6, cfg,
                              {("losses", "mnist", "g10", "ce", s) for s in range(5)})
     assert jobs == ["losses/mnist/g10/ce/seed5"]
+
+
+def test_a_derived_job_is_planned_with_its_source() -> None:
+    """A T_Ra job (T_Ra = 1) is derived from the monitor job's trajectory (it costs nothing itself): planning it plans
+    the monitor job it needs, whose hours are the plan's (T_Ra = 1.25, the monitor's default, is that job's twin)."""
+    cfg = load_config(CONFIG)
+    jobs, hours = jobs_to_decide([("t_ra", "mnist", "t1", "ce")], 6, cfg,
+                                 {("t_ra", "mnist", "t1", "ce", s) for s in range(5)})
+    assert jobs == ["t_ra/mnist/t1/ce/seed5", "monitor/mnist/default/ce/seed5"]
+    from fedbalance.evidence.plan import extended
+
+    works = [w for w in cost.study_work(extended(cfg, 6), ["monitor"], device_type="cuda") if w.job.path in jobs]
+    cal = cost.with_estimates(cost.shipped_calibration("cuda"), {w.shape for w in works})
+    assert len(works) == 1 and hours == pytest.approx(cost.job_seconds(works[0], cal) / 3600) and hours > 0

@@ -2,7 +2,7 @@
 
 ``jobs_to_decide``: every job of a claim's cells at seeds 0 … n − 1 that the set does not hold, in the study's config
 with its seeds extended to n (a twin as the job trained in its place, ``jobs.config.twins``; a derived job as itself,
-costing nothing: ``jobs.reuse.derived``), and their estimated device-hours by ``fedbalance cost``'s arithmetic
+costing nothing, and its source trained: ``jobs.reuse.derived``), and their estimated device-hours by ``fedbalance cost``'s arithmetic
 (``jobs.cost.job_work`` and the shipped calibration; a shape it did not measure estimated by FLOPs).
 """
 
@@ -48,8 +48,9 @@ def jobs_to_decide(cells: Sequence[tuple[str, ...]], seeds: int, cfg: Mapping[st
             if (e, d, s, loss, seed) in held or job not in known:
                 continue
             run = source.get(job, job)
-            if (run.experiment, run.dataset, run.setting, run.loss, run.seed) not in held:
-                wanted[run] = None
+            for j in (run, *((source.get(free[run], free[run]),) if run in free else ())):
+                if (j.experiment, j.dataset, j.setting, j.loss, j.seed) not in held:
+                    wanted[j] = None
     trained = [j for j in wanted if j not in free]
     specs = resolve_jobs(ext, trained) if trained else {}
     cal = calibration if calibration is not None else cost.shipped_calibration(device_type)

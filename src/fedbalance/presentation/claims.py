@@ -1173,7 +1173,7 @@ def plan_markdown(rows: Sequence[PlanRow], device_type: str = "cpu") -> str:
     for r in rows:
         jobs = ", ".join(r.jobs[:4]) + (f" and {len(r.jobs) - 4} more" if len(r.jobs) > 4 else "")
         lines.append(f"| {r.number} | {r.text} | {r.verdict} | {r.seeds} | {len(r.jobs)}{': ' + jobs if jobs else ''} "
-                     f"| {r.hours:.1f} |")
+                     f"| {r.hours:.2f} |")
     total = sum(r.hours for r in rows)
-    return "\n".join(lines) + f"\n\nAll of them: {total:.1f} {device_type} hours (jobs of several claims counted once " \
+    return "\n".join(lines) + f"\n\nAll of them: {total:.2f} {device_type} hours (jobs of several claims counted once " \
                               "per claim).\n"

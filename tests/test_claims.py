@@ -139,3 +139,220 @@ def test_a_comparison_on_no_common_seed_says_so() -> None:
     assert _detail(Detail("mnist 10:1: Ratio - ghmc", c, "acm")) == "mnist 10:1: Ratio - ghmc: no seed in common"
     one = _detail(Detail("mnist B.: Ratio - focal", paired_comparison(pd.Series({0: 0.0}), pd.Series({0: 98.86})), "acm"))
     assert one == "mnist B.: Ratio - focal -98.86 (1 seed)<!-- seeds mnist B.  Ratio - focal: 0 / 0 -->", one
+
+
+# ---------------------------------------------------------------- every rival, looks, equivalence, trend, power
+
+
+def _one_sided_p_for(mean: np.ndarray, sd: np.ndarray, n: int) -> np.ndarray:
+    """Two-sided p of a paired t-test where the mean is positive (else 1): the claim's p_for, computed here."""
+    t = mean / (sd / np.sqrt(n))
+    return np.where(mean > 0, 2 * stats.t.sf(np.abs(t), n - 1), 1.0)
+
+
+def test_against_every_rival_by_hand() -> None:
+    """A cell against R rivals: for it at the largest p_for (every rival must pass), against it at R × the smallest
+    p_against; the bottleneck is the rival with the largest p_for."""
+    from fedbalance.presentation.claims import NO, TIE, YES, Comparison, against_every
+
+    a = Comparison(YES, 3.0, 3, 1.0, 5.0, 0.01)
+    b = Comparison(YES, 1.0, 3, 0.2, 1.8, 0.04)
+    c = Comparison(NO, -2.0, 3, -3.0, -1.0, 0.02)
+    both = against_every([a, b], ["focal", "ghmc"])
+    assert (both.outcome, both.p_for, both.p_against, both.rival, both.diff) == (YES, 0.04, 1.0, "ghmc", 1.0)
+    three = against_every([a, b, c], ["focal", "ghmc", "ce"])
+    # p_for: ce points against (1); p_against: 3 rivals × .02 = .06, not clear against at .05
+    assert (three.outcome, three.p_for, three.p_against, three.rival) == (TIE, 1.0, pytest.approx(0.06), "ce")
+    assert against_every([a, Comparison(NO, -2.0, 3, -3.0, -1.0, 0.01)], ["x", "y"]).outcome == NO  # 2 × .01
+
+
+def test_every_rival_does_not_leak_where_best_by_mean_did() -> None:
+    """One cell, "all" of 1: the Ratio Loss truly ahead of rival A by 3 per-seed standard deviations, truly level
+    with rival B, whose per-seed differences are 5 times noisier: the claim "best in the cell" is false. Choosing the
+    rival by mean (the rule before) tests A whenever B's noisy mean happens to lie above A's, and A is always beaten:
+    it holds far more often than 2.5 %. Against every rival (the intersection–union test) it holds only when B is
+    clear for too: at most 2.5 %."""
+    from fedbalance.presentation.claims import decide_tests
+
+    rng = np.random.default_rng(76)
+    d_a = rng.normal(3.0, 1.0, (SIMS, SEEDS))
+    d_b = rng.normal(0.0, 5.0, (SIMS, SEEDS))
+    m_a, m_b = d_a.mean(1), d_b.mean(1)
+    p_a = _one_sided_p_for(m_a, d_a.std(1, ddof=1), SEEDS)
+    p_b = _one_sided_p_for(m_b, d_b.std(1, ddof=1), SEEDS)
+    # best by mean: the rival with the higher mean is the one Ratio is least ahead of (paired, same seeds)
+    chosen = np.where(m_b < m_a, p_b, p_a)
+    before = float(((chosen < ALPHA)).mean())
+    now = float(decide_tests(np.maximum(p_a, p_b)[:, None], np.ones((SIMS, 1)), 1)[0].mean())
+    se = np.sqrt(0.025 * 0.975 / SIMS)
+    assert before > 2 * ALPHA, before
+    assert now <= ALPHA / 2 + 4 * se, now
+    _record(ALL, 1, "best by mean", before)
+    _record(ALL, 1, "every rival", now)
+
+
+def test_against_every_is_the_rule_the_simulation_reads() -> None:
+    """``against_every`` on paired comparisons of simulated seeds gives the p_for the simulation above computes."""
+    import pandas as pd
+
+    from fedbalance.presentation.claims import against_every, paired_comparison
+
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        ratio, a, b = (pd.Series(rng.normal(size=4)) for _ in range(3))
+        cell = against_every([paired_comparison(ratio, a), paired_comparison(ratio, b)], ["a", "b"])
+        d = np.stack([(ratio - a).to_numpy(), (ratio - b).to_numpy()])
+        want = _one_sided_p_for(d.mean(1), d.std(1, ddof=1), 4).max()
+        assert cell.p_for == pytest.approx(want)
+
+
+@pytest.mark.parametrize("n, quantifier", [(1, ALL), (5, ALL), (5, ALMOST_ALL)])
+def test_look_then_extend_at_most_2_5_percent(n: int, quantifier: str) -> None:
+    """The evidence plan's design: read a claim at 3 seeds, and where it is neither held nor refuted, add 2 seeds and
+    read it again. Least favourable for a false "holds": k - 1 comparisons always clear for, the rest at zero. At .05
+    each look, the two looks give more than 2.5 % false verdicts; at .05 / 2 each (Bonferroni over the looks, what
+    the claims do with 2 looks), at most 2.5 %."""
+    from fedbalance.presentation.claims import quantified_verdict
+
+    rng = np.random.default_rng(2 + n)
+    k = needed(quantifier, n)
+    mu = np.r_[np.full(k - 1, FAR), np.zeros(n - k + 1)]
+    d = rng.standard_normal((SIMS, n, 5)) + mu[None, :, None]
+
+    def look(seeds: int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+        x = d[..., :seeds]
+        mean, sd = x.mean(-1), x.std(-1, ddof=1)
+        p = 2 * stats.t.sf(np.abs(mean / (sd / np.sqrt(seeds))), seeds - 1)
+        return decide(mean, p, k, alpha)
+
+    rates = {}
+    for looks in (1, 2):
+        holds3, fails3 = look(3, ALPHA / looks)
+        holds5, _ = look(5, ALPHA / looks)
+        rates[looks] = float((holds3 | (~holds3 & ~fails3 & holds5)).mean())
+    se = np.sqrt(0.025 * 0.975 / SIMS)
+    _record(quantifier, n, "two looks at .05", rates[1])
+    _record(quantifier, n, "two looks, .05/2", rates[2])
+    assert rates[1] > ALPHA / 2 + 4 * se and rates[2] <= ALPHA / 2 + 4 * se, rates
+    # the claims' rule at 2 looks is this rule at .05 / 2: a comparison clear at p = .03 holds at 1 look, not at 2
+    from fedbalance.presentation.claims import Comparison, YES
+
+    c = [Comparison(YES, 1.0, 5, 0.1, 2.0, 0.03)]
+    assert quantified_verdict(c, ALL, 1)[0] == "holds" and quantified_verdict(c, ALL, 2)[0] != "holds"
+
+
+def test_equivalence_by_hand() -> None:
+    """Claim 31's TOST: differences 1.0, 1.5, 0.5 (mean 1, sd .5) within ±2.5: the upper test t = (1 - 2.5) / (.5 /
+    √3) = -5.196 on 2 degrees of freedom, one-sided p .0175; p_for = 2 × .0175 = .035 < .05: for. Differences 4, 5,
+    6 (mean 5, sd 1) against ±2.5: t = 2.5 / (1 / √3) = 4.330, one-sided p .0247, p_against = 4 × .0247 = .099:
+    not clear against; 4.9, 5, 5.1: clear against."""
+    import pandas as pd
+
+    from fedbalance.presentation.claims import NO, TIE, YES, equivalent
+
+    zero = pd.Series([0.0, 0.0, 0.0])
+    c = equivalent(pd.Series([1.0, 1.5, 0.5]), zero, 2.5)
+    p_one = stats.t.cdf((1 - 2.5) / (0.5 / np.sqrt(3)), 2)
+    assert p_one == pytest.approx(0.0175, abs=1e-4)
+    assert (c.outcome, c.p_for) == (YES, pytest.approx(2 * p_one))
+    far = equivalent(pd.Series([4.0, 5.0, 6.0]), zero, 2.5)
+    assert far.outcome == TIE and far.p_against == pytest.approx(4 * stats.t.sf(2.5 / (1 / np.sqrt(3)), 2))
+    assert equivalent(pd.Series([4.9, 5.0, 5.1]), zero, 2.5).outcome == NO
+
+
+def test_the_trend_of_claim_24_by_hand() -> None:
+    """Claim 24 per loss: per seed the least-squares slope of Ac.M against classes per client (2, 3, 5), then the
+    t-test of the slopes. Seed s: Ac.M = 50 + 10 c + e; slopes by the closed form cov(c, y) / var(c)."""
+    import pandas as pd
+
+    from fedbalance.presentation.claims import HOLDS, QUANTIFIED, _Claims, _mismatch_claims
+
+    levels, rows = (2, 3, 5), []
+    noise = {0: (0.0, 1.0, -1.0), 1: (2.0, -1.0, 0.5), 2: (-1.0, 0.0, 3.0)}
+    for seed, e in noise.items():
+        for c, err in zip(levels, e):
+            rows.append({"experiment": "mismatch", "dataset": "mnist", "setting": f"c{c}_g10", "loss": "ce",
+                         "seed": seed, "acc_minority": (50 + 10 * c + err) / 100, "acc": 0.9})
+    final = pd.DataFrame(rows)
+    x = np.array(levels, float)
+    slopes = [float(((x - x.mean()) * (50 + 10 * x + np.array(e) - (50 + 10 * x + np.array(e)).mean())).sum()
+                    / ((x - x.mean()) ** 2).sum()) for e in noise.values()]
+    out = _Claims(QUANTIFIED)
+    out.number = 23
+    _mismatch_claims(out, final)
+    c24 = out.out[0]
+    assert c24.number == "24" and len(c24.comparisons) == 1
+    want_p = stats.ttest_1samp(slopes, 0.0).pvalue
+    comp = c24.comparisons[0]
+    assert comp.diff == pytest.approx(np.mean(slopes)) and comp.p == pytest.approx(want_p)
+    assert want_p < ALPHA and np.mean(slopes) > 0 and c24.verdict == HOLDS
+
+
+def test_seeds_for_power_by_simulation() -> None:
+    """The seeds 80 % power needs at effect 1 per-seed sd (two-sided .05): n where a simulated paired t-test is clear
+    for it in at least 80 % of draws, and n - 1 where it is not (10 and 9: the textbook figure for d = 1)."""
+    from fedbalance.evidence.seedstats import seeds_for_power
+
+    n = seeds_for_power(1.0, 1.0)
+    rng = np.random.default_rng(10)
+
+    def power(m: int, level: float = ALPHA) -> float:
+        d = rng.normal(1.0, 1.0, (40_000, m))
+        t = d.mean(1) / (d.std(1, ddof=1) / np.sqrt(m))
+        return float((t > stats.t.ppf(1 - level / 2, m - 1)).mean())
+
+    assert n == 10 and power(n) >= 0.8 - 0.01 and power(n - 1) < 0.8
+    # at the level of a claim's factor 4 (p × 4 < .05) more seeds; an effect against the claim: none
+    m = seeds_for_power(1.0, 1.0, 4.0)
+    assert m > n and power(m, ALPHA / 4) >= 0.8 - 0.01 and power(m - 1, ALPHA / 4) < 0.8
+    assert seeds_for_power(-0.5, 1.0) is None and seeds_for_power(0.0, 1.0) is None
+
+
+def test_collapsed_jobs_by_hand() -> None:
+    """A job collapses when a round after the first falls to test accuracy below 0.2 after an earlier round reached
+    it (the prose's collapses), or its final accuracy is below it; round 0 below it (an untrained model) and a slow
+    start (round 1 at 0.15, then learning) do not count."""
+    import pandas as pd
+
+    from fedbalance.presentation.claims import collapsed_jobs
+
+    key = {"experiment": "losses", "dataset": "mnist", "setting": "g20"}
+    rounds = pd.DataFrame([{**key, "loss": "ratio", "seed": 1, "round": r, "acc": a} for r, a in
+                           ((0, 0.1), (1, 0.9), (2, 0.15), (3, 0.9))]
+                          + [{**key, "loss": "ce", "seed": 1, "round": r, "acc": a} for r, a in ((0, 0.1), (1, 0.95))]
+                          + [{**key, "loss": "ghmc", "seed": 2, "round": r, "acc": a} for r, a in
+                             ((0, 0.1), (1, 0.15), (2, 0.6))])
+    final = pd.DataFrame([{**key, "loss": "focal", "seed": 0, "acc": 0.098}, {**key, "loss": "ce", "seed": 1, "acc": 0.95}])
+    assert collapsed_jobs(final, rounds) == {("losses", "mnist", "g20", "ratio", 1), ("losses", "mnist", "g20", "focal", 0)}
+
+
+def test_looks_file_by_hand(tmp_path) -> None:
+    """A claim read at each entry that names it, and at the render: 1 + entries ('1' counts for 1r and 16 for 16p);
+    a bad file gets one line naming it and the entry."""
+    from fedbalance.evidence.looks import LooksError, looks_of, looks_path, read_looks
+
+    f = tmp_path / "set.looks.yaml"
+    f.write_text("looks:\n  - {claims: [1, 26]}\n  - {claims: [1]}\n")
+    looks = read_looks(f)
+    assert looks == {"1": 2, "26": 1}
+    assert (looks_of("1", looks), looks_of("1r", looks), looks_of("26", looks), looks_of("2", looks)) == (3, 3, 2, 1)
+    assert looks_path(tmp_path / "set") == f and read_looks(tmp_path / "none.yaml") == {}
+    f.write_text("looks:\n  - {claims: [one]}\n")
+    with pytest.raises(LooksError, match=r"set.looks.yaml: looks\[0\] claim 'one'"):
+        read_looks(f)
+
+
+def test_the_seeds_an_undecided_claim_needs_either_way() -> None:
+    """"All" of one comparison, 3 seeds, per-seed sd 1: a mean of +1 needs 10 seeds to hold (the textbook n for
+    d = 1 at two-sided .05, checked by simulation above), -1 the same 10 to refute; at 2 looks, the level halves and
+    the seeds grow (the same n ``seeds_for_power`` gives at factor 2); a mean of 0: no effect to find."""
+    from fedbalance.evidence.seedstats import seeds_for_power
+    from fedbalance.presentation.claims import TIE, Comparison, Detail, _undecided_reading
+
+    def reading(diff: float, looks: int = 1) -> str:
+        c = Comparison(TIE, diff, 3, diff - 2.5, diff + 2.5, 0.5, (0, 1, 2), sd=1.0)
+        return _undecided_reading([c], [Detail("mnist B.: Ratio - ce", c, "acm")], ALL, looks)[1]
+
+    assert reading(1.0) == "10 (to hold)" and reading(-1.0) == "10 (to refute)"
+    assert reading(1.0, looks=2) == f"{seeds_for_power(1.0, 1.0, 2)} (to hold)" and seeds_for_power(1.0, 1.0, 2) > 10
+    assert reading(0.0).startswith("no effect to find")

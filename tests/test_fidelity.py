@@ -65,8 +65,11 @@ def _interval(mean: float, std: float, n: int) -> tuple[float, float]:
     # CS variance: at most half our mean wide. std 50 of 1000 (5 seeds): 124 wide; std 400: 993 wide
     (1000.0, 50.0, 5, 1050.0, "cs_var", "inside"), (1000.0, 400.0, 5, 1100.0, "cs_var", "undetermined"),
     (80.0, float("nan"), 1, 80.0, "acm", "one seed"), (80.0, 3.0, 3, float("nan"), "acm", "not published"),
-    # every seed at one value: no interval, so no zero-width inside, above or below
-    (0.0, 0.0, 3, 0.60, "acm", "no spread"), (90.0, 0.0, 5, 90.0, "acm", "no spread"),
+    # every seed at one value: no interval; the published value above or below every seed is a call, said as such
+    # (0.00 on every seed against a published 0.60, 79-94 %: above every seed), "no spread" only when it is that value
+    (0.0, 0.0, 3, 0.60, "acm", "above every seed"), (0.0, 0.0, 3, 79.0, "acm", "above every seed"),
+    (95.0, 0.0, 3, 94.99, "acm", "below every seed"), (90.0, 0.0, 5, 90.0, "acm", "no spread"),
+    (90.0, 0.0, 5, 90.004, "acm", "no spread"),  # equal in the printed precision (90.00)
 ])
 def test_paper_verdict_by_hand(mean, std, seeds, paper, metric, want) -> None:
     from fedbalance.presentation.fidelity import paper_verdict
@@ -143,7 +146,7 @@ def _vs_rows() -> pd.DataFrame:
         ("T1", "acm", "mnist", "20:1", "ce", 80.0, 0.5, 5, 80.5),
         # one seed
         ("T1", "acm", "mnist", "B.", "ce", 97.0, nan, 1, 98.0),
-        # 0.00 on every seed: no interval (not "above" a zero-width one)
+        # 0.00 on every seed against 0.60: every seed below the published value (no interval)
         ("T1", "acm", "mnist", "B.", "focal", 0.0, 0.0, 3, 0.6),
         # published, no job
         ("T1", "acm", "mnist", "B.", "ratio", nan, nan, 0, 98.0),
@@ -162,8 +165,8 @@ def test_reproduction_frame_by_hand() -> None:
     from fedbalance.presentation.fidelity import reproduction_frame
 
     f = reproduction_frame(_vs_rows(), "mnist")
-    assert list(f.verdict) == ["undetermined", "above", "above", "above", "below", "inside", "one seed", "no spread",
-                               "not run", "not run", "not run"]
+    assert list(f.verdict) == ["undetermined", "above", "above", "above", "below", "inside", "one seed",
+                               "above every seed", "not run", "not run", "not run"]
     assert list(f.gap.iloc[:6]) == pytest.approx([8.0, 10.0, 3.0, 45.0, 0.05, 0.5])
     assert set(reproduction_frame(_vs_rows(), "cifar10").verdict) == {"below"}
 
@@ -185,7 +188,8 @@ def test_reproduction_summary_by_hand() -> None:
             "100:1 Ac.M (ours 50.00 ± 10.00 vs 95.00); ratio (paper reading) 10:1 Ac.M (ours 80.00 ± 1.00 vs 90.00); "
             "ratio (paper reading) 50:1 Ac.M (ours 80.00 ± 1.00 vs 83.00);") in t1
     assert "ours higher than the paper's (the published value below our 95 % interval): 1 — ce 50:1 AUC (ours .9500 ± .0050 vs .9000);" in t1
-    assert "one seed, no interval: 1; ours the same on every seed, no interval: 1;" in t1 and t1.endswith("not run: 1.")
+    assert ("ours lower than the paper's on every seed, all at one value (no interval): 1 — focal B. Ac.M (ours 0.00 on "
+            "every seed vs 0.60); one seed, no interval: 1;") in t1 and t1.endswith("not run: 1.")
     assert "- **T3**: 1 cell run; the paper publishes none of this dataset." in md
     assert "- **Not run at all** (published cells): T2 (2)." in md
     assert md.startswith("**MNIST**") and "cifar10" not in md.lower().split("within")[0]

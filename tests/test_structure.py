@@ -89,8 +89,8 @@ def test_presentation_sits_on_top() -> None:
     assert not importers["__main__"]
     below = {d for m, deps in graph.items() if m.startswith("presentation") and m not in above for d in deps}
     assert {d for d in below if not d.startswith("presentation")} <= {
-        "common.records", "jobs.config", "jobs.aggregate", "evidence.seedstats", "common.lazy", "common", "jobs",
-        "evidence"}
+        "common.records", "jobs.config", "jobs.aggregate", "evidence.seedstats", "evidence.looks", "common.lazy",
+        "common", "jobs", "evidence"}
     assert graph["evidence.seedstats"] == set() and "evidence.seedstats" in graph["evidence.reference"]
 
 

@@ -1,5 +1,5 @@
 """``python -m fedbalance`` / ``fedbalance``: run one job or a pack of jobs, write a partition, prepare data, list jobs, estimate the cost;
-``reference collect|status|missing|docs``: grow and read a reference set.
+``reference collect|status|missing|plan|docs``: grow and read a reference set.
 
 Every subcommand reads the study configuration (``--config``, e.g. config/quick.yaml). Bad
 arguments or configuration (unknown experiment, dataset, setting or loss, missing files, invalid
@@ -338,6 +338,19 @@ def _reference_parser(sub: Any) -> None:
                     help="print only the first step that still has a job to run (with --targets: one not finished in "
                     "RUNS), so that a batch never mixes steps: Snakemake runs a batch's jobs in an order of its own")
     mi.set_defaults(func=cmd_reference_missing)
+    pl = rsub.add_parser("plan", help="per undecided claim, the jobs that would decide it and their cost",
+                         description="From a render of the set: each claim not distinguishable (or on too few seeds), "
+                         "the seeds 80 % power needs at its bottleneck's observed effect and spread, the jobs of its "
+                         "cells those seeds lack and their estimated hours (fedbalance cost's arithmetic, the shipped "
+                         "calibration, or one measured).")
+    pl.add_argument("--rendered", type=read_path, default=Path("results_reference"), help="results_dir of the render")
+    pl.add_argument("--reference", type=read_path, default=Path("reference/mnist"),
+                    help="the set (its looks: SET.looks.yaml beside it)")
+    pl.add_argument("--config", type=read_path, default=None,
+                    help="the study config (default: the set's marker's, else config/mnist.yaml)")
+    pl.add_argument("--calibration", type=read_path, default=None,
+                    help="a calibration JSON (fedbalance cost --calibration); default: the one shipped for CUDA")
+    pl.set_defaults(func=cmd_reference_plan)
     dc = rsub.add_parser("docs", help="splice a render of the set into docs/ and its status into reference/README.md",
                          description="Splice the rendered Fidelity.md, Reproduction.md and claims.md into docs/ (between "
                          "their marks), every prose block computed from the set, and the set's status table.")
@@ -698,6 +711,31 @@ def cmd_reference_missing(args: argparse.Namespace) -> int:
         sys.stdout.flush()
     except BrokenPipeError:  # `| head -n 40`: the reader took what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+def cmd_reference_plan(args: argparse.Namespace) -> int:
+    """``fedbalance reference plan``."""
+    from fedbalance.evidence.looks import looks_path, read_looks
+    from fedbalance.evidence.refset import set_config
+    from fedbalance.jobs.aggregate import read_tidy
+    from fedbalance.evidence.plan import jobs_to_decide
+    from fedbalance.presentation.claims import claims, decision_plan, plan_markdown
+
+    tidy = args.rendered / "aggregate"
+    if not (tidy / "final.csv").is_file():
+        raise ConfigError(f"--rendered {args.rendered}: no aggregate/final.csv (render the reference set first)")
+    cfg = load_config(args.config if args.config is not None else set_config(args.reference))
+    final, rounds = read_tidy(tidy)
+    made = claims(final, rounds, looks=read_looks(looks_path(args.reference)), sensitivity=False)
+    held = {(r.experiment, r.dataset, r.setting, r.loss, int(r.seed)) for r in final.itertuples()}
+    from fedbalance.jobs import cost
+
+    if args.calibration is not None and not args.calibration.is_file():
+        raise ConfigError(f"--calibration {args.calibration}: not a file (fedbalance cost --calibration writes one)")
+    cal = cost.load_calibration(args.calibration) if args.calibration is not None else cost.shipped_calibration("cuda")
+    rows = decision_plan(made, lambda cells, n: jobs_to_decide(cells, n, cfg, held, calibration=cal))
+    print(plan_markdown(rows, f"{cal.device_type} ({cal.device})"), end="")
     return 0
 
 

@@ -311,6 +311,14 @@ PAPER_PROTOCOL = str(Path(presentation_tables.PUBLISHED).with_name("paper_protoc
 TIDY = {name: result("aggregate", f"{name}.csv") for name in ("final", "rounds", "clients")}
 
 
+def claims_looks():
+    """The reference set's record of its looks (fedbalance.evidence.looks), when a render of a set has one."""
+    from fedbalance.evidence.looks import looks_path
+
+    path = looks_path(REFERENCE_DIR) if REFERENCE_DIR is not None else None
+    return [str(path)] if path is not None and path.is_file() else []
+
+
 def table_inputs(wildcards):
     """The tidy CSVs a table reads, its code, its templates, the published numbers and the paper's protocol."""
     spec = TABLES[wildcards.label]

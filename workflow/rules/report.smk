@@ -161,6 +161,7 @@ rule claims:
     input:
         final=TIDY["final"],
         rounds=TIDY["rounds"],
+        looks=claims_looks(),
         code=[str(PRESENTATION / "claims.py"), *TABLES_CODE, str(TEMPLATES / "claims.md.j2")],
     output:
         result("claims.md"),

@@ -1,5 +1,6 @@
 """The evidence: a reference set rendered and compared with a run (``reference``), grown, checked and sealed
-(``refset``: collect, status, missing), and the statistics over seeds every comparison states (``seedstats``).
+(``refset``: collect, status, missing), the statistics over seeds every comparison states (``seedstats``), a set's
+record of its looks (``looks``) and what it would take to decide a claim (``plan``).
 
 May import: every subpackage below it (``common`` … ``jobs``).
 """

@@ -30,7 +30,7 @@ from fedbalance.jobs.jobfolder import check, job_folders, read_metrics
 from fedbalance.jobs.jobfolder import finished as folder_finished
 from fedbalance.jobs.reuse import twin_config
 from fedbalance.jobs.seal import SealError, verify_if_sealed
-from fedbalance.evidence.seedstats import MIN_SEEDS, paired_interval, seed_mark, seed_span, welch_interval
+from fedbalance.evidence.seedstats import MIN_SEEDS, paired_differences, paired_interval, seed_mark, seed_span, welch_interval
 
 METRICS = METRIC_SCALES
 
@@ -195,9 +195,8 @@ def verdict(ours: Mapping[int, float], ref: Mapping[int, float]) -> Verdict:
     """
     if not ours or not ref:
         return Verdict(MISSING)
-    common = sorted(set(ours) & set(ref))
+    common, d = paired_differences(ours, ref)
     if len(common) >= MIN_SEEDS:
-        d = [ours[s] - ref[s] for s in common]
         if all(x == 0.0 for x in d):
             return Verdict(IDENTICAL, PAIRED, len(common), 0.0, 0.0)
         ci, test, n = paired_interval(d), PAIRED, len(common)

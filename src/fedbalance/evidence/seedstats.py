@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -62,6 +62,79 @@ def paired_interval(d: Sequence[float], confidence: float = CONFIDENCE) -> Inter
     test = _stats().ttest_1samp(d, 0.0)
     ci = test.confidence_interval(confidence)
     return Interval(mean, float(ci.low), float(ci.high), float(test.pvalue))
+
+
+def paired_differences(a: Mapping[int, float], b: Mapping[int, float] | float,
+                       margin: float = 0.0) -> tuple[tuple[int, ...], np.ndarray]:
+    """The seeds both sides hold (``b`` a constant: every seed of ``a``), in order, and ``a - b - margin`` on each:
+    the pairing every comparison of two sides reads (the claims' comparisons, ``compare``'s rows). NaN values are
+    not held."""
+    mine = {int(s): float(v) for s, v in a.items() if not math.isnan(float(v))}
+    if isinstance(b, Mapping):
+        theirs = {int(s): float(v) for s, v in b.items() if not math.isnan(float(v))}
+    else:
+        theirs = dict.fromkeys(mine, float(b))
+    common = tuple(sorted(set(mine) & set(theirs)))
+    return common, np.array([mine[s] - theirs[s] - margin for s in common], float)
+
+
+def one_sided_p(d: Sequence[float], shift: float = 0.0, *, greater: bool = True) -> float:
+    """The one-sided p-value of the Student-t test that the mean of ``d`` exceeds ``shift`` (``greater``) or lies below
+    it; differences without spread: 0 when they all lie on the claimed side, else 1."""
+    d = np.asarray(d, float) - shift
+    if np.allclose(d, d[0], rtol=0.0, atol=1e-12):
+        return 0.0 if (d[0] > 1e-12 if greater else d[0] < -1e-12) else 1.0
+    return float(_stats().ttest_1samp(d, 0.0, alternative="greater" if greater else "less").pvalue)
+
+
+@dataclass(frozen=True)
+class Equivalence:
+    """Two one-sided tests of |mean| < ``margin`` (TOST): ``p_within``, the larger one-sided p of mean > -margin and
+    mean < margin (both must pass); ``p_outside``, the smaller one-sided p of mean > margin or mean < -margin; the
+    ``CONFIDENCE`` interval of the mean."""
+
+    interval: Interval
+    p_within: float
+    p_outside: float
+
+
+def equivalence(d: Sequence[float], margin: float) -> Equivalence:
+    """The TOST of ``d``'s mean lying within ``(-margin, margin)`` (Schuirmann 1987), and its opposite."""
+    d = np.asarray(d, float)
+    ci = paired_interval(d)
+    p_within = max(one_sided_p(d, -margin, greater=True), one_sided_p(d, margin, greater=False))
+    p_outside = min(one_sided_p(d, margin, greater=True), one_sided_p(d, -margin, greater=False))
+    return Equivalence(ci, p_within, p_outside)
+
+
+def slope(x: Sequence[float], y: Sequence[float]) -> float:
+    """The least-squares slope of ``y`` against ``x`` (``numpy.polyfit``, degree 1)."""
+    return float(np.polyfit(np.asarray(x, float), np.asarray(y, float), 1)[0])
+
+
+POWER = 0.8
+"""The power ``seeds_for_power`` sizes a comparison for."""
+MAX_SEEDS = 200
+"""The most seeds ``seeds_for_power`` looks at: beyond, the effect is too close to zero to find."""
+
+
+def seeds_for_power(effect: float, sd: float, p_factor: float = 1.0, power: float = POWER,
+                    alpha: float = 1 - CONFIDENCE) -> int | None:
+    """The fewest seeds at which a paired t-test of per-seed differences with mean ``effect`` > 0 and standard
+    deviation ``sd`` is clear for it (two-sided p × ``p_factor`` < ``alpha``, i.e. one-sided at alpha / (2 p_factor))
+    with probability ``power`` (the noncentral t, ``scipy.stats.nct``); None when ``effect`` <= 0 or more than
+    ``MAX_SEEDS`` would be needed."""
+    if not effect > 0 or math.isnan(sd):
+        return None
+    if sd <= 1e-12:
+        return MIN_SEEDS
+    st = _stats()
+    level = alpha / (2 * p_factor)
+    for n in range(MIN_SEEDS, MAX_SEEDS + 1):
+        crit = st.t.ppf(1 - level, n - 1)
+        if st.nct.sf(crit, n - 1, effect / sd * math.sqrt(n)) >= power:
+            return n
+    return None
 
 
 def welch_interval(a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE) -> Interval:

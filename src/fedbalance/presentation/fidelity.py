@@ -38,7 +38,10 @@ LOG_SCALE = frozenset({"cs_var"})
 """Metrics whose interval is computed on the log scale (a variance: positive, multiplicative)."""
 UNDETERMINED = "undetermined"
 NO_SPREAD = "no spread"
-"""The verdict of a cell whose seeds all hold the same value: no interval, so no inside, above or below."""
+"""The verdict of a cell whose seeds all hold the published value itself: no interval, and nothing to tell apart."""
+ABOVE_EVERY, BELOW_EVERY = "above every seed", "below every seed"
+"""The verdicts of a cell whose seeds all hold one value and the published value lies above (below) it: every seed on
+one side of the published value, a call without an interval."""
 
 
 def widest(metric: str, mean: float) -> float:
@@ -56,14 +59,18 @@ def our_interval(mean: float, std: float, seeds: int, metric: str) -> Ranged:
 def paper_verdict(mean: float, std: float, seeds: int, paper: float, metric: str = "acm") -> str:
     """Where the published value lies against our seeds' 95 % interval of the mean (``our_interval``): "above" or
     "below" it; "inside" it when the interval is also narrower than ``widest`` (else "undetermined": the interval is
-    too wide to tell); "one seed" without a spread; ``NO_SPREAD`` when every seed holds the same value."""
+    too wide to tell); "one seed" without a spread. Seeds that all hold one value have no interval: the published
+    value is ``ABOVE_EVERY`` or ``BELOW_EVERY`` seed when it differs from that value in the metric's printed
+    precision, else ``NO_SPREAD``."""
     if math.isnan(paper):
         return "not published"
     if seeds < 2 or math.isnan(std):
         return "one seed"
     ci = our_interval(mean, std, seeds, metric)
     if not ci.spread:
-        return NO_SPREAD
+        if fmt(paper, metric) == fmt(mean, metric):
+            return NO_SPREAD
+        return ABOVE_EVERY if paper > mean else BELOW_EVERY
     if paper > ci.high:
         return "above"
     if paper < ci.low:
@@ -75,8 +82,9 @@ VERDICT_RULE = (
     "a published value is *inside* when it lies in the 95 % interval of our mean over seeds (Student t) and that "
     "interval is narrower than 5 points (Ac.M, Ac.), 0.02 (AUC, CS), 0.01 (mean CS) or half our mean (CS variance); "
     "*undetermined* when it lies in a wider one (the interval printed); *above* or *below* when it lies outside it; "
-    "'one seed' has no interval, nor has a cell whose seeds all hold the same value ('no spread': the value on every "
-    "seed is printed). An interval is reported inside the metric's range (0–100 % for an accuracy, 0–1 for AUC and "
+    "'one seed' has no interval, nor has a cell whose seeds all hold the same value: the published value is then "
+    "*above every seed* or *below every seed* (every seed on one side of it), or 'no spread' when it is that value "
+    "(the value on every seed is printed). An interval is reported inside the metric's range (0–100 % for an accuracy, 0–1 for AUC and "
     "CS: an end cut there is marked 'clipped'); the CS variance's is computed on the log scale "
     "(mean · exp(± t · std / (mean √n)), never below zero)."
 )
@@ -89,7 +97,9 @@ WHERE = {
     "above": "above the 95 % interval",
     "below": "below the 95 % interval",
     "one seed": "beside a single seed (no interval)",
-    NO_SPREAD: "beside a value the same on every seed (no interval)",
+    NO_SPREAD: "the value of every seed (no interval)",
+    ABOVE_EVERY: "above every seed (all at one value, no interval)",
+    BELOW_EVERY: "below every seed (all at one value, no interval)",
     "not published": "not published",
 }
 """A verdict (``paper_verdict``) as a sentence says where the published value lies: "the published cell is {WHERE} of
@@ -100,7 +110,7 @@ def verdict_text(verdict: str, interval: str) -> str:
     """A verdict as the tables print it: an undetermined one with the interval that could not tell, a cell without
     spread with its value on every seed."""
     return f"{verdict}: ours spans {interval}" if verdict == UNDETERMINED else (
-        f"{verdict}: {interval}" if verdict == NO_SPREAD else verdict)
+        f"{verdict}: {interval}" if verdict in (NO_SPREAD, ABOVE_EVERY, BELOW_EVERY) else verdict)
 
 
 def _range_text(metric: str) -> str:
@@ -248,8 +258,10 @@ REPRODUCTION_SAYS = {
     UNDETERMINED: "the published value inside our 95 % interval, but it is too wide to tell (undetermined)",
     "above": "ours lower than the paper's (the published value above our 95 % interval)",
     "below": "ours higher than the paper's (the published value below our 95 % interval)",
+    ABOVE_EVERY: "ours lower than the paper's on every seed, all at one value (no interval)",
+    BELOW_EVERY: "ours higher than the paper's on every seed, all at one value (no interval)",
     "one seed": "one seed, no interval",
-    NO_SPREAD: "ours the same on every seed, no interval",
+    NO_SPREAD: "ours the published value on every seed, no interval",
     NOT_RUN: "not run",
 }
 """Where a published cell lies against our seeds (``paper_verdict``), or that no job of it was run, in the order the
@@ -275,7 +287,7 @@ def _cell(row: pd.Series, several_metrics: bool) -> str:
     what = f"{reading_name(str(row['row']))} {row['column']}" + (
         f" {PLAIN_METRIC.get(row['metric'], row['metric'])}" if several_metrics else "")
     m = row["metric"]
-    if row["verdict"] == NO_SPREAD:
+    if row["verdict"] in (NO_SPREAD, ABOVE_EVERY, BELOW_EVERY):
         ours = f"{fmt(row['ours_mean'], m)} on every seed"
     else:
         ours = fmt(row["ours_mean"], m) + (f" ± {fmt(row['ours_std'], m)}" if row["n_seeds"] > 1 else "")
@@ -311,7 +323,7 @@ def reproduction_markdown(frame: pd.DataFrame, unpublished: Mapping[str, int] | 
             if not k:
                 continue
             text = f"{say}: {k}"
-            if verdict in ("above", "below"):
+            if verdict in ("above", "below", ABOVE_EVERY, BELOW_EVERY):
                 mine = cells[cells.verdict == verdict]
                 order = {m: i for i, m in enumerate(dict.fromkeys(cells.metric))}  # the table's first metric first
                 top = mine.assign(_m=mine.metric.map(order)).sort_values(["_m", "gap"], ascending=[True, False]).head(LISTED)

@@ -8,9 +8,10 @@ checks the README's block against docs/claims-mnist.md and the CSVs against the 
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pandas as pd
@@ -33,19 +34,22 @@ def tally(verdicts: Iterable[str]) -> dict[str, int]:
     return {v: counts.get(v, 0) for v in VERDICTS}
 
 
-def tally_text(final: pd.DataFrame, rounds: pd.DataFrame, source: str, *, estimator: str = DEFAULT_ESTIMATOR) -> str:
+def tally_text(final: pd.DataFrame, rounds: pd.DataFrame, source: str, *, estimator: str = DEFAULT_ESTIMATOR,
+               looks: Mapping[str, int] | None = None) -> str:
     """The claims' verdicts on the render ``final``/``rounds`` of ``source`` (e.g. "the 299 jobs of reference/mnist")
     counted in a sentence: "Of the paper's 31 headline claims (34 verdicts: ...), judged on ...: 5 hold, ...". A claim
     judged for both readings of the Ratio Loss (claim N and Nr) is one claim of two verdicts; the verdicts are counted."""
-    judged = claims(final, rounds, estimator)
+    judged = [c for c in claims(final, rounds, estimator, looks=looks, sensitivity=False) if not c.beyond]
     counts = tally(c.verdict for c in judged)
     parts = [f"**{n}** {SAYS[v]}" for v, n in counts.items() if n]
     listed = ", ".join(parts[:-1]) + f" and {parts[-1]}" if len(parts) > 1 else parts[0]
-    numbers = list(dict.fromkeys(c.number.rstrip("r") for c in judged))
+    numbers = list(dict.fromkeys(re.match(r"\d+", c.number).group(0) for c in judged))
     both = [c.number[:-1] for c in judged if c.number.endswith("r")]
+    second = [c.number[:-1] for c in judged if c.number.endswith("p")]
+    also = f"; claim {_listed(second)} for the paper's monitor and the configured estimator" if second else ""
     readings = "" if not both else (
         f" ({len(judged)} verdicts: claim{'s' if len(both) > 1 else ''} {_listed(both)} judged for both readings of "
-        "the Ratio Loss, the paper's equation and the released code's)")
+        f"the Ratio Loss, the paper's equation and the released code's{also})")
     return (f"Of the paper's {len(numbers)} headline claims{readings}, judged on {source} seed by seed (95 % "
             f"intervals), the verdicts: {listed}.")
 

@@ -19,7 +19,7 @@ import pandas as pd
 
 from fedbalance.jobs.aggregate import collect
 from fedbalance.common.records import UNIFORM, cs_column, plus_minus, setting_name, setting_value
-from fedbalance.presentation.claims import YES, paired_comparison
+from fedbalance.presentation.claims import COLLAPSE, YES, paired_comparison
 from fedbalance.presentation.fidelity import VERDICT_RULE, WHERE, common_seeds, paper_verdict
 from fedbalance.presentation.names import FOUR_LOSSES, GAMMAS, PROSE_LOSS_NAME, READINGS, gamma_setting
 from fedbalance.evidence.seedstats import seed_mark, seed_span
@@ -27,8 +27,6 @@ from fedbalance.presentation.tables import CS_LEVELS
 from fedbalance.presentation.tables import TEMPLATES as TABLE_TEMPLATES
 from fedbalance.presentation.tables import published
 
-COLLAPSE = 0.2
-"""A collapsed round: test accuracy below this (a model that predicts one class of ten scores about 0.1)."""
 EVIDENCE = 4.0
 """The threshold of ``shrunk`` on ||p - u||^2 / noise (``fedbalance.monitor.estimators.EVIDENCE``, quoted by docs/monitor.md)."""
 MAJORITY_MARGIN = 1.0

@@ -51,15 +51,17 @@ def held_summary(reference: Path, experiment: str | None = None) -> str:
             f"devices {', '.join(f'{d}: {n}' for d, n in sorted(devices.items()))})")
 
 
-def rule_change_text(rendered: Path) -> str:
+def rule_change_text(rendered: Path, reference: Path | None = None) -> str:
     """The before/after table of the claims' verdicts (``presentation.claims.write_rule_changes``) of a render, from
-    its tidy frames."""
+    its tidy frames, at the looks of ``reference`` (``evidence.looks``)."""
+    from fedbalance.evidence.looks import looks_path, read_looks
     from fedbalance.jobs.aggregate import read_tidy
     from fedbalance.presentation.claims import write_rule_changes
 
     final, rounds = read_tidy(rendered / "aggregate")
+    looks = read_looks(looks_path(reference)) if reference is not None else None
     with tempfile.TemporaryDirectory() as tmp:
-        return write_rule_changes(final, rounds, Path(tmp) / "rule.md").read_text()
+        return write_rule_changes(final, rounds, Path(tmp) / "rule.md", looks=looks).read_text()
 
 
 def docs_texts(rendered: Path, reference: Path, docs: Path) -> dict[Path, str]:
@@ -72,8 +74,9 @@ def docs_texts(rendered: Path, reference: Path, docs: Path) -> dict[Path, str]:
     reproduction = (rendered / "tables" / "Reproduction.md").read_text()
     every = held_summary(reference)
     blocks = [
-        (docs / "claims-mnist.md", "rule-change", f"Every claim under the rule used until 2026-12-01 and the rule now, "
-                                                  f"from the render of the {every}:\n\n{rule_change_text(rendered)}"),
+        (docs / "claims-mnist.md", "rule-change", f"Every claim under the rule used until 2026-12-07 and the rule now, "
+                                                  f"from the render of the {every}:\n\n"
+                                                  f"{rule_change_text(rendered, reference)}"),
         (docs / "fidelity.md", "reproduction", f"`tables/Reproduction.md` of the render of the {every}:\n\n{reproduction}"),
         (docs / "fidelity.md", "fidelity", f"`tables/Fidelity.md` of the render of the {held_summary(reference, 'losses')}:"
                                            f"\n\n{fidelity}"),
@@ -82,8 +85,11 @@ def docs_texts(rendered: Path, reference: Path, docs: Path) -> dict[Path, str]:
     ]
     final, rounds = read_tidy(rendered / "aggregate")  # the README's first screen: the claims' verdicts counted
     held = sum(1 for _ in provenances(reference))
+    from fedbalance.evidence.looks import looks_path, read_looks
+
     blocks.append((docs.parent / "README.md", "findings",
-                   tally_text(final, rounds, f"the {held} jobs of {reference.as_posix()}")))
+                   tally_text(final, rounds, f"the {held} jobs of {reference.as_posix()}",
+                              looks=read_looks(looks_path(reference)))))
     texts: dict[Path, str] = {}
     for path, name, body in blocks:
         texts[path] = spliced(texts.get(path, path.read_text()), name, body, source=DOCS_SOURCE)

@@ -30,7 +30,7 @@ import logging
 import os
 import stat
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -253,9 +253,112 @@ def _git(where: Path, *args: str) -> bytes:
     return proc.stdout
 
 
-def _work_tree(root: Path) -> bool:
-    """``root`` lies in a git work tree: a ``.git`` (folder or file) in it or above it."""
-    return any((folder / ".git").exists() for folder in (root, *root.parents))
+def _git_answer(where: Path, *args: str) -> str | None:
+    """git's output (text, stripped) of ``args`` run in ``where`` with ``GIT_LOCATION_ENV`` dropped; None when git is
+    missing or fails (``where`` in no work tree)."""
+    env = {k: v for k, v in os.environ.items() if k not in GIT_LOCATION_ENV}
+    try:
+        proc = subprocess.run(["git", "-C", str(where), *args], capture_output=True, env=env, timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return os.fsdecode(proc.stdout).strip() if proc.returncode == 0 else None
+
+
+def _repository(where: Path) -> tuple[Path, Path] | None:
+    """(the root of the git work tree ``where`` lies in, its repository's common git folder), as git finds them from
+    ``where``; None when it lies in none (or git is missing)."""
+    found = _git_answer(where, "rev-parse", "--show-toplevel", "--git-common-dir")
+    if not found or len(found.splitlines()) != 2:
+        return None
+    top, common = found.splitlines()
+    return Path(top).resolve(), (where / common).resolve()
+
+
+PACKAGE = Path(__file__).resolve().parent
+"""This module's folder: in a clone, ``<checkout>/src/fedbalance/jobs`` (the checkout the code runs in)."""
+
+
+def checkouts() -> dict[Path, Path]:
+    """The work trees reads accept a set in: every work tree (``git worktree list``) of the repository of the code's
+    own checkout (this package's folder) and of the working folder's, root -> the repository's common git folder;
+    empty when neither lies in a git work tree. The working folder's repository is left out when it is another one
+    nested inside the code's checkout (a ``git init`` below ``reference/``)."""
+    own = _repository(PACKAGE)
+    here = _repository(Path(os.getcwd()))
+    found = [r for r in (own, here) if r is not None]
+    if own is not None and here is not None and here[1] != own[1] and _inside(here[0], own[0]):
+        found = [own]
+    out: dict[Path, Path] = {}
+    for top, common in found:
+        listing = _git_answer(top, "worktree", "list", "--porcelain") or f"worktree {top}"
+        for line in listing.splitlines():
+            if line.startswith("worktree ") and Path(line[9:]).is_dir():
+                out.setdefault(Path(line[9:]).resolve(), common)
+        out.setdefault(top, common)
+    return out
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """``path`` is ``folder`` or lies below it (both resolved)."""
+    return path == folder or folder in path.parents
+
+
+def _link_on_path(path: str | Path, roots: Collection[Path]) -> tuple[Path, str] | None:
+    """The first link on ``path`` as it is spelled (walked from the working folder, each ``..`` taken after the folder
+    before it), with its target, unless it leads to one of ``roots`` or a folder above one (the path then enters a
+    checkout whole, e.g. through a home folder that is a link); None when there is none."""
+    given = Path(os.path.expanduser(str(path)))
+    here = Path(given.anchor) if given.is_absolute() else Path(os.getcwd())
+    for part in given.parts[1 if given.is_absolute() else 0:]:
+        if part in ("", "."):
+            continue
+        if part == "..":
+            here = here.parent
+            continue
+        step = here / part
+        if step.is_symlink():
+            target = step.resolve()
+            if not any(_inside(root, target) for root in roots):
+                return step, os.readlink(step)
+            here = target
+            continue
+        here = step
+    return None
+
+
+def locate(root: str | Path, given: str | Path | None = None) -> Path:
+    """The root of the work tree of the code's repository that holds the set at ``root`` (``checkouts``): its real
+    path lies in that work tree, no link on its path as ``given`` (default ``root``) leads elsewhere and no other
+    repository's ``.git`` (a folder or a file) lies between the set and that root (a work tree's own ``.git`` at its
+    root is its own). SealError saying which, naming the path, otherwise: such a set is no committed evidence of this
+    repository."""
+    trees = checkouts()
+    shown = given if given is not None else root
+    if not trees:
+        raise SealError(f"reference set {shown}: the code runs in no git checkout (neither {PACKAGE} nor the working "
+                        f"folder {os.getcwd()} lies in a git work tree), so the set cannot be read as committed")
+    link = _link_on_path(shown, trees)
+    if link is not None:
+        raise SealError(f"reference set {shown} is reached through the link {link[0]} -> {link[1]}: a set is read "
+                        "where it lies in the checkout, never through a link (a link can lead to a copy anywhere)")
+    real = _resolved(root)
+    holders = [t for t in trees if _inside(real, t)]
+    if not holders:
+        names = ", ".join(str(t) for t in list(trees)[:3]) + (" ..." if len(trees) > 3 else "")
+        raise SealError(f"reference set {shown} ({real}) lies outside the checkout the code runs in ({names}): it is "
+                        "no committed evidence of this repository")
+    tree = max(holders, key=lambda t: len(t.parts))
+    for folder in (real, *real.parents):
+        if folder == tree:
+            break
+        if os.path.lexists(folder / ".git"):
+            raise SealError(f"reference set {shown}: {folder / '.git'} lies between it and the checkout's root {tree}: "
+                            "another repository, whose commits are not this repository's; remove it (rm -rf "
+                            f"{folder / '.git'})")
+    if _repository(tree) != (tree, trees[tree]):
+        raise SealError(f"reference set {shown}: the work tree {tree} is not one of the repository "
+                        f"{trees[tree]} any more (its .git names another); the set cannot be read as committed")
+    return tree
 
 
 def _blob(path: Path, algorithm: str) -> str:
@@ -268,19 +371,18 @@ def _blob(path: Path, algorithm: str) -> str:
     return h.hexdigest()
 
 
-def against_commit(root: str | Path) -> dict[str, list[str]] | None:
-    """How the files of the set at ``root`` differ from the commit checked out (git's ``HEAD``): {"changed": [...],
-    "extra": [...], "missing": [...]}, relative POSIX paths, the manifest and the marker included; None when the set
-    lies in no git work tree. Each file's bytes are hashed as git hashes them and compared with HEAD's tree, so git's
-    index and its stat cache (``update-index --assume-unchanged``, ``--skip-worktree``) cannot hide a change; SealError
-    when git cannot answer."""
+def against_commit(root: str | Path, given: str | Path | None = None) -> dict[str, list[str]]:
+    """How the files of the set at ``root`` differ from the commit checked out in the work tree that holds it (its
+    git ``HEAD``; ``locate``, which refuses a set outside the code's checkout, reached through a link or under another
+    repository): {"changed": [...], "extra": [...], "missing": [...]}, relative POSIX paths, the manifest and the marker
+    included. Each file's bytes are hashed as git hashes them and compared with HEAD's tree, so git's index and its
+    stat cache (``update-index --assume-unchanged``, ``--skip-worktree``) cannot hide a change; SealError when git
+    cannot answer."""
     where = _resolved(root)
-    if not _work_tree(where):
-        return None
-    top = Path(os.fsdecode(_git(where, "rev-parse", "--show-toplevel").strip())).resolve()
+    top = locate(where, given)
     rel = where.relative_to(top).as_posix()
     try:
-        algorithm = _git(where, "rev-parse", "--show-object-format").decode().strip() or "sha1"
+        algorithm = _git(top, "rev-parse", "--show-object-format").decode().strip() or "sha1"
     except SealError:  # a git before 2.28: SHA-1 repositories only
         algorithm = "sha1"
     head: dict[str, tuple[str, str]] = {}
@@ -301,11 +403,11 @@ def against_commit(root: str | Path) -> dict[str, list[str]] | None:
             "missing": sorted(set(head) - set(disk))}
 
 
-def uncommitted(root: str | Path) -> list[str]:
+def uncommitted(root: str | Path, given: str | Path | None = None) -> list[str]:
     """The files of the set at ``root`` that differ from the commit checked out — changed, extra (not committed) or
-    missing (committed, deleted since) — as relative POSIX paths, sorted; empty when the set is the commit's or lies in
-    no git work tree (``against_commit``). What ``collect`` says it leaves uncommitted."""
-    found = against_commit(root) or {}
+    missing (committed, deleted since) — as relative POSIX paths, sorted; empty when the set is the commit's
+    (``against_commit``; SealError where it cannot be compared). What ``collect`` says it leaves uncommitted."""
+    found = against_commit(root, given)
     return sorted(p for paths in found.values() for p in paths)
 
 
@@ -315,22 +417,45 @@ def accepted_by_env(environ: Mapping[str, str] | None = None) -> bool:
     return value.strip().lower() in ("1", "true", "yes")
 
 
+def _removal(root: str | Path, found: Mapping[str, list[str]]) -> str:
+    """The commands that make the set at ``root`` its commit again, naming the files: ``git checkout`` for changed and
+    missing files, ``rm`` for extra ones (also those git ignores, which ``git status`` and ``git clean -fd`` pass by)."""
+    steps = []
+    if found.get("changed") or found.get("missing"):
+        steps.append(f"git checkout -- {root}")
+    extra = found.get("extra") or []
+    if extra:
+        shown = " ".join(f"{root}/{p}" for p in extra[:SHOWN]) + (" ..." if len(extra) > SHOWN else "")
+        steps.append(f"rm -- {shown} (extra files, ignored ones too: git clean -fdx -- {root} removes them all)")
+    return ", then ".join(steps)
+
+
 def verify_committed(root: str | Path, *, accept_uncommitted: bool = False,
-                     notice: Callable[[str], None] | None = None) -> list[str]:
-    """What every read of a set calls: ``verify`` (the manifest), then, for a set inside a git work tree, SealError
-    naming the files unless they are the commit's (``against_commit``). With ``accept_uncommitted`` (or ``ACCEPT_ENV``)
-    a set that differs from its commit is read anyway and ``notice`` (default: a warning logged) is told so in one line;
-    return the uncommitted files read (empty when there are none)."""
+                     notice: Callable[[str], None] | None = None, given: str | Path | None = None) -> list[str]:
+    """What every read of a set calls: ``verify`` (the manifest), then SealError naming the files unless they are the
+    commit's (``against_commit``), or naming why the set cannot be compared with a commit of the code's repository
+    (``locate``: outside its checkout, reached through a link on its path as ``given``, under another repository).
+    With ``accept_uncommitted`` (or ``ACCEPT_ENV``) such a set is read anyway and ``notice`` (default: a warning logged)
+    is told so in one line; return the files read that are not the commit's (every file of a set that has none)."""
     verify(root)
-    found = against_commit(root) or {}
+    accept = accept_uncommitted or accepted_by_env()
+    try:
+        found = against_commit(root, given)
+    except SealError as exc:
+        if not accept:
+            raise SealError(f"{exc}; evidence is read as committed: read the set in this checkout, or accept "
+                            f"uncommitted evidence on purpose ({ACCEPT})") from None
+        (notice or logger.warning)(f"accepting uncommitted evidence: {exc}; the numbers read are checked against no "
+                                   "commit")
+        return set_files(root)
     named = [_named(kind, paths) for kind, paths in found.items() if paths]
     if not named:
         return []
-    what = f"reference set {root} differs from its commit (git HEAD): {'; '.join(named)}"
-    if not (accept_uncommitted or accepted_by_env()):
+    what = f"reference set {given if given is not None else root} differs from its commit (git HEAD): {'; '.join(named)}"
+    if not accept:
         raise SealError(f"{what}; evidence is read as committed: commit collected jobs (git add {root} && git commit), "
-                        f"restore the set (git checkout -- {root}, git clean for extra files), or accept uncommitted "
-                        f"evidence on purpose ({ACCEPT})")
+                        f"restore the set ({_removal(root, found)}), or accept uncommitted evidence on purpose "
+                        f"({ACCEPT})")
     (notice or logger.warning)(f"accepting uncommitted evidence: {what}; the numbers read are not all committed")
     return sorted(p for paths in found.values() for p in paths)
 
@@ -342,7 +467,7 @@ def verify_if_sealed(path: str | Path, what: str, *, accept_uncommitted: bool = 
     one never sealed; a results folder of the workflow's jobs is none."""
     root = set_root(path)
     if root is not None:
-        verify_committed(root, accept_uncommitted=accept_uncommitted, notice=notice)
+        verify_committed(root, accept_uncommitted=accept_uncommitted, notice=notice, given=path)
         return root
     folder = Path(path)
     if sets_below(folder):  # the parent of sets (reference/): its caller names the sets below it
@@ -389,6 +514,75 @@ def refuse_links_into_sets(folder: str | Path, what: str) -> None:
                                     "remove the link (a render copies a set, it never links to it)")
             if depth + 1 < PLANNED_DEPTH and entry.is_dir():
                 pending.append((path, depth + 1))
+
+
+def _tracked(tree: Path, rel: str) -> str | None:
+    """One file git tracks at or below ``rel`` (a path relative to the work tree ``tree``), or None."""
+    listing = _git_answer(tree, "ls-files", "-z", "--full-name", "--", f":(top,literal){rel}")
+    return listing.split("\0", 1)[0] if listing else None
+
+
+def refuse_written(path: str | Path, what: str) -> None:
+    """SealError (one line naming ``what`` and ``path``) unless a shipped script (scripts/*.sh) may empty, delete or
+    write the folder ``path``: it names a folder (not "" nor a file); it neither is, lies in, holds nor links into a
+    reference set (``refuse_links_into_sets``); it is not the root of a work tree of the code's or of its own
+    repository (``checkouts``; every ``git worktree`` of them), nor a folder above one, nor their git folder; and it
+    neither holds a file git tracks nor lies in a tracked folder (``docs/``, ``src/``, ``reference/``, ...): in a
+    checkout a script writes only into an untracked folder of its own below the root (``results_reference``)."""
+    if not str(path).strip():
+        raise SealError(f"{what} is empty: name a folder of its own (e.g. results_reference, or /work/refruns)")
+    real = _resolved(path)
+    if real.exists() and not real.is_dir():
+        raise SealError(f"{what} {path} is a file ({real}), not a folder: name a folder of its own")
+    refuse_inside(path, what)
+    trees = dict(checkouts())
+    existing = next((f for f in (real, *real.parents) if f.is_dir()), Path("/"))
+    own = _repository(existing)
+    if own is not None:
+        trees.setdefault(own[0], own[1])
+    copy = PACKAGE.parents[2]
+    if not trees and (copy / "workflow" / "Snakefile").is_file():  # a copy of the checkout without git
+        if _inside(real, copy) or _inside(copy, real):
+            raise SealError(f"{what} {path} ({real}) lies in the checkout {copy}, which has no git to tell its "
+                            "tracked folders: name a folder outside it")
+    for tree, common in sorted(trees.items()):
+        if _inside(tree, real):
+            raise SealError(f"{what} {path} ({real}) is or holds the repository's work tree {tree}: name a folder of "
+                            "its own (e.g. results_reference)")
+        if _inside(real, common) or _inside(common, real):
+            raise SealError(f"{what} {path} ({real}) is, holds or lies in the repository's git folder {common}")
+        if not _inside(real, tree):
+            continue
+        top = real.relative_to(tree).parts[0]
+        if top == ".git":
+            raise SealError(f"{what} {path} ({real}) lies in the git folder of {tree}")
+        tracked = _tracked(tree, top)
+        if tracked is not None:
+            how = "is" if real == tree / top else "lies in"
+            raise SealError(f"{what} {path} ({real}) {how} {tree / top}, a folder git tracks (e.g. {tracked}): a "
+                            "script writes only into an untracked folder of its own (e.g. results_reference)")
+    refuse_links_into_sets(path, what)  # last: it walks the folder
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m fedbalance.jobs.seal written WHAT PATH [WHAT PATH ...]``: ``refuse_written`` for each pair, the
+    shipped scripts' one guard before they delete or write anything; exit status 2 and one line on stderr when one is
+    refused."""
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) < 3 or args[0] != "written" or len(args) % 2 == 0:
+        print("usage: python -m fedbalance.jobs.seal written WHAT PATH [WHAT PATH ...]", file=sys.stderr)
+        return 2
+    try:
+        for what, path in zip(args[1::2], args[2::2]):
+            refuse_written(path, what)
+    except SealError as exc:
+        print(f"FAILED: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _a_sets_record(path: Path) -> bool:
     """``path`` is a provenance record of a reference set's job (one that is no record counts: it is not the
     workflow's)."""
@@ -414,3 +608,7 @@ def _write(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

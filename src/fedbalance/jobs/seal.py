@@ -361,6 +361,30 @@ def locate(root: str | Path, given: str | Path | None = None) -> Path:
     return tree
 
 
+def unknown_commits(commits: Collection[str], tree: str | Path | None = None) -> list[str]:
+    """Those of ``commits`` (object names, full or abbreviated) that name no commit of the repository of the work tree
+    ``tree`` (default: of each repository of ``checkouts``; ``git cat-file --batch-check``, one call a repository):
+    not hex, empty, forty zeros or a commit of another clone are all unknown. Every one is unknown where git is
+    missing or no repository is found."""
+    wanted = sorted(set(commits))
+    valid = [c for c in wanted if 4 <= len(c) <= 64 and all(ch in "0123456789abcdef" for ch in c)]
+    roots = [Path(tree)] if tree is not None else sorted({common: root for root, common in checkouts().items()}.values())
+    known: set[str] = set()
+    env = {k: v for k, v in os.environ.items() if k not in GIT_LOCATION_ENV} | {"GIT_NO_REPLACE_OBJECTS": "1"}
+    for root in roots:
+        if not valid:
+            break
+        try:
+            proc = subprocess.run(["git", "--no-replace-objects", "-C", str(root), "cat-file", "--batch-check"],
+                                  input="".join(f"{c}^{{commit}}\n" for c in valid).encode(), capture_output=True,
+                                  env=env, timeout=300, check=False)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        answers = proc.stdout.decode(errors="replace").splitlines() if proc.returncode == 0 else []
+        known.update(c for c, line in zip(valid, answers) if line.split()[1:2] == ["commit"])
+    return [c for c in wanted if c not in known]
+
+
 def _blob(path: Path, algorithm: str) -> str:
     """git's object id of the file's bytes as a blob (``git hash-object --no-filters``)."""
     h = hashlib.new(algorithm)

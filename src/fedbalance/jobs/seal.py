@@ -281,13 +281,13 @@ PACKAGE = Path(__file__).resolve().parent
 def checkouts() -> dict[Path, Path]:
     """The work trees reads accept a set in: every work tree (``git worktree list``) of the repository of the code's
     own checkout (this package's folder) and of the working folder's, root -> the repository's common git folder;
-    empty when neither lies in a git work tree. The working folder's repository is left out when it is another one
-    nested inside the code's checkout (a ``git init`` below ``reference/``)."""
+    empty when neither lies in a git work tree. The working folder's repository is left out when its work tree lies
+    inside another repository's (a ``git init`` below ``reference/``, run from there)."""
     own = _repository(PACKAGE)
     here = _repository(Path(os.getcwd()))
     found = [r for r in (own, here) if r is not None]
-    if own is not None and here is not None and here[1] != own[1] and _inside(here[0], own[0]):
-        found = [own]
+    if here is not None and here != own and _nested(*here):
+        found = [r for r in found if r != here]
     out: dict[Path, Path] = {}
     for top, common in found:
         listing = _git_answer(top, "worktree", "list", "--porcelain") or f"worktree {top}"
@@ -296,6 +296,16 @@ def checkouts() -> dict[Path, Path]:
                 out.setdefault(Path(line[9:]).resolve(), common)
         out.setdefault(top, common)
     return out
+
+
+def _nested(top: Path, common: Path) -> bool:
+    """The work tree ``top`` (of the repository ``common``) lies inside the work tree of another repository: a ``.git``
+    above it belongs to a repository other than its own (a worktree placed inside its main checkout is not nested)."""
+    for folder in top.parents:
+        if os.path.lexists(folder / ".git"):
+            outer = _repository(folder)
+            return outer is None or outer[1] != common
+    return False
 
 
 def _inside(path: Path, folder: Path) -> bool:

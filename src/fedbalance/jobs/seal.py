@@ -550,6 +550,26 @@ def refuse_links_into_sets(folder: str | Path, what: str) -> None:
                 pending.append((path, depth + 1))
 
 
+def refuse_removal(path: str | Path, what: str = "removing") -> None:
+    """SealError unless removing ``path`` as Snakemake removes an output (a link itself when it is one, else the file,
+    or the folder with what it holds) leaves every reference set alone: the entry lies in no set however the folders
+    above it are reached (a link made into a set after the workflow parsed), and a folder removed holds none. What
+    the workflow checks before each removal while it runs (workflow/Snakefile)."""
+    given = Path(os.path.expanduser(str(path)))
+    try:
+        where = given.parent.resolve() / given.name
+    except (OSError, RuntimeError):
+        raise SealError(f"{what} {path}: a link on its path never ends (a loop); remove it") from None
+    for folder in (where.parent, *where.parent.parents) if where.is_symlink() else (where, *where.parents):
+        if (folder / MARKER).is_file() and not folder.is_symlink():
+            raise SealError(f"{what} {path} would remove {where}, in the reference set {folder}: a link into the set "
+                            "was made after the workflow parsed; nothing of the set is removed: remove the link")
+    if where.is_dir() and not where.is_symlink():
+        below = sets_below(where, PLANNED_DEPTH)
+        if below:
+            raise SealError(f"{what} {path} would remove the reference set {below[0]} it holds; remove it from there")
+
+
 def _tracked(tree: Path, rel: str) -> str | None:
     """One file git tracks at or below ``rel`` (a path relative to the work tree ``tree``), or None."""
     listing = _git_answer(tree, "ls-files", "-z", "--full-name", "--", f":(top,literal){rel}")

@@ -205,3 +205,32 @@ def test_the_committed_sets_pass_every_read_here() -> None:
         assert seal.locate(REPO / name) == REPO.resolve()
         assert seal.verify_committed(REPO / name) == []
     _read(_reads(REPO / SET, REPO))
+
+
+def test_a_checkout_with_autocrlf_keeps_the_sets_bytes(tmp_path: Path, monkeypatch) -> None:
+    """core.autocrlf=true converts text files' line ends on checkout: without the repository's .gitattributes
+    (``-text`` for the sets' files and the study configs) a set checked out so is refused by every read (its files are
+    not its manifest's), and the advice (git checkout) makes the same files again; with it, the bytes are kept."""
+    for attributes in (False, True):
+        repo = tmp_path / f"repo-{attributes}"
+        shutil.copytree(REPO / "reference" / "mnist" / FORGED, repo / "reference" / "set" / FORGED)
+        (repo / "config").mkdir()
+        shutil.copy(MNIST, repo / "config" / "mnist.yaml")
+        seal.seal(repo / "reference" / "set", repo / "config" / "mnist.yaml")
+        if attributes:
+            shutil.copy(REPO / ".gitattributes", repo / ".gitattributes")
+        _git(repo, "init", "-q")
+        _git(repo, "config", "core.autocrlf", "true")
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-qm", "set")
+        shutil.rmtree(repo / "reference")
+        _git(repo, "checkout", "-q", "--", ".")
+        monkeypatch.chdir(repo)
+        root = repo / "reference" / "set"
+        if attributes:
+            assert seal.verify_committed(root) == []
+            assert seal.marker_config(root) == root / "../../config/mnist.yaml"
+        else:
+            assert b"\r\n" in (root / FORGED / "rounds.csv").read_bytes()
+            with pytest.raises(seal.SealError, match="its files differ from MANIFEST.sha256"):
+                seal.verify_committed(root)

@@ -234,3 +234,35 @@ def test_a_checkout_with_autocrlf_keeps_the_sets_bytes(tmp_path: Path, monkeypat
             assert b"\r\n" in (root / FORGED / "rounds.csv").read_bytes()
             with pytest.raises(seal.SealError, match="its files differ from MANIFEST.sha256"):
                 seal.verify_committed(root)
+
+
+def test_status_names_a_job_changed_after_the_commit_that_collected_it(tmp_path: Path, monkeypatch) -> None:
+    """A job's files changed by a later commit than the one that last changed its provenance.json (collect rewrites
+    the record with every change it makes): ``reference status`` names the job and both commits; a job whose three
+    files changed together (a replacement) is not named."""
+    from fedbalance.evidence import refset
+
+    repo = tmp_path / "repo"
+    jobs = ["losses/mnist/g10/ce/seed0", "losses/mnist/g10/ce/seed1"]
+    for job in jobs:
+        shutil.copytree(REPO / "reference" / "mnist" / job, repo / "reference" / "set" / job)
+    shutil.copytree(REPO / "config", repo / "config")
+    root = repo / "reference" / "set"
+    seal.seal(root, repo / "config" / "mnist.yaml")
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "collected")
+    monkeypatch.chdir(repo)
+    assert "changed after" not in refset.status_text(root)
+    for job, files in ((jobs[0], ("metrics.json",)), (jobs[1], ("metrics.json", "provenance.json"))):
+        for name in files:  # a key added: the job's numbers stay whole
+            data = json.loads((root / job / name).read_text())
+            data["note"] = "edited"
+            (root / job / name).write_text(json.dumps(data, indent=1))
+    seal.seal(root)
+    _git(repo, "commit", "-qam", "edited")
+    edited, collected = (_git(repo, "rev-parse", f"HEAD{s}").strip()[:7] for s in ("", "~1"))
+    text = refset.status_text(root)
+    assert f"changed after it was collected: {jobs[0]}: metrics.json last changed by {edited}, its provenance.json " \
+           f"by {collected}" in text, text
+    assert jobs[1] not in text.split("changed after")[1]

@@ -768,7 +768,9 @@ def status_text(reference: Path) -> str:
     commits: dict[str, int] = {}
     runners: dict[str, int] = {}
     minutes: dict[str, list[float]] = {}
+    job_paths = []
     for (exp, ds, setting, loss, seed), record, device in provenances(reference):
+        job_paths.append(f"{exp}/{ds}/{setting}/{loss}/{seed}")
         held.setdefault((exp, ds, setting, loss), []).append(int(seed[4:]))
         commits[record["commit"][:7]] = commits.get(record["commit"][:7], 0) + 1
         runners[provenance.runner(record)] = runners.get(provenance.runner(record), 0) + 1
@@ -790,7 +792,28 @@ def status_text(reference: Path) -> str:
     n = sum(len(v) for v in held.values())
     lines += ["", f"{n} jobs; commits {commits}; devices {devices}; made by {dict(sorted(runners.items()))}"
               + (f"; minutes per job: {per_device}" if per_device else "")]
+    lines += [f"changed after it was collected: {line}" for line in changed_after_collect(reference, job_paths)]
     return "\n".join(lines) + "\n"
+
+
+def changed_after_collect(reference: Path, jobs: Sequence[str]) -> list[str]:
+    """One line per job of the set (``jobs``: paths relative to it) whose metrics.json or rounds.csv a later commit
+    changed than the one that last changed its provenance.json (the commit that collected it: ``collect`` rewrites
+    the record with every change it makes, a replacement or a migration too), naming both commits; none where the set
+    lies in no checkout."""
+    last = seal.last_changes(reference)
+    if not last:
+        return []
+    order = {c: i for i, c in enumerate(dict.fromkeys(last.values()))}  # newest first (git log's order)
+    out = []
+    for job in jobs:
+        record = last.get(f"{job}/{PROVENANCE}")
+        files = [(f, last[f"{job}/{f}"]) for f in FILES if f"{job}/{f}" in last]
+        later = [(f, c) for f, c in files if record is None or order[c] < order[record]]
+        if later:
+            out.append(f"{job}: {', '.join(f for f, _ in later)} last changed by {later[0][1][:7]}, its {PROVENANCE} "
+                       f"by {record[:7] if record else 'no commit'}")
+    return out
 
 
 STATUS_SOURCE = "fedbalance reference status --readme"

@@ -371,6 +371,26 @@ def locate(root: str | Path, given: str | Path | None = None) -> Path:
     return tree
 
 
+def last_changes(root: str | Path) -> dict[str, str]:
+    """Each file of the set at ``root`` that a commit of its work tree's history changed (relative POSIX path) -> the
+    commit that last changed it (``git log``, newest first); empty where the set lies in no checkout (``locate``)."""
+    where = _resolved(root)
+    try:
+        tree = locate(where)
+    except SealError:
+        return {}
+    rel = where.relative_to(tree).as_posix()
+    log = _git(tree, "log", "--no-renames", "--format=%x00%H", "--name-only", "--", rel).decode(errors="replace")
+    prefix = "" if rel == "." else rel + "/"
+    out: dict[str, str] = {}
+    for chunk in filter(None, log.split("\0")):
+        commit, *names = chunk.split("\n")
+        for name in filter(None, names):
+            if name.startswith(prefix):
+                out.setdefault(name[len(prefix):], commit)
+    return out
+
+
 def unknown_commits(commits: Collection[str], tree: str | Path | None = None) -> list[str]:
     """Those of ``commits`` (object names, full or abbreviated) that name no commit of the repository of the work tree
     ``tree`` (default: of each repository of ``checkouts``; ``git cat-file --batch-check``, one call a repository):

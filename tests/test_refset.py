@@ -722,3 +722,80 @@ def test_a_record_says_how_its_job_was_made(tmp_path: Path) -> None:
     assert copy["wall_s_job"] is None and "branched_from" not in copy and not provenance.trained(copy)
     assert provenance.runner({"commit": "a"}) == provenance.OLD_RUNNER and provenance.in_a_set({"commit": "a"})
     assert not provenance.in_a_set(record) and provenance.in_a_set({**record, "collected": "now"})
+
+
+def test_a_full_disk_during_a_collect_names_recover_as_the_next_step(tmp_path: Path, monkeypatch) -> None:
+    """The disk fills while the new set is written: the line says to free space, then `collect --recover` (the
+    interrupted collect's journal is there), then collect again; the set is as it was and --recover undoes the rest."""
+    import errno
+
+    runs, ref = tmp_path / "runs", tmp_path / "ref"
+    _job(ref, "losses/mnist/g10/ce/seed0")
+    seal_set(ref, MNIST)
+    before = _files(ref)
+    _job(runs, "losses/mnist/g10/ce/seed1")
+
+    def full(self, config) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(self.files["new"] / seal.MANIFEST))
+
+    monkeypatch.setattr(refset._Swap, "seal", full)
+    proc = _ref("collect", str(runs), "--into", str(ref))
+    assert proc.returncode == 1 and "no space left on the device while collecting into" in proc.stderr, proc.stderr
+    assert f"--into {ref.resolve()} --recover`, and collect again" in proc.stderr
+    assert "resumes from its last checkpoint" not in proc.stderr
+    assert _files(ref) == before
+    monkeypatch.undo()
+    monkeypatch.setenv(seal.ACCEPT_ENV, "1")
+    assert "undone" in _ref("collect", "--into", str(ref), "--recover").stdout
+
+
+def test_recover_checks_what_it_installs_as_collect_does(tmp_path: Path) -> None:
+    """A collect killed once its new set is journalled complete; the staged set is then changed consistently (a job's
+    record given a commit of no repository, the staged set resealed, the journal's sha256 rewritten): --recover refuses
+    to install it, naming the file, and the set stays the old one; untouched, it installs."""
+    ref, runs = _old_and_runs(tmp_path)
+    old = _files(ref)
+    args = ["collect", str(runs), "--into", str(ref), "--replace", "--reason", "a recover test"]
+    files = seal.collect_files(ref)
+    for n in range(1, 40):  # the first kill after which the journal says "ready"
+        r = _ref(*args, env={refset.CRASH_ENV: str(n)}, cwd=tmp_path)
+        assert r.returncode == refset.KILLED, (n, r.stderr)
+        if json.loads(files["journal"].read_text())["state"] == "ready" and files["new"].is_dir():
+            break
+        assert "undone" in _ref("collect", "--into", str(ref), "--recover").stdout
+    else:
+        pytest.fail("no kill left a ready journal")
+    record_path = files["new"] / "losses/mnist/g10/ce/seed2/provenance.json"
+    original = record_path.read_bytes()
+    record_path.write_text(json.dumps({**json.loads(original), "commit": "0" * 40}))
+    seal.seal(files["new"])
+    journal = json.loads(files["journal"].read_text())
+    files["journal"].write_text(json.dumps({**journal, "manifest_sha256": seal.sha256(files["new"] / seal.MANIFEST)}))
+    _one_line(_ref("collect", "--into", str(ref), "--recover"), f"commit {'0' * 40!r} is no commit of this repository")
+    assert _files(ref) == old
+    record_path.write_bytes(original)
+    seal.seal(files["new"])
+    files["journal"].write_text(json.dumps({**journal, "manifest_sha256": seal.sha256(files["new"] / seal.MANIFEST)}))
+    assert "finished" in _ref("collect", "--into", str(ref), "--recover").stdout
+    assert "losses/mnist/g10/ce/seed2/metrics.json" in seal.read_manifest(ref)
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"runner": "my-script.sh"}, "runner 'my-script.sh' is none of snakemake"),
+    ({"config": "config/quick.yaml"}, "config 'config/quick.yaml' is not the set's study config"),
+    ({"config": "/elsewhere/mnist.yaml"}, "is not the set's study config"),
+    ({"replaced": [{"reason": "invented", "previous_commit": HEAD}]}, "holds 'replaced', which only"),
+    ({"collected": "2026-01-01T00:00:00Z"}, "holds 'collected', which only"),
+])
+def test_collect_refuses_a_record_a_set_cannot_hold(tmp_path: Path, change: dict, words: str) -> None:
+    """A job of the set's protocol whose record names another runner, another config, or carries collect's own keys (an
+    invented replacement history): one line naming the file, nothing collected, RUNS unchanged."""
+    ref, runs = tmp_path / "ref", tmp_path / "runs"
+    _job(ref, "losses/mnist/g10/ce/seed0")
+    seal_set(ref, MNIST)
+    _job(runs, "losses/mnist/g10/ce/seed1", record={**MADE, **change})
+    before, held = _files(runs), _files(ref)
+    proc = _ref("collect", str(runs), "--into", str(ref))
+    _one_line(proc, words)
+    assert "losses/mnist/g10/ce/seed1/provenance.json" in proc.stderr
+    assert _files(runs) == before and _files(ref) == held

@@ -266,3 +266,28 @@ def test_status_names_a_job_changed_after_the_commit_that_collected_it(tmp_path:
     assert f"changed after it was collected: {jobs[0]}: metrics.json last changed by {edited}, its provenance.json " \
            f"by {collected}" in text, text
     assert jobs[1] not in text.split("changed after")[1]
+
+
+def test_an_ignored_file_in_a_set_is_named_with_the_command_that_removes_it(tmp_path: Path, monkeypatch) -> None:
+    """A file git ignores (``*.log``) put into a committed set: ``git status`` shows nothing, every read refuses the set
+    naming the file, and the advice's command removes it (after which the set is read)."""
+    repo = tmp_path / "repo"
+    shutil.copytree(REPO / "reference" / "mnist" / FORGED, repo / "reference" / "set" / FORGED)
+    (repo / ".gitignore").write_text("*.log\n")
+    root = repo / "reference" / "set"
+    seal.seal(root)
+    (root / seal.MARKER).write_text(json.dumps({"format": seal.FORMAT, "config": "../../config/mnist.yaml"}))
+    seal.seal(root)
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "set")
+    monkeypatch.chdir(repo)
+    (root / FORGED / "run.log").write_text("a log\n")
+    assert _git(repo, "status", "--porcelain") == ""
+    with pytest.raises(seal.SealError) as exc:
+        seal.verify_committed(root)
+    message = str(exc.value)
+    assert f"1 extra ({FORGED}/run.log)" in message and f"rm -- {root}/{FORGED}/run.log" in message, message
+    command = message.split("rm -- ", 1)[1].split(" (")[0]
+    subprocess.run(["rm", "--", *command.split()], check=True)
+    assert seal.verify_committed(root) == []

@@ -216,24 +216,29 @@ def _named(kind: str, paths: list[str]) -> str:
     return f"{len(paths)} {kind} ({', '.join(paths[:SHOWN])}{more})"
 
 
-def problems(root: str | Path) -> list[str]:
-    """What differs between the set at ``root`` and its manifest: changed, extra and missing files, each named."""
+def differences(root: str | Path) -> dict[str, list[str]]:
+    """How the set at ``root`` differs from its manifest: {"changed": [...], "extra": [...], "missing": [...]}."""
     recorded = read_manifest(root)
     actual = digests(root)
-    changed = [p for p in recorded if p in actual and actual[p] != recorded[p]]
-    extra = [p for p in actual if p not in recorded]
-    missing = [p for p in recorded if p not in actual]
-    return [_named(kind, paths) for kind, paths in (("changed", changed), ("extra", extra), ("missing", missing))
-            if paths]
+    return {"changed": [p for p in recorded if p in actual and actual[p] != recorded[p]],
+            "extra": [p for p in actual if p not in recorded], "missing": [p for p in recorded if p not in actual]}
+
+
+def problems(root: str | Path) -> list[str]:
+    """What differs between the set at ``root`` and its manifest: changed, extra and missing files, each named."""
+    return [_named(kind, paths) for kind, paths in differences(root).items() if paths]
 
 
 def verify(root: str | Path) -> None:
     """SealError naming the files unless every file of the set at ``root`` is the one its manifest records (what
-    ``collect`` checks before it writes; every read checks the commit too: ``verify_committed``)."""
+    ``collect`` checks before it writes; every read checks the commit too: ``verify_committed``). An extra file is
+    named with the command that removes it (one git ignores too, which ``git status`` does not show)."""
     read_marker(root)
-    found = problems(root)
-    if found:
-        raise SealError(f"reference set {root}: its files differ from {MANIFEST}: {'; '.join(found)}; "
+    found = differences(root)
+    named = [_named(kind, paths) for kind, paths in found.items() if paths]
+    if named:
+        how = f"{_removal(root, {'extra': found['extra']})}, then " if found["extra"] else ""
+        raise SealError(f"reference set {root}: its files differ from {MANIFEST}: {'; '.join(named)}; {how}"
                         + RESTORE.format(root=root) + interrupted(root))
 
 
@@ -480,7 +485,7 @@ def _removal(root: str | Path, found: Mapping[str, list[str]]) -> str:
     extra = found.get("extra") or []
     if extra:
         shown = " ".join(f"{root}/{p}" for p in extra[:SHOWN]) + (" ..." if len(extra) > SHOWN else "")
-        steps.append(f"rm -- {shown} (extra files, ignored ones too: git clean -fdx -- {root} removes them all)")
+        steps.append(f"rm -- {shown} (the extra files; git clean -fdx -- {root} removes every one, ignored ones too)")
     return ", then ".join(steps)
 
 

@@ -59,7 +59,7 @@ fi
   echo "FAILED: collect into $reference (the set is as collect left it; nothing rendered)" >&2; exit 1; }
 redo="commit neither; restore the set (git checkout -- $reference && git clean -fdx -- $reference), fix the cause and run this again (collect takes RUNS' jobs again)"
 export FEDBALANCE_ACCEPT_UNCOMMITTED=1   # the uncommitted files are this collect's (checked above)
-rm -rf -- "$render"
+rm -rf -- "$render_real"   # the real path checked above: a link swapped in since, or a trailing slash, is not followed
 "${snakemake[@]}" --cores "$cores" --configfile "$config" \
   --config reference_dir="$reference" results_dir="$render" || {
   echo "FAILED: the render of $reference into $render; $reference is collected into and the docs are stale:" \

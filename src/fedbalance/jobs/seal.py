@@ -12,14 +12,19 @@ A reference set (``reference/mnist``) is a folder of finished jobs kept as evide
 
 Every route that writes job folders calls ``refuse_inside`` first: a path inside a set (found by walking up to the
 marker, after links and ``..`` are resolved) or holding one below it is refused before any work; the workflow also
-calls ``refuse_links_into_sets`` on its results folder while it parses, before Snakemake deletes or touches an output.
+calls ``refuse_links_into_sets`` on its results folder while it parses, and ``refuse_removal`` before each removal of an
+output while it runs (a link made after the parse); the shipped scripts call ``refuse_written`` (``python -m
+fedbalance.jobs.seal written WHAT PATH ...``) on every folder they empty or write, which also keeps them off the
+checkout's root, its git folder and its tracked folders.
 Every read of a set calls ``verify_committed`` (through ``verify_if_sealed``): a file changed, added or removed since
-the manifest was written (``verify``) and, for a set inside a git work tree, since the commit checked out (``HEAD``:
-``uncommitted``) is refused, naming the files, unless uncommitted evidence is accepted on purpose, which is said. A set
-holds plain files only: a link, a pipe or a device in it is refused. The manifest is a checksum list beside the files
-it checks: it finds an accident or a careless edit; git's commit is what a consistent forgery (files and manifest
-rewritten together) must get past. Standard library only (and ``fedbalance.jobs.provenance``): the workflow calls it while
-it parses.
+the manifest was written (``verify``) and since the commit checked out in the work tree that holds it (``HEAD``:
+``uncommitted``) is refused, naming the files, unless uncommitted evidence is accepted on purpose, which is said. That
+work tree is one of the code's own repository (``locate``, ``checkouts``: the package's checkout's or the working
+folder's, every ``git worktree`` of it), never one found above the set: a set outside it, reached through a link on its
+path, or below another ``.git`` is refused the same way. A set holds plain files only: a link, a pipe or a device in it
+is refused. The manifest is a checksum list beside the files it checks: it finds an accident or a careless edit; git's
+commit is what a consistent forgery (files and manifest rewritten together) must get past. Standard library only (and
+``fedbalance.jobs.provenance``): the workflow calls it while it parses.
 """
 
 from __future__ import annotations

@@ -90,3 +90,35 @@ def test_a_link_made_after_parse_deletes_nothing_of_the_set(tmp_path: Path) -> N
     assert f"would remove {ref / JOB / 'metrics.json'}, in the reference set {ref}" in out, out[-3000:]
     assert _digest(ref) == before
     seal.verify(ref)
+
+
+def test_the_guard_wraps_a_remover_as_it_is_and_once(tmp_path: Path) -> None:
+    """Snakemake's remover, a coroutine function in 9.x, or a plain one: wrapped as it is, refusing with the error
+    class given (the run's WorkflowError) before it removes anything; a guarded remover is not wrapped twice."""
+    import asyncio
+
+    ref = _set(tmp_path / "set")
+    (tmp_path / "R").mkdir()
+    (tmp_path / "R" / "monitor").symlink_to(ref / "monitor")
+    removed: list[str] = []
+
+    def plain(file, **kwargs) -> None:
+        removed.append(str(file))
+
+    async def coroutine(file, **kwargs) -> None:
+        removed.append(str(file))
+
+    class Stop(Exception):
+        pass
+
+    target = tmp_path / "R" / JOB / "metrics.json"
+    sync_guarded, async_guarded = seal.guarded_removal(plain, Stop), seal.guarded_removal(coroutine, Stop)
+    with pytest.raises(Stop, match="^stopped: Snakemake, removing the output .* in the reference set"):
+        sync_guarded(target)
+    with pytest.raises(Stop, match="in the reference set"):
+        asyncio.run(async_guarded(target, remove_non_empty_dir=False))
+    assert removed == [] and (ref / JOB / "metrics.json").is_file()
+    sync_guarded(tmp_path / "R" / "plain.json")
+    asyncio.run(async_guarded(tmp_path / "R" / "plain.json"))
+    assert removed == [str(tmp_path / "R" / "plain.json")] * 2
+    assert seal.guarded_removal(async_guarded, Stop) is async_guarded

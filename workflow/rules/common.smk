@@ -356,17 +356,6 @@ def figure_study(name):
 # (fedbalance.jobs.seal.refuse_removal): one that would reach a set stops the run, and nothing of the set is removed.
 import snakemake.io as snakemake_io
 
-from fedbalance.jobs.seal import SealError, refuse_removal
+from fedbalance.jobs.seal import guarded_removal
 
-_remove_output = snakemake_io.remove
-
-
-async def guarded_remove(file, *args, **kwargs):
-    try:
-        refuse_removal(file, "Snakemake, removing the output")
-    except SealError as exc:
-        raise WorkflowError(f"stopped: {exc}") from None
-    return await _remove_output(file, *args, **kwargs)
-
-
-snakemake_io.remove = guarded_remove
+snakemake_io.remove = guarded_removal(snakemake_io.remove, WorkflowError)

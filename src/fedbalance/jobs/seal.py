@@ -29,7 +29,9 @@ commit is what a consistent forgery (files and manifest rewritten together) must
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 import json
 import logging
 import os
@@ -37,6 +39,7 @@ import stat
 import subprocess
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger(__name__)
 from fedbalance.jobs.provenance import PROVENANCE, in_a_set
@@ -598,6 +601,33 @@ def refuse_removal(path: str | Path, what: str = "removing") -> None:
         below = sets_below(where, PLANNED_DEPTH)
         if below:
             raise SealError(f"{what} {path} would remove the reference set {below[0]} it holds; remove it from there")
+
+
+def guarded_removal(remove: Callable[..., Any], error: type[Exception]) -> Callable[..., Any]:
+    """``remove`` (Snakemake's ``snakemake.io.remove(file, ...)``, a coroutine function or not) calling
+    ``refuse_removal(file)`` first, a refusal raised as ``error`` (Snakemake's ``WorkflowError``: the run stops); the
+    workflow puts it in place of Snakemake's own (rules/common.smk). Given a guarded one, the same."""
+    if getattr(remove, "guarded_by_seal", False):
+        return remove
+
+    def check(file: Any) -> None:
+        try:
+            refuse_removal(file, "Snakemake, removing the output")
+        except SealError as exc:
+            raise error(f"stopped: {exc}") from None
+
+    if inspect.iscoroutinefunction(remove):
+        @functools.wraps(remove)
+        async def guarded(file: Any, *args: Any, **kwargs: Any) -> Any:
+            check(file)
+            return await remove(file, *args, **kwargs)
+    else:
+        @functools.wraps(remove)
+        def guarded(file: Any, *args: Any, **kwargs: Any) -> Any:
+            check(file)
+            return remove(file, *args, **kwargs)
+    guarded.guarded_by_seal = True  # type: ignore[attr-defined]
+    return guarded
 
 
 def _tracked(tree: Path, rel: str) -> str | None:

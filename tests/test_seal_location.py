@@ -109,6 +109,13 @@ def test_a_set_replaced_by_a_link_to_a_forged_copy_is_refused(tmp_path: Path, mo
     seal.verify(forged)  # the forged copy's manifest agrees with it
     root.symlink_to(forged)
     _refused(_reads(root, clone), f"is reached through the link {root} -> {forged}")
+    from fedbalance.cli import main
+
+    (tmp_path / "runs").mkdir()
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.chdir(clone):  # collect reads its target as every read does
+        assert main(["reference", "collect", str(tmp_path / "runs"), "--into", SET]) == 2
+    assert "is reached through the link" in err.getvalue() and seal.verify(forged) is None
     monkeypatch.chdir(clone)
     with pytest.raises(ReferenceSetError, match="reached through the link"):
         render_jobs(load_config(MNIST), SET)

@@ -81,8 +81,13 @@ mkdir -p "$state"
 
 event() { echo "$1 $2 $3 rc=$4 $(date -u +%FT%TZ)" >>"$state/events.log"; }
 
-# The set's missing jobs as targets in RUNS, in the evidence order.
-list_missing() { "${fedbalance[@]}" reference missing --config "$config" --reference "$reference" --targets "$runs"; }
+# The set's missing jobs as targets in RUNS, in the evidence order. The set is read as it is, committed or not
+# (FEDBALANCE_ACCEPT_UNCOMMITTED=1, said in missing.log): a collect not yet committed (collect_render.sh's render, say)
+# takes its jobs off the list at once, and no slot waits for the commit; no number of the set is read here.
+list_missing() {
+  FEDBALANCE_ACCEPT_UNCOMMITTED=1 "${fedbalance[@]}" reference missing --config "$config" --reference "$reference" \
+    --targets "$runs"
+}
 
 # Under the queue's lock: the first missing job not finished in RUNS, running or given up (once JOBS jobs started, the
 # first of those that failed and is to be tried again: the cap counts jobs, not tries); nothing when none is left;

@@ -25,8 +25,10 @@ REPO = Path(__file__).resolve().parents[1]
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
 JOB = "losses/mnist/g10/ce/seed0"
 
-# One stand-in for Snakemake and fedbalance: it records that it ran (no command may run once a path is refused).
-FAKE = "import os, sys\nopen(os.environ['CALLS'], 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+# One stand-in for Snakemake and fedbalance: it records that it ran (no command may run once a path is refused), with
+# FEDBALANCE_ACCEPT_UNCOMMITTED as it found it.
+FAKE = ("import os, sys\nopen(os.environ['CALLS'], 'a').write(' '.join(sys.argv[1:]) + ' accept='"
+        " + os.environ.get('FEDBALANCE_ACCEPT_UNCOMMITTED', '-') + '\\n')\n")
 
 
 def _git(where: Path, *args: str) -> str:
@@ -184,12 +186,15 @@ def test_a_folder_of_its_own_is_taken(sandbox: Path, tmp_path: Path) -> None:
         args, env = _invocation(sandbox, tmp_path, "collect_render.sh", "RENDER", render)
         proc = _run(sandbox, tmp_path, "collect_render.sh", args, {**env, "REFERENCE": "reference/mnist"})
         assert proc.returncode == 0, proc.stderr
-        assert (tmp_path / "calls.log").read_text().splitlines()[0].startswith("reference collect")
+        first = (tmp_path / "calls.log").read_text().splitlines()[0]
+        assert first.startswith("reference collect") and first.endswith("accept=-")  # collect reads as committed
         (tmp_path / "calls.log").unlink()
     shutil.rmtree(sandbox / "results_reference", ignore_errors=True)
     for runs in ("runs/slots", str(tmp_path / "slots")):
         proc = _run(sandbox, tmp_path, "evidence_slots.sh", ["1", runs], {})
-        assert "reference missing" in (tmp_path / "calls.log").read_text(), proc.stderr
+        calls = (tmp_path / "calls.log").read_text().splitlines()
+        # the slots' list of missing jobs reads the set as it is: a collect not yet committed leaves it at once
+        assert calls[0].startswith("reference missing") and calls[0].endswith("accept=1"), (calls, proc.stderr)
         (tmp_path / "calls.log").unlink()
     shutil.rmtree(sandbox / "runs", ignore_errors=True)
 

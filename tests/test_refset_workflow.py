@@ -46,8 +46,9 @@ def _snakemake(runs: Path, *targets: str, extra: tuple[str, ...] = (), env: dict
 
 
 def _fedbalance(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "fedbalance", *args], cwd=REPO, env=ENV, check=True, capture_output=True,
-                   timeout=3000)
+    r = subprocess.run([sys.executable, "-m", "fedbalance", *args], cwd=REPO, env=ENV, capture_output=True, text=True,
+                       timeout=3000)
+    assert r.returncode == 0, (args, r.stderr[-3000:])
 
 
 def _old_runner(out: Path, job: str, verb: str, *extra: str) -> None:

@@ -14,6 +14,8 @@
 # would build a file another slot's Snakemake builds (its branch source's kept state, a derived job's source) waits
 # until that slot's job has ended, and the next job of the order is taken meanwhile (RUNS/.slots/claims.<k>: what
 # slot k's job builds, from its dry run; waits.<k>: the jobs that wait for it, not dry-run again until it ends).
+# RUNS is refused before anything is written when it is empty, a file, a set or in, holding or linking into one,
+# the checkout's root or a tracked folder (PYTHON, default python3, runs that guard with this checkout's library).
 # REFERENCE (default reference/mnist): the set; CONFIG (default config/mnist.yaml); STOP (default RUNS/.slots/STOP):
 # while that file exists no slot starts a job (running ones finish; a new run clears nothing, delete it yourself).
 # A job that fails (its log: RUNS/.slots/slot<k>.log) is tried again after RETRY_S (default 60) seconds, by the
@@ -40,6 +42,12 @@ shift 2
 config=${CONFIG:-config/mnist.yaml} reference=${REFERENCE:-reference/mnist}
 [ -f "$config" ] || { echo "FAILED: CONFIG $config: no such file (run from a checkout)" >&2; exit 2; }
 [ -d "$reference" ] || { echo "FAILED: REFERENCE $reference: no such folder" >&2; exit 2; }
+# before anything is written (RUNS/.slots, the jobs): RUNS is a folder of its own, neither a set nor in, holding or
+# linking into one, nor the checkout's root, its git folder or a tracked folder (fedbalance.jobs.seal.refuse_written,
+# with this checkout's library; "" and a file are named too)
+here=$(cd -- "$(dirname -- "$0")/.." && pwd -P)
+PYTHONPATH="$here/src${PYTHONPATH:+:$PYTHONPATH}" "${PYTHON:-python3}" -m fedbalance.jobs.seal written RUNS "$runs" \
+  || exit 2
 read -r -a snakemake <<<"${SNAKEMAKE:-python3 -m snakemake}"
 read -r -a fedbalance <<<"${FEDBALANCE:-python3 -m fedbalance}"
 state="$runs/.slots"
@@ -73,8 +81,13 @@ mkdir -p "$state"
 
 event() { echo "$1 $2 $3 rc=$4 $(date -u +%FT%TZ)" >>"$state/events.log"; }
 
-# The set's missing jobs as targets in RUNS, in the evidence order.
-list_missing() { "${fedbalance[@]}" reference missing --config "$config" --reference "$reference" --targets "$runs"; }
+# The set's missing jobs as targets in RUNS, in the evidence order. The set is read as it is, committed or not
+# (FEDBALANCE_ACCEPT_UNCOMMITTED=1, said in missing.log): a collect not yet committed (collect_render.sh's render, say)
+# takes its jobs off the list at once, and no slot waits for the commit; no number of the set is read here.
+list_missing() {
+  FEDBALANCE_ACCEPT_UNCOMMITTED=1 "${fedbalance[@]}" reference missing --config "$config" --reference "$reference" \
+    --targets "$runs"
+}
 
 # Under the queue's lock: the first missing job not finished in RUNS, running or given up (once JOBS jobs started, the
 # first of those that failed and is to be tried again: the cap counts jobs, not tries); nothing when none is left;

@@ -22,15 +22,27 @@
 # installed into SITE (default /tmp/fedbalance-site) with `pip install --no-index --no-deps --target`, and SITE goes
 # first on PYTHONPATH. MNIST comes from data/MNIST/raw or, gzipped, from data/mnist-gz (a machine without network).
 # A device call carries 64 MiB (the tree, ~28 MB; the wheels; MNIST gzipped, 12 MB): carry .whl and data/mnist-gz.
+# OUT, RUNS and SITE are refused before anything is written when one is, holds, lies in or links into a set, the
+# checkout's root or a tracked folder.
 # Exit status: Snakemake's (0: every job it started finished, or the window closed on them; 1: a job failed or a
-# target is no job of the config; 2: bad arguments); the archive is written either way.
+# target is no job of the config; 2: bad arguments, nothing written); the archive is written either way.
 set -u
+if [ $# -lt 5 ]; then
+  echo "usage: scripts/gpu_session.sh OUT COMMIT WINDOW_S JOBS SUITE_S [JOB ...]" >&2
+  exit 2
+fi
 out=$1 commit=$2 window=$3 workers=$4 suite=$5
 shift 5
 start=$(date +%s)
 site=${SITE:-/tmp/fedbalance-site}
-export PYTHONUNBUFFERED=1 PYTHONPATH="$site:$PWD/src${PYTHONPATH:+:$PYTHONPATH}" FEDBALANCE_COMMIT="$commit"
 runs=${RUNS:-/tmp/refruns}
+# before anything is written: OUT, RUNS and SITE are folders of their own, neither a set nor in, holding or linking
+# into one, nor the checkout's root, its git folder or a tracked folder (fedbalance.jobs.seal.refuse_written; in a copy
+# without git: outside the copy)
+here=$(cd -- "$(dirname -- "$0")/.." && pwd -P)
+PYTHONPATH="$here/src${PYTHONPATH:+:$PYTHONPATH}" python3 -m fedbalance.jobs.seal written OUT "$out" RUNS "$runs" \
+  SITE "$site" || exit 2
+export PYTHONUNBUFFERED=1 PYTHONPATH="$site:$PWD/src${PYTHONPATH:+:$PYTHONPATH}" FEDBALANCE_COMMIT="$commit"
 mkdir -p "$out"
 wheels=(${WHEELS:-.whl}/*.whl)
 if [ -e "${wheels[0]}" ]; then
@@ -52,11 +64,15 @@ if [ "$suite" != 0 ]; then
   echo "suite rc=$? after $(($(date +%s) - start)) s"
 fi
 config=${CONFIG:-config/mnist.yaml}
+# a copy without git (a device machine's) cannot read its set as committed: `missing` (a list of jobs, no evidence read)
+# takes it on purpose there, which missing.log says
+accept=()
+git rev-parse --is-inside-work-tree >/dev/null 2>&1 || accept=(env FEDBALANCE_ACCEPT_UNCOMMITTED=1)
 if [ $# -eq 0 ]; then
-  python3 -m fedbalance reference missing --config "$config" --reference "${REFERENCE:-reference/mnist}" \
+  "${accept[@]}" python3 -m fedbalance reference missing --config "$config" --reference "${REFERENCE:-reference/mnist}" \
     --targets "$runs" >"$out/targets.txt" 2>>"$out/missing.log"
   # Snakemake orders a batch's jobs as it likes: the first step of the order that has a job to run goes first (-P)
-  python3 -m fedbalance reference missing --config "$config" --reference "${REFERENCE:-reference/mnist}" \
+  "${accept[@]}" python3 -m fedbalance reference missing --config "$config" --reference "${REFERENCE:-reference/mnist}" \
     --targets "$runs" --next-step >"$out/first.txt" 2>>"$out/missing.log"
   echo "no JOB: the $(wc -l <"$out/targets.txt") jobs that ${REFERENCE:-reference/mnist} lacks, in the evidence order;" \
     "the $(wc -l <"$out/first.txt") of its next step first"

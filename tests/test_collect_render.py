@@ -105,7 +105,8 @@ def test_bad_arguments_change_nothing(tmp_path: Path) -> None:
     assert missing.returncode == 2 and "nowhere" in missing.stderr
     (tmp_path / "link").symlink_to(tmp_path / "set")
     for render in (str(tmp_path / "set"), f"{tmp_path}/./set/", str(tmp_path / "link"), str(tmp_path / "runs"), ".",
-                   str(REPO), "/"):
+                   str(REPO), "/", str(tmp_path / "runs" / "render"), str(tmp_path / "set" / "render"), str(tmp_path),
+                   f"{tmp_path}/runs/../"):
         proc = _run(tmp_path, str(tmp_path / "runs"), RENDER=render)
         assert proc.returncode == 2 and "RENDER" in proc.stderr, render
     no_config = _run(tmp_path, str(tmp_path / "runs"), CONFIG=str(tmp_path / "none.yaml"))

@@ -43,9 +43,9 @@ def _cli(*args: str, cwd: Path = REPO, **env: str) -> subprocess.CompletedProces
                           text=True, timeout=600)
 
 
-def _script(*args: str, **env: str) -> subprocess.CompletedProcess:
-    """``fedbalance reference ARGS`` in a process of its own."""
-    return _cli("reference", *args, **env)
+def _script(*args: str, cwd: Path = REPO, **env: str) -> subprocess.CompletedProcess:
+    """``fedbalance reference ARGS`` in a process of its own, run in ``cwd`` (whose repository a set is read from)."""
+    return _cli("reference", *args, cwd=cwd, **env)
 
 
 def _snakemake(*args: str) -> subprocess.CompletedProcess:
@@ -137,6 +137,7 @@ def test_a_consistent_forgery_in_a_clone_is_refused_by_every_read_naming_the_fil
     from fedbalance.evidence.reference import ReferenceSetError, compare, render_jobs
 
     clone = _clone(tmp_path)
+    monkeypatch.chdir(clone)  # the clone is the working folder's repository (seal.checkouts)
     root = clone / "reference" / "cuda-vs-cpu"
     before = jobfolder.check(root / FORGED)["final"]["acc_minority"]
     forged = _forge(root, FORGED, 0.02)
@@ -152,8 +153,8 @@ def test_a_consistent_forgery_in_a_clone_is_refused_by_every_read_naming_the_fil
     assert named in str(exc.value) and "\n" not in str(exc.value)
     with pytest.raises(seal.SealError, match="differs from its commit"):
         compare(REPO / "reference" / "cuda-vs-cpu", root)
-    _one_line(_script("status", "--reference", str(root)), "differs from its commit", named)
-    _one_line(_cli("compare", "--ours", str(REPO / "reference" / "cuda-vs-cpu"), "--reference", str(root)),
+    _one_line(_script("status", "--reference", str(root), cwd=clone), "differs from its commit", named)
+    _one_line(_cli("compare", "--ours", str(REPO / "reference" / "cuda-vs-cpu"), "--reference", str(root), cwd=clone),
               "differs from its commit", named)
     # git's own view hidden: the index told the files are unchanged, then HEAD replaced by a commit holding them
     _git(clone, "update-index", "--assume-unchanged", *(f"reference/cuda-vs-cpu/{f}" for f in files))
@@ -177,19 +178,26 @@ def test_a_consistent_forgery_in_a_clone_is_refused_by_every_read_naming_the_fil
         seal.verify_committed(root)
     monkeypatch.delenv("GIT_DIR")
     monkeypatch.delenv("GIT_WORK_TREE")
-    # the same forged set outside git: the manifest is all there is, and it was rewritten (docs: what it protects)
+    # the same forged set outside the checkout: its manifest agrees, but no commit of the repository holds it, so it is
+    # read only on purpose, and then said, every file named as not the commit's
     outside = tmp_path / "outside"
     shutil.copytree(root, outside)
-    assert seal.verify_committed(outside) == [] and seal.uncommitted(outside) == []
+    seal.verify(outside)
+    with pytest.raises(seal.SealError, match="lies outside the checkout the code runs in"):
+        seal.verify_committed(outside)
+    said: list[str] = []
+    assert seal.verify_committed(outside, accept_uncommitted=True, notice=said.append) == seal.set_files(outside)
+    assert len(said) == 1 and "accepting uncommitted evidence" in said[0] and "lies outside the checkout" in said[0]
 
 
-def test_uncommitted_evidence_is_read_only_on_purpose_and_said(tmp_path: Path) -> None:
+def test_uncommitted_evidence_is_read_only_on_purpose_and_said(tmp_path: Path, monkeypatch) -> None:
     """A set collected but not committed (a new job, the manifest rewritten by `collect`): refused by default; read with
     compare --accept-uncommitted (above the table and on stderr), the config's accept_uncommitted (the render's notice)
     or FEDBALANCE_ACCEPT_UNCOMMITTED=1 (status), each naming the files."""
     from fedbalance.evidence.reference import render_jobs
 
     clone = _clone(tmp_path)
+    monkeypatch.chdir(clone)
     root = clone / "reference" / "cuda-vs-cpu"
     new = "losses/mnist/g10/ce/seed1"
     shutil.copytree(REPO / "reference" / "mnist" / new, root / new)
@@ -204,25 +212,27 @@ def test_uncommitted_evidence_is_read_only_on_purpose_and_said(tmp_path: Path) -
     assert Job.from_path(new) in held and len(said) == 1 and "accepting uncommitted evidence" in said[0]
     assert "3 extra" in said[0]
     ours = REPO / "reference" / "cuda-vs-cpu"
-    proc = _cli("compare", "--ours", str(ours), "--reference", str(root), "--accept-uncommitted")
+    proc = _cli("compare", "--ours", str(ours), "--reference", str(root), "--accept-uncommitted", cwd=clone)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("**accepting uncommitted evidence: reference set ") and "3 extra" in proc.stdout
     assert "warning: accepting uncommitted evidence" in proc.stderr
-    status = _script("status", "--reference", str(root), **{seal.ACCEPT_ENV: "1"})
+    status = _script("status", "--reference", str(root), cwd=clone, **{seal.ACCEPT_ENV: "1"})
     assert status.returncode == 0 and "| losses | mnist | g10 | ce | 0, 1 |" in status.stdout, status.stderr
     assert "warning: accepting uncommitted evidence" in status.stderr and "1 changed (MANIFEST.sha256)" in status.stderr
     # committed, it is read without a word
     _git(clone, "add", "-A", "reference")
     _git(clone, "commit", "-qm", "collected")
     assert seal.verify_committed(root) == []
-    status = _script("status", "--reference", str(root))
+    status = _script("status", "--reference", str(root), cwd=clone)
     assert status.returncode == 0 and status.stderr == ""
 
 
-def test_uncommitted_names_changed_extra_and_missing_files(tmp_path: Path) -> None:
-    """What collect will print it leaves uncommitted: by hand, one file of each kind; nothing outside git."""
+def test_uncommitted_names_changed_extra_and_missing_files(tmp_path: Path, monkeypatch) -> None:
+    """What collect will print it leaves uncommitted: by hand, one file of each kind; outside git it cannot say."""
     root = _sealed_copy(tmp_path / "repo" / "set", ["losses/mnist/g10/ce/seed0", "losses/mnist/g10/ce/seed1"])
-    assert seal.uncommitted(root) == [] and seal.against_commit(root) is None
+    monkeypatch.chdir(tmp_path / "repo")
+    with pytest.raises(seal.SealError, match="lies outside the checkout"):
+        seal.uncommitted(root)
     _git(tmp_path / "repo", "init", "-q")
     assert len(seal.uncommitted(root)) == 8  # no commit yet: every file (2 jobs x 3 files, the marker, the manifest)
     _git(tmp_path / "repo", "add", "-A")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -96,3 +97,26 @@ def test_carried_wheels_are_installed_for_the_session(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"installed 1 wheels from {wheels} into {tmp_path / 'site'}" in proc.stdout
     assert (tmp_path / "site" / "fbcarried" / "__init__.py").read_text() == "CARRIED = True\n"
+
+
+def test_a_copy_without_git_lists_its_sets_missing_jobs_on_purpose(tmp_path: Path) -> None:
+    """A device machine gets a copy of the checkout without git, where no set can be read as committed: the session's
+    `missing` takes the set on purpose there (said in missing.log), so the jobs it lacks are still listed; OUT inside
+    the copy is refused (no git to tell its tracked folders)."""
+    copy = tmp_path / "copy"
+    for part in ("src", "scripts", "config", "workflow", "reference/cuda-vs-cpu"):
+        shutil.copytree(REPO / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
+    env = {**os.environ, "DEVICE": "cpu", "RUNS": str(tmp_path / "runs"), "SITE": str(tmp_path / "site"),
+           "WHEELS": str(tmp_path / "no-wheels"), "REFERENCE": "reference/cuda-vs-cpu",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run(["bash", "scripts/gpu_session.sh", str(tmp_path / "out"), _head(), "1", "1", "0"], cwd=copy,
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    targets = (tmp_path / "out" / "targets.txt").read_text().splitlines()
+    assert len(targets) > 20 and targets[0].startswith(f"{tmp_path / 'runs'}/")
+    assert "accepting uncommitted evidence" in (tmp_path / "out" / "missing.log").read_text()
+    inside = subprocess.run(["bash", "scripts/gpu_session.sh", "results_gpu", _head(), "1", "1", "0"], cwd=copy,
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert inside.returncode == 2 and "which has no git to tell its tracked folders" in inside.stderr, inside.stderr
+    assert not (copy / "results_gpu").exists()

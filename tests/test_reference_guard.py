@@ -28,7 +28,8 @@ JOBS = ["losses/mnist/g10/ce/seed0", "losses/mnist/g10/ratio/seed0", "losses/mni
 
 def _reference(root: Path, sealed: bool = True) -> Path:
     """A small copy of the committed set: three of its jobs under ``root/reference/mnist``, sealed as ``collect`` seals
-    a set; unsealed: a plain results folder (no provenance.json, no marker), whose jobs a render reads one by one."""
+    a set and committed in ``root``, a repository of its own (read from there: ``seal.checkouts``); unsealed: a plain
+    results folder (no provenance.json, no marker), whose jobs a render reads one by one."""
     from fedbalance.jobs import seal
 
     ref = root / "reference" / "mnist"
@@ -38,6 +39,9 @@ def _reference(root: Path, sealed: bool = True) -> Path:
             (ref / job / "provenance.json").unlink()
     if sealed:
         seal.seal(ref, MNIST)
+        git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(root)]
+        for args in (["init", "-q"], ["add", "reference"], ["commit", "-qm", "set"]):
+            subprocess.run([*git, *args], check=True, capture_output=True)
     return ref
 
 
@@ -88,8 +92,9 @@ def test_an_empty_reference_dir_is_refused(value: str) -> None:
         load_config(_mnist(reference_dir=value))
 
 
-def test_a_set_without_jobs_of_the_config_is_refused(tmp_path: Path) -> None:
+def test_a_set_without_jobs_of_the_config_is_refused(tmp_path: Path, monkeypatch) -> None:
     """Missing, a file, an empty folder, the sets' parent (naming the sets below it), a set of other experiments."""
+    monkeypatch.chdir(tmp_path)
     cfg = load_config(MNIST)
     ref = _reference(tmp_path)
     (tmp_path / "empty").mkdir()
@@ -108,7 +113,7 @@ def test_a_set_without_jobs_of_the_config_is_refused(tmp_path: Path) -> None:
         render_jobs(monitor_only, ref)
 
 
-def test_each_held_job_is_checked_before_the_render(tmp_path: Path) -> None:
+def test_each_held_job_is_checked_before_the_render(tmp_path: Path, monkeypatch) -> None:
     """A truncated rounds.csv or a metrics.json without its config names the file; a job of other parameters says
     that a render cannot train it (not "rerun it")."""
     cfg = load_config(MNIST)
@@ -129,6 +134,7 @@ def test_each_held_job_is_checked_before_the_render(tmp_path: Path) -> None:
         render_jobs(other, ref)
     assert "rerun" not in str(exc.value) and "provenance.json" in str(exc.value)
     sealed = _reference(tmp_path / "sealed")
+    monkeypatch.chdir(tmp_path / "sealed")
     rounds = sealed / JOBS[0] / "rounds.csv"
     rounds.write_text("".join(rounds.read_text().splitlines(keepends=True)[:16]))
     with pytest.raises(ReferenceSetError, match=f"1 changed \\({JOBS[0]}/rounds.csv\\)"):
@@ -166,11 +172,12 @@ def test_snakemake_config_file_keys_are_the_same_checks(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
-def test_one_job_copies_the_whole_render_from_the_set(tmp_path: Path) -> None:
+def test_one_job_copies_the_whole_render_from_the_set(tmp_path: Path, monkeypatch) -> None:
     """Rule from_reference is one job, however many jobs the set holds: it writes every held job and every job one
     of them covers (a twin such as beyond/g10/ce), straight from the set, and nothing is trained or reused."""
     ref = _reference(tmp_path)
     before = _digest(tmp_path / "reference")
+    monkeypatch.chdir(tmp_path)
     held, copied = render_jobs(load_config(MNIST), ref)
     assert len(held) == 3 and copied
     target = "results_reference/beyond/mnist/g10/ce/seed0/metrics.json"

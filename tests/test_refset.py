@@ -30,8 +30,21 @@ from fedbalance.common.records import Job
 REPO = Path(__file__).resolve().parents[1]
 MNIST = REPO / "config" / "mnist.yaml"
 QUICK = REPO / "config" / "quick.yaml"
-OLD_RECORD = {"commit": "a" * 40, "runtime": {"device": "cpu"}}
+HEAD = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                      check=True).stdout.strip()
+"""A commit of this repository: what a record collected names (``collect`` refuses one the repository lacks)."""
+OLD_RECORD = {"commit": HEAD, "runtime": {"device": "cpu"}}
 """A provenance record as scripts/reference_jobs.py wrote it (no runner named)."""
+MADE = {"commit": HEAD, "runner": "snakemake", "rule": "train", "config": "config/mnist.yaml"}
+"""A record of a job the workflow made with config/mnist.yaml."""
+
+
+@pytest.fixture(autouse=True)
+def _sets_outside_the_checkout(monkeypatch) -> None:
+    """The sets these tests make lie in tmp_path, outside the checkout: every read and collect takes them as uncommitted
+    evidence on purpose (``seal.ACCEPT_ENV``, a warning each time), whose refusal test_seal.py and test_evidence.py
+    check; the test of collect's own commit check unsets it."""
+    monkeypatch.setenv(seal.ACCEPT_ENV, "1")
 
 
 def _ref(*args: str, env: dict | None = None, cwd: Path = REPO, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -87,7 +100,7 @@ def _forked(argv: list[str], env: dict, cwd: Path, timeout: int) -> subprocess.C
 
 def _one_line(proc: subprocess.CompletedProcess, words: str) -> None:
     err = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("usage:")
-           and not line.startswith(" ")]
+           and not line.startswith(" ") and "warning: accepting uncommitted evidence" not in line]
     assert proc.returncode == 2 and len(err) == 1 and words in err[0], (proc.returncode, proc.stdout, proc.stderr)
 
 
@@ -127,7 +140,7 @@ def test_collect_replaces_a_different_job_only_on_purpose(tmp_path: Path) -> Non
     prov = json.loads((ref / "losses/mnist/g10/ce/seed0/provenance.json").read_text())
     assert prov["replaced"][0]["reason"] == "rerun on purpose" and len(prov["replaced"][0]["previous_sha256"]) == 2
     assert prov["replaced"][0]["previous_sha256"]["metrics.json"] == hashlib.sha256(before).hexdigest()
-    assert "collected" in prov and prov["commit"] == "a" * 40
+    assert "collected" in prov and prov["commit"] == HEAD
     # collected again, unchanged: the record of the replacement stays (the run's own provenance.json lacks it)
     held = (ref / "losses/mnist/g10/ce/seed0/provenance.json").read_bytes()
     r = _ref("collect", str(runs), "--into", str(ref))
@@ -248,7 +261,7 @@ def test_a_job_whose_old_runner_died_is_recorded_from_its_start_record(tmp_path:
 
     runs, ref = tmp_path / "runs", tmp_path / "ref"
     job = _job(runs, "monitor/mnist/default/ce/seed0", record=None, spec_of=QUICK)
-    start = {"job": "monitor/mnist/default/ce/seed0", "commit": "abc1234", "command": "python -m fedbalance train ...",
+    start = {"job": "monitor/mnist/default/ce/seed0", "commit": HEAD[:7], "command": "python -m fedbalance train ...",
              "started": "2026-11-30T00:00:00Z"}
     (job / "provenance.pending.json").write_text(json.dumps(start))
     metrics = json.loads((job / "metrics.json").read_text())
@@ -256,9 +269,10 @@ def test_a_job_whose_old_runner_died_is_recorded_from_its_start_record(tmp_path:
     r = _ref("collect", str(runs), "--into", str(ref), "--config", str(QUICK))
     assert r.returncode == 0 and "recovered" in r.stderr and "1 finished jobs" in r.stdout, r.stdout + r.stderr
     prov = json.loads((ref / "monitor/mnist/default/ce/seed0/provenance.json").read_text())
-    assert prov["commit"] == "abc1234" and prov["command"] == start["command"] and prov["started"] == start["started"]
+    assert prov["commit"] == HEAD[:7] and prov["command"] == start["command"] and prov["started"] == start["started"]
     assert prov["runtime"]["device"] == "cpu" and prov["wall_s_this_process"] is None and "recovered" in prov
-    assert not (job / "provenance.pending.json").exists() and json.loads((job / "provenance.json").read_text())["commit"]
+    # RUNS is read, never written: the start record stays, no provenance.json is made there
+    assert (job / "provenance.pending.json").exists() and not (job / "provenance.json").exists()
     other = tmp_path / "other"
     _job(other, "monitor/mnist/default/ce/seed1", record=None, spec_of=QUICK)
     r = _ref("collect", str(other), "--into", str(ref))
@@ -332,20 +346,41 @@ def test_collect_refuses_a_job_of_another_protocol_naming_the_keys(tmp_path: Pat
     assert "losses/mnist/g10/ce/seed5/metrics.json" in seal.read_manifest(ref)
 
 
-def test_collect_notes_uncommitted_changes_of_the_set(tmp_path: Path) -> None:
+def test_collect_reads_the_set_as_committed_and_takes_real_commits_only(tmp_path: Path, monkeypatch) -> None:
+    """collect reads its target as every read does: a set whose files differ from its commit (an earlier collect not
+    committed, or a forgery rewritten with its manifest) is refused naming the files, and read only on purpose
+    (FEDBALANCE_ACCEPT_UNCOMMITTED=1, said); a job's record must name a commit of the repository ("", a word, forty zeros
+    and a commit of another repository are refused) or the URL of the clone it ran from (then said)."""
+    monkeypatch.delenv(seal.ACCEPT_ENV)
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@t"}
-    ref = tmp_path / "repo" / "ref"
+    repo = tmp_path / "repo"
+    shutil.copytree(REPO / "config", repo / "config")
+    ref = repo / "ref"
     _job(ref, "losses/mnist/g10/ce/seed0")
-    seal_set(ref, MNIST)
+    seal_set(ref, repo / "config" / "mnist.yaml")
     for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "set"]):  # the set in a repository, as reference/
-        subprocess.run(["git", *cmd], cwd=tmp_path / "repo", env=env, check=True)
+        subprocess.run(["git", *cmd], cwd=repo, env=env, check=True)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
     for seed in (5, 6):
-        _job(tmp_path / "runs" / str(seed), f"losses/mnist/g10/ce/seed{seed}")
-    first = _ref("collect", str(tmp_path / "runs" / "5"), "--into", str(ref))
+        _job(tmp_path / "runs" / str(seed), f"losses/mnist/g10/ce/seed{seed}", record={**MADE, "commit": commit})
+    for bad in ("", "zzzz-not-a-commit", "0" * 40, HEAD if HEAD != commit else "f" * 40):
+        _job(tmp_path / "bad", "losses/mnist/g10/ce/seed7", record={**MADE, "commit": bad})
+        proc = _ref("collect", str(tmp_path / "bad"), "--into", str(ref), cwd=repo)
+        _one_line(proc, f"commit {bad!r} is no commit of this repository")
+    _job(tmp_path / "cloned", "losses/mnist/g10/ce/seed8", record={**MADE, "commit": "f" * 40,
+                                                                   "clone": "https://example.org/fork.git"})
+    first = _ref("collect", str(tmp_path / "runs" / "5"), "--into", str(ref), cwd=repo)
     assert first.returncode == 0 and "uncommitted" not in first.stderr, first.stderr
-    second = _ref("collect", str(tmp_path / "runs" / "6"), "--into", str(ref))
-    assert second.returncode == 0 and "uncommitted change(s)" in second.stderr
+    second = _ref("collect", str(tmp_path / "runs" / "6"), "--into", str(ref), cwd=repo)
+    _one_line(second, "differs from its commit (git HEAD): 1 changed (MANIFEST.sha256); 3 extra")
+    assert not (ref / "losses/mnist/g10/ce/seed6").exists()
+    accepted = _ref("collect", str(tmp_path / "runs" / "6"), "--into", str(ref), cwd=repo,
+                    env={seal.ACCEPT_ENV: "1"})
+    assert accepted.returncode == 0 and "warning: accepting uncommitted evidence" in accepted.stderr, accepted.stderr
+    assert "3 extra (losses/mnist/g10/ce/seed5/" in accepted.stderr
+    cloned = _ref("collect", str(tmp_path / "cloned"), "--into", str(ref), cwd=repo, env={seal.ACCEPT_ENV: "1"})
+    assert cloned.returncode == 0 and "of https://example.org/fork.git" in cloned.stderr, cloned.stderr
     seal.verify(ref)
 
 
@@ -389,7 +424,7 @@ def test_twins_and_copies_are_not_collected(tmp_path: Path) -> None:
     """A results folder of the workflow holds twins (rule reuse) and, for a render, copies of a set's jobs (rule
     from_reference): collect takes the trained jobs only, saying what it left out."""
     ref, runs = tmp_path / "ref", tmp_path / "runs"
-    trained = {"commit": "b" * 40, "runner": "snakemake", "rule": "train", "runtime": {"device": "cpu"}}
+    trained = {**MADE, "runtime": {"device": "cpu"}}
     _job(runs, "losses/mnist/g50/ratio/seed0", record=trained)
     twin = _job(runs, "alpha/mnist/a1/ratio/seed0", record={**trained, "rule": "reuse",
                                                            "reused_from": "losses/mnist/g50/ratio/seed0"})
@@ -407,7 +442,7 @@ def test_a_results_folder_of_the_workflow_is_no_unsealed_set(tmp_path: Path) -> 
     record of each job inside) is read as a results folder; a folder of a set's records without a marker is refused."""
     from fedbalance.evidence.reference import compare
 
-    made = {"commit": "b" * 40, "runner": "snakemake", "rule": "train"}
+    made = MADE
     for seed in (0, 1, 2):
         _job(tmp_path / "results", f"losses/mnist/g10/ce/seed{seed}", record=made)
         _job(tmp_path / "render", f"losses/mnist/g10/ce/seed{seed}",
@@ -687,3 +722,80 @@ def test_a_record_says_how_its_job_was_made(tmp_path: Path) -> None:
     assert copy["wall_s_job"] is None and "branched_from" not in copy and not provenance.trained(copy)
     assert provenance.runner({"commit": "a"}) == provenance.OLD_RUNNER and provenance.in_a_set({"commit": "a"})
     assert not provenance.in_a_set(record) and provenance.in_a_set({**record, "collected": "now"})
+
+
+def test_a_full_disk_during_a_collect_names_recover_as_the_next_step(tmp_path: Path, monkeypatch) -> None:
+    """The disk fills while the new set is written: the line says to free space, then `collect --recover` (the
+    interrupted collect's journal is there), then collect again; the set is as it was and --recover undoes the rest."""
+    import errno
+
+    runs, ref = tmp_path / "runs", tmp_path / "ref"
+    _job(ref, "losses/mnist/g10/ce/seed0")
+    seal_set(ref, MNIST)
+    before = _files(ref)
+    _job(runs, "losses/mnist/g10/ce/seed1")
+
+    def full(self, config) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(self.files["new"] / seal.MANIFEST))
+
+    monkeypatch.setattr(refset._Swap, "seal", full)
+    proc = _ref("collect", str(runs), "--into", str(ref))
+    assert proc.returncode == 1 and "no space left on the device while collecting into" in proc.stderr, proc.stderr
+    assert f"--into {ref.resolve()} --recover`, and collect again" in proc.stderr
+    assert "resumes from its last checkpoint" not in proc.stderr
+    assert _files(ref) == before
+    monkeypatch.undo()
+    monkeypatch.setenv(seal.ACCEPT_ENV, "1")
+    assert "undone" in _ref("collect", "--into", str(ref), "--recover").stdout
+
+
+def test_recover_checks_what_it_installs_as_collect_does(tmp_path: Path) -> None:
+    """A collect killed once its new set is journalled complete; the staged set is then changed consistently (a job's
+    record given a commit of no repository, the staged set resealed, the journal's sha256 rewritten): --recover refuses
+    to install it, naming the file, and the set stays the old one; untouched, it installs."""
+    ref, runs = _old_and_runs(tmp_path)
+    old = _files(ref)
+    args = ["collect", str(runs), "--into", str(ref), "--replace", "--reason", "a recover test"]
+    files = seal.collect_files(ref)
+    for n in range(1, 40):  # the first kill after which the journal says "ready"
+        r = _ref(*args, env={refset.CRASH_ENV: str(n)}, cwd=tmp_path)
+        assert r.returncode == refset.KILLED, (n, r.stderr)
+        if json.loads(files["journal"].read_text())["state"] == "ready" and files["new"].is_dir():
+            break
+        assert "undone" in _ref("collect", "--into", str(ref), "--recover").stdout
+    else:
+        pytest.fail("no kill left a ready journal")
+    record_path = files["new"] / "losses/mnist/g10/ce/seed2/provenance.json"
+    original = record_path.read_bytes()
+    record_path.write_text(json.dumps({**json.loads(original), "commit": "0" * 40}))
+    seal.seal(files["new"])
+    journal = json.loads(files["journal"].read_text())
+    files["journal"].write_text(json.dumps({**journal, "manifest_sha256": seal.sha256(files["new"] / seal.MANIFEST)}))
+    _one_line(_ref("collect", "--into", str(ref), "--recover"), f"commit {'0' * 40!r} is no commit of this repository")
+    assert _files(ref) == old
+    record_path.write_bytes(original)
+    seal.seal(files["new"])
+    files["journal"].write_text(json.dumps({**journal, "manifest_sha256": seal.sha256(files["new"] / seal.MANIFEST)}))
+    assert "finished" in _ref("collect", "--into", str(ref), "--recover").stdout
+    assert "losses/mnist/g10/ce/seed2/metrics.json" in seal.read_manifest(ref)
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"runner": "my-script.sh"}, "runner 'my-script.sh' is none of snakemake"),
+    ({"config": "config/quick.yaml"}, "config 'config/quick.yaml' is not the set's study config"),
+    ({"config": "/elsewhere/mnist.yaml"}, "is not the set's study config"),
+    ({"replaced": [{"reason": "invented", "previous_commit": HEAD}]}, "holds 'replaced', which only"),
+    ({"collected": "2026-01-01T00:00:00Z"}, "holds 'collected', which only"),
+])
+def test_collect_refuses_a_record_a_set_cannot_hold(tmp_path: Path, change: dict, words: str) -> None:
+    """A job of the set's protocol whose record names another runner, another config, or carries collect's own keys (an
+    invented replacement history): one line naming the file, nothing collected, RUNS unchanged."""
+    ref, runs = tmp_path / "ref", tmp_path / "runs"
+    _job(ref, "losses/mnist/g10/ce/seed0")
+    seal_set(ref, MNIST)
+    _job(runs, "losses/mnist/g10/ce/seed1", record={**MADE, **change})
+    before, held = _files(runs), _files(ref)
+    proc = _ref("collect", str(runs), "--into", str(ref))
+    _one_line(proc, words)
+    assert "losses/mnist/g10/ce/seed1/provenance.json" in proc.stderr
+    assert _files(runs) == before and _files(ref) == held

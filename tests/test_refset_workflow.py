@@ -46,8 +46,9 @@ def _snakemake(runs: Path, *targets: str, extra: tuple[str, ...] = (), env: dict
 
 
 def _fedbalance(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "fedbalance", *args], cwd=REPO, env=ENV, check=True, capture_output=True,
-                   timeout=3000)
+    r = subprocess.run([sys.executable, "-m", "fedbalance", *args], cwd=REPO, env=ENV, capture_output=True, text=True,
+                       timeout=3000)
+    assert r.returncode == 0, (args, r.stderr[-3000:])
 
 
 def _old_runner(out: Path, job: str, verb: str, *extra: str) -> None:
@@ -60,7 +61,8 @@ def _old_runner(out: Path, job: str, verb: str, *extra: str) -> None:
     started = time.time()
     _fedbalance(verb, *args, *([] if verb == "derive" else ["--device", "cpu"]))
     metrics = json.loads((folder / "metrics.json").read_text())
-    record = {"job": job, "commit": "0" * 40, "checkout_dirty": False, "command": f"python -m fedbalance {verb} ...",
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    record = {"job": job, "commit": head, "checkout_dirty": False, "command": f"python -m fedbalance {verb} ...",
               "config": "config/quick.yaml", "host": provenance.host(), "started": provenance.now(started),
               "runtime": provenance.runtime_of(metrics), "wall_s_this_process": 1.0,
               "wall_s_job": metrics["wall_time_s"], "finished": provenance.now()}
@@ -96,7 +98,7 @@ def _same_job(a: Path, b: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_job_made_by_the_workflow_and_collected_equals_the_old_runners(made, tmp_path: Path) -> None:
+def test_a_job_made_by_the_workflow_and_collected_equals_the_old_runners(made, tmp_path: Path, monkeypatch) -> None:
     """Collected into a new set each, the workflow's reference job and the old runner's are the same cell for cell;
     the workflow's record holds every field the old runner's does, and says how it was made."""
     new_set, old_set = tmp_path / "new", tmp_path / "old"
@@ -118,6 +120,7 @@ def test_a_job_made_by_the_workflow_and_collected_equals_the_old_runners(made, t
     assert record["wall_s_job"] == json.loads((new_set / MONITOR / "metrics.json").read_text())["wall_time_s"]
     old_record = json.loads((old_set / MONITOR / "provenance.json").read_text())
     assert provenance.runner(old_record) == provenance.OLD_RUNNER
+    monkeypatch.setenv(seal.ACCEPT_ENV, "1")  # a set in tmp_path, outside the checkout: read on purpose
     assert "made by {'snakemake': 4}" in refset.status_text(new_set)  # the twin is not collected
     assert not (new_set / TWIN).exists()
 

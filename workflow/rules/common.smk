@@ -356,3 +356,14 @@ def table_study(label):
 def figure_study(name):
     """The protocol of the jobs figure ``name`` draws, in words."""
     return describe(config, filling(figure_reads(name), JOBS))
+
+
+# A link into a set made after the workflow parsed (the Snakefile's refuse_links_into_sets ran then) would let
+# Snakemake delete the set's files when it removes a job's outputs (before the job, after it failed, an incomplete
+# one), which it does through snakemake.io.remove. Every such removal is checked first
+# (fedbalance.jobs.seal.refuse_removal): one that would reach a set stops the run, and nothing of the set is removed.
+import snakemake.io as snakemake_io
+
+from fedbalance.jobs.seal import guarded_removal
+
+snakemake_io.remove = guarded_removal(snakemake_io.remove, WorkflowError)

@@ -26,7 +26,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -209,6 +208,40 @@ def _outside_other_sets(into: Path) -> None:
         raise RefSetError(f"--into {into} lies inside the reference set {root}: name the set's root")
 
 
+def _check_staged(new: Path, say: Callable[[str], None]) -> None:
+    """What ``collect`` checks, on the staged set ``new`` that ``--recover`` is about to install: its manifest, every job
+    whole (``jobfolder.check``) and of the set's protocol (its marker's config), every record one a set holds (a known
+    runner, a known commit or its clone's URL). RefSetError naming the file otherwise: nothing is installed."""
+    from fedbalance.jobs.config import load_config
+
+    try:
+        seal.verify(new)
+        config = seal.marker_config(new)
+    except seal.SealError as exc:
+        raise RefSetError(f"--recover: the staged set: {exc}; nothing was installed (move {new} away by hand)") from None
+    try:
+        cfg = load_config(config)
+    except ConfigError as exc:
+        raise RefSetError(f"--recover: the staged set's config {config}: {exc}; nothing was installed") from None
+    records = []
+    for folder in job_folders(new):
+        try:
+            _check_protocol(cfg, folder, _checked(folder))
+            record = _record(folder / PROVENANCE)
+        except RefSetError as exc:
+            raise RefSetError(f"--recover: the staged set: {exc}".replace("nothing was collected",
+                                                                           "nothing was installed")) from None
+        if provenance.runner(record) not in provenance.RUNNERS:
+            raise RefSetError(f"--recover: {folder / PROVENANCE}: runner {provenance.runner(record)!r} is none of "
+                              f"{', '.join(provenance.RUNNERS)}; nothing was installed")
+        records.append((folder, folder.relative_to(new).as_posix(), record))
+    try:
+        _check_commits(records, _work_tree(new), say)
+    except RefSetError as exc:
+        raise RefSetError(f"--recover: the staged set: {exc}".replace("nothing was collected",
+                                                                       "nothing was installed")) from None
+
+
 def recover(into: Path, say: Callable[[str], None] = _stderr) -> str:
     """Finish or undo the collect into ``into`` that was interrupted (its journal): a new set journalled complete is
     swapped in (or, swapped already, what is left is removed), an incomplete one is removed; one line saying which."""
@@ -240,7 +273,7 @@ def recover(into: Path, say: Callable[[str], None] = _stderr) -> str:
         if not (files["new"].is_dir() and _manifest_sha(files["new"]) == want):
             raise RefSetError(f"--recover: {files['journal']} records a complete new set, but neither {into} nor "
                               f"{files['new']} holds it: move them away by hand")
-        seal.verify(files["new"])
+        _check_staged(files["new"], say)
         _swap_in(files, root)
         _finish(files)
         return f"finished: the interrupted collect's new set is {into} now"
@@ -310,9 +343,9 @@ class _Target:
     check_held: bool = False
 
 
-def _target(into: Path, config: Path | None, adopt: bool) -> _Target:
-    """The set ``into`` checked (a sealed set verified, an unsealed folder of jobs taken only with ``adopt``) with the
-    study config its jobs must be jobs of."""
+def _target(into: Path, config: Path | None, adopt: bool, note: Callable[[str], None] = _stderr) -> _Target:
+    """The set ``into`` checked (a sealed set read as committed, like every read: ``seal.verify_committed``; an
+    unsealed folder of jobs taken only with ``adopt``) with the study config its jobs must be jobs of."""
     if config is not None and not config.is_file():
         raise RefSetError(f"--config {config}: not a file (the study config the set's jobs are jobs of)")
     root = seal.set_root(into)
@@ -320,7 +353,7 @@ def _target(into: Path, config: Path | None, adopt: bool) -> _Target:
         if adopt:
             raise RefSetError(f"--adopt: {into} is sealed already ({seal.MARKER}); collect into it without --adopt")
         try:
-            seal.verify(root)
+            seal.verify_committed(root, notice=lambda line: note(f"warning: {line}"), given=into)
         except seal.SealError as exc:
             raise RefSetError(f"{exc}; nothing was collected") from None
         try:
@@ -375,26 +408,25 @@ def _record(path: Path) -> dict[str, Any]:
         raise RefSetError(f"{exc}; nothing was collected") from None
 
 
-def recover_record(out: Path) -> str:
-    """provenance.json of a finished job of ``provenance.OLD_RUNNER`` whose runner died before it (an orphan that
-    finished), from the start record that runner wrote and metrics.json; one line saying what happened, ``FAILED`` when
-    there is no start record (nothing records which code ran the job)."""
+def recover_record(out: Path) -> tuple[str, dict[str, Any] | None]:
+    """The provenance record of a finished job of ``provenance.OLD_RUNNER`` whose runner died before it (an orphan that
+    finished), made from the start record that runner wrote and metrics.json, and one line saying what happened
+    (``FAILED``, with no record, when there is no start record: nothing records which code ran the job). Nothing is
+    written: the folder of runs is read only; the record goes into the set with the job."""
     if not (out / PENDING).is_file():
         return (f"FAILED {out}: a finished job without {PROVENANCE} or {PENDING}: nothing records which code ran it; "
-                "make it again with the workflow, which records it")
+                "make it again with the workflow, which records it"), None
     start = _record(out / PENDING)
     try:
         metrics = check(out)
     except JobFolderError as exc:
-        return f"FAILED {exc}"
+        return f"FAILED {exc}", None
     own = None
     job_wall = own if "derived_from" in start else metrics.get("wall_time_s")
     record = {**start, "runtime": provenance.runtime_of(metrics), "wall_s_this_process": own, "wall_s_job": job_wall,
               "finished": provenance.now((out / METRICS).stat().st_mtime),
               "recovered": f"its runner ended before the job; written from {PENDING} and {METRICS}"}
-    provenance.write(out, record)
-    (out / PENDING).unlink()
-    return f"recovered {out} (its runner had died; provenance from the start record)"
+    return f"recovered {out} (its runner had died; provenance from the start record)", record
 
 
 def _what_changes(old: Mapping[str, bytes], new: Mapping[str, bytes]) -> str:
@@ -422,18 +454,6 @@ def _relative_metrics(metrics_text: str, previous_sha: str) -> tuple[bytes | Non
     return json.dumps(fixed, indent=1).encode(), {
         "file": METRICS, "changed": changes, "previous_sha256": previous_sha,
         "why": "a source named by its job path relative to the results root, not by a machine's absolute path"}
-
-
-def _uncommitted(reference: Path) -> int:
-    """How many paths of ``reference`` git reports changed or untracked (0 outside a git repository)."""
-    if not reference.is_dir():
-        return 0
-    try:
-        out = subprocess.run(["git", "-C", str(reference.resolve()), "status", "--porcelain", "--", "."],
-                             capture_output=True, text=True, check=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    return len([line for line in out.splitlines() if line.strip()])
 
 
 @dataclass
@@ -485,23 +505,82 @@ def _adopt(plan: _Plan, cfg: Mapping[str, Any]) -> int:
     return migrated
 
 
-def _runs_jobs(runs: Path, cfg: Mapping[str, Any], say: Callable[[str], None]) -> tuple[list, list[Path]]:
+def _check_record(path: Path, record: Mapping[str, Any], config: Path) -> None:
+    """Refuse a job's record (``path``) that a set cannot hold: a runner other than the workflow or the one before it
+    (``provenance.RUNNERS``), a ``config`` that is not the set's study config (by content, read relative to the checkout
+    the job ran in, i.e. this one), or a key only ``collect`` writes (``provenance.COLLECT_KEYS``: a replacement
+    history it did not record). Its commit is checked with the others' (``_check_commits``)."""
+    who = provenance.runner(record)
+    if who not in provenance.RUNNERS:
+        raise RefSetError(f"{path}: runner {who!r} is none of {', '.join(provenance.RUNNERS)}: a set holds jobs the "
+                          "workflow made; nothing was collected")
+    written = [k for k in provenance.COLLECT_KEYS if k in record]
+    if written:
+        raise RefSetError(f"{path}: holds {written[0]!r}, which only `{seal.COLLECT}` writes into a set's record: a job "
+                          "of a folder of runs has none; nothing was collected")
+    named = record.get("config")
+    if named is None and who == provenance.OLD_RUNNER:
+        return
+    if not isinstance(named, str) or not _same_config(named, config):
+        raise RefSetError(f"{path}: config {named!r} is not the set's study config {config} (by content, relative to "
+                          "the checkout): a set holds one protocol; collect it into a set of its own; nothing was "
+                          "collected")
+
+
+def _same_config(named: str, config: Path) -> bool:
+    """``named`` (a record's ``config``, relative to the checkout it ran in) is a file with ``config``'s content, read
+    relative to each checkout the code runs in (``seal.checkouts``) or the working folder."""
+    if Path(named).is_absolute():
+        return False
+    want = seal.sha256(config)
+    for base in (*seal.checkouts(), Path.cwd()):
+        candidate = base / named
+        if candidate.is_file() and seal.sha256(candidate) == want:
+            return True
+    return False
+
+
+def _check_commits(jobs: Sequence[tuple[Path, str, Mapping[str, Any]]], tree: Path | None,
+                   note: Callable[[str], None]) -> None:
+    """Refuse a job whose record's ``commit`` names no commit of the repository (``seal.unknown_commits``: "", a
+    word, forty zeros, a commit of another clone) unless its record names that clone's URL (``clone``,
+    ``provenance.CLONE_ENV``), which is then said."""
+    unknown = set(seal.unknown_commits([str(r.get("commit")) for _, _, r in jobs], tree))
+    foreign = [(src, r) for src, _, r in jobs if str(r.get("commit")) in unknown]
+    cloned = [(src, r) for src, r in foreign if isinstance(r.get("clone"), str) and provenance.CLONE.fullmatch(r["clone"])]
+    bad = [(src, r) for src, r in foreign if (src, r) not in cloned]
+    if bad:
+        src, record = bad[0]
+        raise RefSetError(f"{src / PROVENANCE}: commit {record.get('commit')!r} is no commit of this repository (git "
+                          f"cat-file{'' if tree is None else ' in ' + str(tree)}){f', nor are those of {len(bad) - 1} more jobs' if bad[1:] else ''}: "
+                          "fetch the commit that ran it, or run it with the URL of the clone it ran from in "
+                          f"{provenance.CLONE_ENV}; nothing was collected")
+    if cloned:
+        note(f"note: {len(cloned)} job(s) ran from a commit of another clone, e.g. {cloned[0][1]['commit'][:12]} of "
+             f"{cloned[0][1]['clone']} ({cloned[0][0]})")
+
+
+def _runs_jobs(runs: Path, cfg: Mapping[str, Any], config: Path,
+               say: Callable[[str], None]) -> tuple[list, list[Path]]:
     """(every finished job of ``runs`` to collect: (folder, its path in the set, its record), the finished jobs
-    without provenance), each checked first; twins and a render's copies are left out, saying so."""
+    without provenance), each checked first (whole, of the set's protocol, its record: ``_check_record``); twins and a
+    render's copies are left out, saying so. Nothing in ``runs`` is written."""
     jobs, missing, copies = [], [], []
     for src in job_folders(runs):
+        recovered = None
         if not (src / PROVENANCE).is_file():
-            msg = recover_record(src)
+            msg, recovered = recover_record(src)
             say(msg)
-            if msg.startswith("FAILED"):
+            if recovered is None:
                 missing.append(src)
                 continue
         metrics = _checked(src)
-        record = _record(src / PROVENANCE)
+        record = recovered if recovered is not None else _record(src / PROVENANCE)
         if "reused_from" in metrics or not provenance.trained(record):
             copies.append(src)
             continue
         _check_protocol(cfg, src, metrics)
+        _check_record(src / PROVENANCE, record, config)
         if not record.get("runtime"):  # a record of an earlier version of the old runner
             record["runtime"] = provenance.runtime_of(metrics)
         record.setdefault("job", src.relative_to(runs).as_posix())
@@ -541,7 +620,7 @@ def collect(runs: Path | None, into: Path, *, config: Path | None = None, replac
         if left:
             raise RefSetError(f"a collect into {into} was interrupted ({left[0]}): finish or undo it first with "
                               f"`{seal.COLLECT} --into {into} --recover`; nothing was collected")
-        target = _target(into, config, adopt)
+        target = _target(into, config, adopt, note)
         try:
             cfg = load_config(target.config)
         except ConfigError as exc:
@@ -549,16 +628,13 @@ def collect(runs: Path | None, into: Path, *, config: Path | None = None, replac
         if target.check_held:
             for folder in job_folders(target.root):
                 _check_protocol(cfg, folder, _checked(folder))
-        pending = _uncommitted(into)
-        if pending:
-            note(f"note: {into} has {pending} uncommitted change(s) (git status): earlier collected jobs not yet "
-                 "committed; commit them with the jobs they belong to")
         plan = _Plan(target.root)
         migrated = _adopt(plan, cfg) if adopt else 0
-        jobs, missing = _runs_jobs(runs, cfg, note) if runs is not None else ([], [])
+        jobs, missing = _runs_jobs(runs, cfg, target.config, note) if runs is not None else ([], [])
         if runs is not None and not jobs and not missing:
             raise RefSetError(f"RUNS {runs} holds no finished job to collect "
                               f"(<experiment>/<dataset>/<setting>/<loss>/seed<k>/{METRICS} with its {PROVENANCE})")
+        _check_commits(jobs, _work_tree(target.root), note)
         new = sum(1 for _, rel, _ in jobs if plan.current(f"{rel}/{PROVENANCE}") is None)
         replaced = _plan_jobs(plan, runs, jobs, replace, reason, say)
         dirty = sum(1 for _, _, record in jobs if record.get("checkout_dirty"))
@@ -566,12 +642,7 @@ def collect(runs: Path | None, into: Path, *, config: Path | None = None, replac
             note(f"note: {dirty} job(s) ran from a checkout with uncommitted changes (checkout_dirty): their commit "
                  "alone does not give their code")
         if plan.writes or target.new_marker:
-            swap = _Swap(target.root)
-            swap.begin()
-            for rel, data in plan.writes.items():
-                swap.write(rel, data)
-            swap.seal(target.config if target.new_marker else None)
-            swap.commit()
+            _install(target, plan)
         held = len(job_folders(target.root))
         if adopt:
             say(f"sealed {into} ({held} jobs, {seal.MANIFEST}); {migrated} job(s) migrated to relative source paths")
@@ -583,6 +654,35 @@ def collect(runs: Path | None, into: Path, *, config: Path | None = None, replac
              f"{', '.join(str(m) for m in missing)}")
         return 1
     return 0
+
+
+def _install(target: _Target, plan: _Plan) -> None:
+    """Write ``plan`` into the new set beside ``target``'s, seal it and swap it in (``_Swap``); a full disk says the
+    next steps: space, then ``--recover``, then the collect again."""
+    swap = _Swap(target.root)
+    try:
+        swap.begin()
+        for rel, data in plan.writes.items():
+            swap.write(rel, data)
+        swap.seal(target.config if target.new_marker else None)
+        swap.commit()
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = exc.filename or exc.strerror
+        raise OSError(exc.errno, f"no space left on the device while collecting into {target.root} ({where}): free "
+                      f"some space, then finish or undo the interrupted collect with `{seal.COLLECT} --into "
+                      f"{target.root} --recover`, and collect again") from exc
+
+
+def _work_tree(root: Path) -> Path | None:
+    """The work tree of the code's repository holding the set at ``root`` (or, for a new set, its folder), None where
+    there is none (a set read on purpose outside the checkout)."""
+    where = root if root.exists() else next((f for f in root.parents if f.exists()), root)
+    try:
+        return seal.locate(where)
+    except seal.SealError:
+        return None
 
 
 def _plan_jobs(plan: _Plan, runs: Path | None, jobs: list, replace: bool, reason: str | None,
@@ -668,7 +768,9 @@ def status_text(reference: Path) -> str:
     commits: dict[str, int] = {}
     runners: dict[str, int] = {}
     minutes: dict[str, list[float]] = {}
+    job_paths = []
     for (exp, ds, setting, loss, seed), record, device in provenances(reference):
+        job_paths.append(f"{exp}/{ds}/{setting}/{loss}/{seed}")
         held.setdefault((exp, ds, setting, loss), []).append(int(seed[4:]))
         commits[record["commit"][:7]] = commits.get(record["commit"][:7], 0) + 1
         runners[provenance.runner(record)] = runners.get(provenance.runner(record), 0) + 1
@@ -690,7 +792,28 @@ def status_text(reference: Path) -> str:
     n = sum(len(v) for v in held.values())
     lines += ["", f"{n} jobs; commits {commits}; devices {devices}; made by {dict(sorted(runners.items()))}"
               + (f"; minutes per job: {per_device}" if per_device else "")]
+    lines += [f"changed after it was collected: {line}" for line in changed_after_collect(reference, job_paths)]
     return "\n".join(lines) + "\n"
+
+
+def changed_after_collect(reference: Path, jobs: Sequence[str]) -> list[str]:
+    """One line per job of the set (``jobs``: paths relative to it) whose metrics.json or rounds.csv a later commit
+    changed than the one that last changed its provenance.json (the commit that collected it: ``collect`` rewrites
+    the record with every change it makes, a replacement or a migration too), naming both commits; none where the set
+    lies in no checkout."""
+    last = seal.last_changes(reference)
+    if not last:
+        return []
+    order = {c: i for i, c in enumerate(dict.fromkeys(last.values()))}  # newest first (git log's order)
+    out = []
+    for job in jobs:
+        record = last.get(f"{job}/{PROVENANCE}")
+        files = [(f, last[f"{job}/{f}"]) for f in FILES if f"{job}/{f}" in last]
+        later = [(f, c) for f, c in files if record is None or order[c] < order[record]]
+        if later:
+            out.append(f"{job}: {', '.join(f for f, _ in later)} last changed by {later[0][1][:7]}, its {PROVENANCE} "
+                       f"by {record[:7] if record else 'no commit'}")
+    return out
 
 
 STATUS_SOURCE = "fedbalance reference status --readme"
@@ -788,6 +911,7 @@ def missing(config: Path, reference: Path, plan: Sequence[str] | None = None,
     plan = list(EVIDENCE_PLAN if plan is None else plan)
     steps = [plan_step(s) for s in plan]
     try:
+        seal.verify_if_sealed(reference, "--reference", notice=lambda line: print(f"warning: {line}", file=sys.stderr))
         cfg = load_config(config)
         known = {j.experiment for j in config_jobs(cfg)}
         todo = [j for j in missing_jobs(cfg, reference) if j.dataset == dataset]

@@ -2,7 +2,8 @@
 
 Every job the workflow makes (rules ``train``, ``derive``, ``reuse``, ``from_reference``) records, when it ends:
 ``job`` (its path), ``runner`` (``"snakemake"``) and ``runner_version``, ``commit`` (the commit of the code that ran,
-the checkout's HEAD, or ``COMMIT_ENV`` for a copy without git) and ``checkout_dirty`` (tracked files changed: True;
+the checkout's HEAD, or ``COMMIT_ENV`` for a copy without git; with ``clone``, the URL of ``CLONE_ENV``, when it is a
+commit of another clone) and ``checkout_dirty`` (tracked files changed: True;
 unknown: None), ``command`` (the Snakemake invocation, the results folder written ``RUNS`` and the checkout
 ``REPO``), ``rule`` and ``wildcards``, ``config`` (the config file, relative to the checkout), ``host`` (machine,
 cpus, python), ``started``, ``runtime`` (device, threads, deterministic kernels, versions and training path, from
@@ -44,6 +45,15 @@ COMMIT_ENV = "FEDBALANCE_COMMIT"
 OLD_RUNNER = "scripts/reference_jobs.py"
 """The runner of a record that names none: the reference sets' jobs made before the workflow made them."""
 SNAKEMAKE = "snakemake"
+RUNNERS = (SNAKEMAKE, OLD_RUNNER)
+"""The runners a set's job may have been made by (``runner``): the workflow, or the one before it."""
+CLONE_ENV = "FEDBALANCE_CLONE"
+"""The URL of the clone whose commit ran the jobs, when it is not a commit of the repository the jobs are collected
+into (another fork): recorded as ``clone``, which ``collect`` then names instead of finding the commit."""
+CLONE = re.compile(r"(?:[a-z][a-z0-9+.-]*://\S+|[\w.-]+@[\w.-]+:\S+)")
+"""A clone's URL as ``CLONE_ENV`` takes it: ``scheme://...`` or git's ``user@host:path``."""
+COLLECT_KEYS = ("collected", "replaced", "migrated")
+"""The keys of a record only ``collect`` writes (when it copies, replaces or migrates a job of a set)."""
 COMMIT = re.compile(r"[0-9a-f]{7,40}")
 """A commit as ``COMMIT_ENV`` takes it: 7 to 40 lower-case hex digits."""
 
@@ -193,6 +203,9 @@ def job_record(metrics: Mapping[str, Any], *, how: Mapping[str, Any], code: str 
     ``extra``: keys the rule adds (a twin's ``reused_from``, a copy's ``copied_from``). A trained job's source, when it
     was derived or branched, comes from metrics.json."""
     commit, dirty = code_state(code, env)
+    clone = env.get(CLONE_ENV) or None
+    if clone is not None and not CLONE.fullmatch(clone):
+        raise ProvenanceError(f"{CLONE_ENV}={clone!r}: not a clone's URL (scheme://host/path or user@host:path)")
     try:
         run = json.loads(env.get(RUN_ENV) or "{}")
     except json.JSONDecodeError:
@@ -209,6 +222,7 @@ def job_record(metrics: Mapping[str, Any], *, how: Mapping[str, Any], code: str 
         "runner": how["runner"],
         "runner_version": how.get("runner_version"),
         "commit": commit,
+        **({"clone": clone} if clone is not None else {}),
         "checkout_dirty": dirty,
         "command": run.get("command"),
         "rule": how.get("rule"),

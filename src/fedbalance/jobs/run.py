@@ -291,12 +291,18 @@ def lock_holder(folder: str | Path) -> str | None:
 
 
 def _locked(run: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
-    """Run ``run(spec, out_dir, ...)`` holding ``job_lock(out_dir)``."""
+    """Run ``run(spec, out, ...)`` holding ``job_lock(out)``, ``out`` being ``out_dir`` resolved once (links and ``..``):
+    the job writes under that folder, and refuses to write once a folder on its path has become a link
+    (``check_unmoved``)."""
 
     @functools.wraps(run)
     def locked(spec: Mapping[str, Any] | JobSpec, out_dir: str | Path, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        with job_lock(Path(out_dir)):
-            return run(spec, out_dir, *args, **kwargs)
+        try:
+            out = Path(out_dir).resolve()
+        except (OSError, RuntimeError) as exc:
+            raise JobError(f"output folder {out_dir}: a link on its path never ends ({exc})") from None
+        with job_lock(out):
+            return run(spec, out, *args, **kwargs)
 
     return locked
 
@@ -482,6 +488,15 @@ def _remove_stale_temporaries(out: Path) -> None:
             stale.unlink(missing_ok=True)
 
 
+def check_unmoved(out: Path) -> None:
+    """JobError when the job's folder ``out`` (resolved once, when the job took its lock) resolves elsewhere now: a
+    folder on its path was replaced by a link while the job ran (into a reference set, say); nothing more is written."""
+    now = out.resolve()
+    if now != out:
+        raise JobError(f"output folder {out} resolves to {now} now: a folder on its path became a link while the job "
+                       "ran; nothing more is written (its checkpoint stays where the job started)")
+
+
 class _Checkpointer:
     """The engines' ``on_round``: write the checkpoint, advance the progress bar or log a line, then
     call the caller's ``on_round``."""
@@ -510,6 +525,7 @@ class _Checkpointer:
         """Keep ``state`` (after ``state.next_round`` rounds) for the jobs that branch from this one (``load_branch``)."""
         kept = {"fingerprint": self.fp, "runtime": self.rt, "state": state.to_dict(), "chunks": dict(self.plan.chunks),
                 "spec": clean(self.spec.as_dict()), "path": self.spec.path, "partitions": _partitions_json(self.partitions or {})}
+        check_unmoved(self.path.parent)
         atomic_write(branch_file(self.path.parent, state.next_round), lambda fh: torch.save(kept, fh), mode="wb")
 
     def wall_time(self) -> float:
@@ -519,6 +535,7 @@ class _Checkpointer:
     def __call__(self, state: RoundState, row: dict[str, Any]) -> None:
         state.wall_time_s = self.wall_time()
         ckpt = {"fingerprint": self.fp, "runtime": self.rt, "state": state.to_dict(), "chunks": dict(self.plan.chunks)}
+        check_unmoved(self.path.parent)
         atomic_write(self.path, lambda fh: torch.save(ckpt, fh), mode="wb")
         if state.next_round in self.keep:
             self.keep_state(state)
@@ -571,7 +588,9 @@ def _job_metrics(
 
 
 def _write_outputs(out: Path, spec: JobSpec, state: RoundState, metrics: Mapping[str, Any]) -> None:
-    """trajectory.pt (``save_trajectory``), rounds.csv, then metrics.json; the checkpoint goes last."""
+    """trajectory.pt (``save_trajectory``), rounds.csv, then metrics.json; the checkpoint goes last. Nothing when ``out``
+    resolves elsewhere than when the job began (``check_unmoved``)."""
+    check_unmoved(out)
     if spec.save_trajectory:
         final = {k: v.detach().cpu() for k, v in state.model.items()}
         trajectory = {"spec": clean(spec.resolved_dict()), "rounds": state.trajectory, "final": final,

@@ -12,26 +12,34 @@ A reference set (``reference/mnist``) is a folder of finished jobs kept as evide
 
 Every route that writes job folders calls ``refuse_inside`` first: a path inside a set (found by walking up to the
 marker, after links and ``..`` are resolved) or holding one below it is refused before any work; the workflow also
-calls ``refuse_links_into_sets`` on its results folder while it parses, before Snakemake deletes or touches an output.
+calls ``refuse_links_into_sets`` on its results folder while it parses, and ``refuse_removal`` before each removal of an
+output while it runs (a link made after the parse); the shipped scripts call ``refuse_written`` (``python -m
+fedbalance.jobs.seal written WHAT PATH ...``) on every folder they empty or write, which also keeps them off the
+checkout's root, its git folder and its tracked folders.
 Every read of a set calls ``verify_committed`` (through ``verify_if_sealed``): a file changed, added or removed since
-the manifest was written (``verify``) and, for a set inside a git work tree, since the commit checked out (``HEAD``:
-``uncommitted``) is refused, naming the files, unless uncommitted evidence is accepted on purpose, which is said. A set
-holds plain files only: a link, a pipe or a device in it is refused. The manifest is a checksum list beside the files
-it checks: it finds an accident or a careless edit; git's commit is what a consistent forgery (files and manifest
-rewritten together) must get past. Standard library only (and ``fedbalance.jobs.provenance``): the workflow calls it while
-it parses.
+the manifest was written (``verify``) and since the commit checked out in the work tree that holds it (``HEAD``:
+``uncommitted``) is refused, naming the files, unless uncommitted evidence is accepted on purpose, which is said. That
+work tree is one of the code's own repository (``locate``, ``checkouts``: the package's checkout's or the working
+folder's, every ``git worktree`` of it), never one found above the set: a set outside it, reached through a link on its
+path, or below another ``.git`` is refused the same way. A set holds plain files only: a link, a pipe or a device in it
+is refused. The manifest is a checksum list beside the files it checks: it finds an accident or a careless edit; git's
+commit is what a consistent forgery (files and manifest rewritten together) must get past. Standard library only (and
+``fedbalance.jobs.provenance``): the workflow calls it while it parses.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 import json
 import logging
 import os
 import stat
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger(__name__)
 from fedbalance.jobs.provenance import PROVENANCE, in_a_set
@@ -216,24 +224,29 @@ def _named(kind: str, paths: list[str]) -> str:
     return f"{len(paths)} {kind} ({', '.join(paths[:SHOWN])}{more})"
 
 
-def problems(root: str | Path) -> list[str]:
-    """What differs between the set at ``root`` and its manifest: changed, extra and missing files, each named."""
+def differences(root: str | Path) -> dict[str, list[str]]:
+    """How the set at ``root`` differs from its manifest: {"changed": [...], "extra": [...], "missing": [...]}."""
     recorded = read_manifest(root)
     actual = digests(root)
-    changed = [p for p in recorded if p in actual and actual[p] != recorded[p]]
-    extra = [p for p in actual if p not in recorded]
-    missing = [p for p in recorded if p not in actual]
-    return [_named(kind, paths) for kind, paths in (("changed", changed), ("extra", extra), ("missing", missing))
-            if paths]
+    return {"changed": [p for p in recorded if p in actual and actual[p] != recorded[p]],
+            "extra": [p for p in actual if p not in recorded], "missing": [p for p in recorded if p not in actual]}
+
+
+def problems(root: str | Path) -> list[str]:
+    """What differs between the set at ``root`` and its manifest: changed, extra and missing files, each named."""
+    return [_named(kind, paths) for kind, paths in differences(root).items() if paths]
 
 
 def verify(root: str | Path) -> None:
     """SealError naming the files unless every file of the set at ``root`` is the one its manifest records (what
-    ``collect`` checks before it writes; every read checks the commit too: ``verify_committed``)."""
+    ``collect`` checks before it writes; every read checks the commit too: ``verify_committed``). An extra file is
+    named with the command that removes it (one git ignores too, which ``git status`` does not show)."""
     read_marker(root)
-    found = problems(root)
-    if found:
-        raise SealError(f"reference set {root}: its files differ from {MANIFEST}: {'; '.join(found)}; "
+    found = differences(root)
+    named = [_named(kind, paths) for kind, paths in found.items() if paths]
+    if named:
+        how = f"{_removal(root, {'extra': found['extra']})}, then " if found["extra"] else ""
+        raise SealError(f"reference set {root}: its files differ from {MANIFEST}: {'; '.join(named)}; {how}"
                         + RESTORE.format(root=root) + interrupted(root))
 
 
@@ -253,9 +266,166 @@ def _git(where: Path, *args: str) -> bytes:
     return proc.stdout
 
 
-def _work_tree(root: Path) -> bool:
-    """``root`` lies in a git work tree: a ``.git`` (folder or file) in it or above it."""
-    return any((folder / ".git").exists() for folder in (root, *root.parents))
+def _git_answer(where: Path, *args: str) -> str | None:
+    """git's output (text, stripped) of ``args`` run in ``where`` with ``GIT_LOCATION_ENV`` dropped; None when git is
+    missing or fails (``where`` in no work tree)."""
+    env = {k: v for k, v in os.environ.items() if k not in GIT_LOCATION_ENV}
+    try:
+        proc = subprocess.run(["git", "-C", str(where), *args], capture_output=True, env=env, timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return os.fsdecode(proc.stdout).strip() if proc.returncode == 0 else None
+
+
+def _repository(where: Path) -> tuple[Path, Path] | None:
+    """(the root of the git work tree ``where`` lies in, its repository's common git folder), as git finds them from
+    ``where``; None when it lies in none (or git is missing)."""
+    found = _git_answer(where, "rev-parse", "--show-toplevel", "--git-common-dir")
+    if not found or len(found.splitlines()) != 2:
+        return None
+    top, common = found.splitlines()
+    return Path(top).resolve(), (where / common).resolve()
+
+
+PACKAGE = Path(__file__).resolve().parent
+"""This module's folder: in a clone, ``<checkout>/src/fedbalance/jobs`` (the checkout the code runs in)."""
+
+
+def checkouts() -> dict[Path, Path]:
+    """The work trees reads accept a set in: every work tree (``git worktree list``) of the repository of the code's
+    own checkout (this package's folder) and of the working folder's, root -> the repository's common git folder;
+    empty when neither lies in a git work tree. The working folder's repository is left out when its work tree lies
+    inside another repository's (a ``git init`` below ``reference/``, run from there)."""
+    own = _repository(PACKAGE)
+    here = _repository(Path(os.getcwd()))
+    found = [r for r in (own, here) if r is not None]
+    if here is not None and here != own and _nested(*here):
+        found = [r for r in found if r != here]
+    out: dict[Path, Path] = {}
+    for top, common in found:
+        listing = _git_answer(top, "worktree", "list", "--porcelain") or f"worktree {top}"
+        for line in listing.splitlines():
+            if line.startswith("worktree ") and Path(line[9:]).is_dir():
+                out.setdefault(Path(line[9:]).resolve(), common)
+        out.setdefault(top, common)
+    return out
+
+
+def _nested(top: Path, common: Path) -> bool:
+    """The work tree ``top`` (of the repository ``common``) lies inside the work tree of another repository: a ``.git``
+    above it belongs to a repository other than its own (a worktree placed inside its main checkout is not nested)."""
+    for folder in top.parents:
+        if os.path.lexists(folder / ".git"):
+            outer = _repository(folder)
+            return outer is None or outer[1] != common
+    return False
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """``path`` is ``folder`` or lies below it (both resolved)."""
+    return path == folder or folder in path.parents
+
+
+def _link_on_path(path: str | Path, roots: Collection[Path]) -> tuple[Path, str] | None:
+    """The first link on ``path`` as it is spelled (walked from the working folder, each ``..`` taken after the folder
+    before it), with its target, unless it leads to one of ``roots`` or a folder above one (the path then enters a
+    checkout whole, e.g. through a home folder that is a link); None when there is none."""
+    given = Path(os.path.expanduser(str(path)))
+    here = Path(given.anchor) if given.is_absolute() else Path(os.getcwd())
+    for part in given.parts[1 if given.is_absolute() else 0:]:
+        if part in ("", "."):
+            continue
+        if part == "..":
+            here = here.parent
+            continue
+        step = here / part
+        if step.is_symlink():
+            target = step.resolve()
+            if not any(_inside(root, target) for root in roots):
+                return step, os.readlink(step)
+            here = target
+            continue
+        here = step
+    return None
+
+
+def locate(root: str | Path, given: str | Path | None = None) -> Path:
+    """The root of the work tree of the code's repository that holds the set at ``root`` (``checkouts``): its real
+    path lies in that work tree, no link on its path as ``given`` (default ``root``) leads elsewhere and no other
+    repository's ``.git`` (a folder or a file) lies between the set and that root (a work tree's own ``.git`` at its
+    root is its own). SealError saying which, naming the path, otherwise: such a set is no committed evidence of this
+    repository."""
+    trees = checkouts()
+    shown = given if given is not None else root
+    if not trees:
+        raise SealError(f"reference set {shown}: the code runs in no git checkout (neither {PACKAGE} nor the working "
+                        f"folder {os.getcwd()} lies in a git work tree), so the set cannot be read as committed")
+    link = _link_on_path(shown, trees)
+    if link is not None:
+        raise SealError(f"reference set {shown} is reached through the link {link[0]} -> {link[1]}: a set is read "
+                        "where it lies in the checkout, never through a link (a link can lead to a copy anywhere)")
+    real = _resolved(root)
+    holders = [t for t in trees if _inside(real, t)]
+    if not holders:
+        names = ", ".join(str(t) for t in list(trees)[:3]) + (" ..." if len(trees) > 3 else "")
+        raise SealError(f"reference set {shown} ({real}) lies outside the checkout the code runs in ({names}): it is "
+                        "no committed evidence of this repository")
+    tree = max(holders, key=lambda t: len(t.parts))
+    for folder in (real, *real.parents):
+        if folder == tree:
+            break
+        if os.path.lexists(folder / ".git"):
+            raise SealError(f"reference set {shown}: {folder / '.git'} lies between it and the checkout's root {tree}: "
+                            "another repository, whose commits are not this repository's; remove it (rm -rf "
+                            f"{folder / '.git'})")
+    if _repository(tree) != (tree, trees[tree]):
+        raise SealError(f"reference set {shown}: the work tree {tree} is not one of the repository "
+                        f"{trees[tree]} any more (its .git names another); the set cannot be read as committed")
+    return tree
+
+
+def last_changes(root: str | Path) -> dict[str, str]:
+    """Each file of the set at ``root`` that a commit of its work tree's history changed (relative POSIX path) -> the
+    commit that last changed it (``git log``, newest first); empty where the set lies in no checkout (``locate``)."""
+    where = _resolved(root)
+    try:
+        tree = locate(where)
+    except SealError:
+        return {}
+    rel = where.relative_to(tree).as_posix()
+    log = _git(tree, "log", "--no-renames", "--format=%x00%H", "--name-only", "--", rel).decode(errors="replace")
+    prefix = "" if rel == "." else rel + "/"
+    out: dict[str, str] = {}
+    for chunk in filter(None, log.split("\0")):
+        commit, *names = chunk.split("\n")
+        for name in filter(None, names):
+            if name.startswith(prefix):
+                out.setdefault(name[len(prefix):], commit)
+    return out
+
+
+def unknown_commits(commits: Collection[str], tree: str | Path | None = None) -> list[str]:
+    """Those of ``commits`` (object names, full or abbreviated) that name no commit of the repository of the work tree
+    ``tree`` (default: of each repository of ``checkouts``; ``git cat-file --batch-check``, one call a repository):
+    not hex, empty, forty zeros or a commit of another clone are all unknown. Every one is unknown where git is
+    missing or no repository is found."""
+    wanted = sorted(set(commits))
+    valid = [c for c in wanted if 4 <= len(c) <= 64 and all(ch in "0123456789abcdef" for ch in c)]
+    roots = [Path(tree)] if tree is not None else sorted({common: root for root, common in checkouts().items()}.values())
+    known: set[str] = set()
+    env = {k: v for k, v in os.environ.items() if k not in GIT_LOCATION_ENV} | {"GIT_NO_REPLACE_OBJECTS": "1"}
+    for root in roots:
+        if not valid:
+            break
+        try:
+            proc = subprocess.run(["git", "--no-replace-objects", "-C", str(root), "cat-file", "--batch-check"],
+                                  input="".join(f"{c}^{{commit}}\n" for c in valid).encode(), capture_output=True,
+                                  env=env, timeout=300, check=False)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        answers = proc.stdout.decode(errors="replace").splitlines() if proc.returncode == 0 else []
+        known.update(c for c, line in zip(valid, answers) if line.split()[1:2] == ["commit"])
+    return [c for c in wanted if c not in known]
 
 
 def _blob(path: Path, algorithm: str) -> str:
@@ -268,19 +438,18 @@ def _blob(path: Path, algorithm: str) -> str:
     return h.hexdigest()
 
 
-def against_commit(root: str | Path) -> dict[str, list[str]] | None:
-    """How the files of the set at ``root`` differ from the commit checked out (git's ``HEAD``): {"changed": [...],
-    "extra": [...], "missing": [...]}, relative POSIX paths, the manifest and the marker included; None when the set
-    lies in no git work tree. Each file's bytes are hashed as git hashes them and compared with HEAD's tree, so git's
-    index and its stat cache (``update-index --assume-unchanged``, ``--skip-worktree``) cannot hide a change; SealError
-    when git cannot answer."""
+def against_commit(root: str | Path, given: str | Path | None = None) -> dict[str, list[str]]:
+    """How the files of the set at ``root`` differ from the commit checked out in the work tree that holds it (its
+    git ``HEAD``; ``locate``, which refuses a set outside the code's checkout, reached through a link or under another
+    repository): {"changed": [...], "extra": [...], "missing": [...]}, relative POSIX paths, the manifest and the marker
+    included. Each file's bytes are hashed as git hashes them and compared with HEAD's tree, so git's index and its
+    stat cache (``update-index --assume-unchanged``, ``--skip-worktree``) cannot hide a change; SealError when git
+    cannot answer."""
     where = _resolved(root)
-    if not _work_tree(where):
-        return None
-    top = Path(os.fsdecode(_git(where, "rev-parse", "--show-toplevel").strip())).resolve()
+    top = locate(where, given)
     rel = where.relative_to(top).as_posix()
     try:
-        algorithm = _git(where, "rev-parse", "--show-object-format").decode().strip() or "sha1"
+        algorithm = _git(top, "rev-parse", "--show-object-format").decode().strip() or "sha1"
     except SealError:  # a git before 2.28: SHA-1 repositories only
         algorithm = "sha1"
     head: dict[str, tuple[str, str]] = {}
@@ -301,11 +470,11 @@ def against_commit(root: str | Path) -> dict[str, list[str]] | None:
             "missing": sorted(set(head) - set(disk))}
 
 
-def uncommitted(root: str | Path) -> list[str]:
+def uncommitted(root: str | Path, given: str | Path | None = None) -> list[str]:
     """The files of the set at ``root`` that differ from the commit checked out — changed, extra (not committed) or
-    missing (committed, deleted since) — as relative POSIX paths, sorted; empty when the set is the commit's or lies in
-    no git work tree (``against_commit``). What ``collect`` says it leaves uncommitted."""
-    found = against_commit(root) or {}
+    missing (committed, deleted since) — as relative POSIX paths, sorted; empty when the set is the commit's
+    (``against_commit``; SealError where it cannot be compared). What ``collect`` says it leaves uncommitted."""
+    found = against_commit(root, given)
     return sorted(p for paths in found.values() for p in paths)
 
 
@@ -315,22 +484,45 @@ def accepted_by_env(environ: Mapping[str, str] | None = None) -> bool:
     return value.strip().lower() in ("1", "true", "yes")
 
 
+def _removal(root: str | Path, found: Mapping[str, list[str]]) -> str:
+    """The commands that make the set at ``root`` its commit again, naming the files: ``git checkout`` for changed and
+    missing files, ``rm`` for extra ones (also those git ignores, which ``git status`` and ``git clean -fd`` pass by)."""
+    steps = []
+    if found.get("changed") or found.get("missing"):
+        steps.append(f"git checkout -- {root}")
+    extra = found.get("extra") or []
+    if extra:
+        shown = " ".join(f"{root}/{p}" for p in extra[:SHOWN]) + (" ..." if len(extra) > SHOWN else "")
+        steps.append(f"rm -- {shown} (the extra files; git clean -fdx -- {root} removes every one, ignored ones too)")
+    return ", then ".join(steps)
+
+
 def verify_committed(root: str | Path, *, accept_uncommitted: bool = False,
-                     notice: Callable[[str], None] | None = None) -> list[str]:
-    """What every read of a set calls: ``verify`` (the manifest), then, for a set inside a git work tree, SealError
-    naming the files unless they are the commit's (``against_commit``). With ``accept_uncommitted`` (or ``ACCEPT_ENV``)
-    a set that differs from its commit is read anyway and ``notice`` (default: a warning logged) is told so in one line;
-    return the uncommitted files read (empty when there are none)."""
+                     notice: Callable[[str], None] | None = None, given: str | Path | None = None) -> list[str]:
+    """What every read of a set calls: ``verify`` (the manifest), then SealError naming the files unless they are the
+    commit's (``against_commit``), or naming why the set cannot be compared with a commit of the code's repository
+    (``locate``: outside its checkout, reached through a link on its path as ``given``, under another repository).
+    With ``accept_uncommitted`` (or ``ACCEPT_ENV``) such a set is read anyway and ``notice`` (default: a warning logged)
+    is told so in one line; return the files read that are not the commit's (every file of a set that has none)."""
     verify(root)
-    found = against_commit(root) or {}
+    accept = accept_uncommitted or accepted_by_env()
+    try:
+        found = against_commit(root, given)
+    except SealError as exc:
+        if not accept:
+            raise SealError(f"{exc}; evidence is read as committed: read the set in this checkout, or accept "
+                            f"uncommitted evidence on purpose ({ACCEPT})") from None
+        (notice or logger.warning)(f"accepting uncommitted evidence: {exc}; the numbers read are checked against no "
+                                   "commit")
+        return set_files(root)
     named = [_named(kind, paths) for kind, paths in found.items() if paths]
     if not named:
         return []
-    what = f"reference set {root} differs from its commit (git HEAD): {'; '.join(named)}"
-    if not (accept_uncommitted or accepted_by_env()):
+    what = f"reference set {given if given is not None else root} differs from its commit (git HEAD): {'; '.join(named)}"
+    if not accept:
         raise SealError(f"{what}; evidence is read as committed: commit collected jobs (git add {root} && git commit), "
-                        f"restore the set (git checkout -- {root}, git clean for extra files), or accept uncommitted "
-                        f"evidence on purpose ({ACCEPT})")
+                        f"restore the set ({_removal(root, found)}), or accept uncommitted evidence on purpose "
+                        f"({ACCEPT})")
     (notice or logger.warning)(f"accepting uncommitted evidence: {what}; the numbers read are not all committed")
     return sorted(p for paths in found.values() for p in paths)
 
@@ -342,7 +534,7 @@ def verify_if_sealed(path: str | Path, what: str, *, accept_uncommitted: bool = 
     one never sealed; a results folder of the workflow's jobs is none."""
     root = set_root(path)
     if root is not None:
-        verify_committed(root, accept_uncommitted=accept_uncommitted, notice=notice)
+        verify_committed(root, accept_uncommitted=accept_uncommitted, notice=notice, given=path)
         return root
     folder = Path(path)
     if sets_below(folder):  # the parent of sets (reference/): its caller names the sets below it
@@ -389,6 +581,122 @@ def refuse_links_into_sets(folder: str | Path, what: str) -> None:
                                     "remove the link (a render copies a set, it never links to it)")
             if depth + 1 < PLANNED_DEPTH and entry.is_dir():
                 pending.append((path, depth + 1))
+
+
+def refuse_removal(path: str | Path, what: str = "removing") -> None:
+    """SealError unless removing ``path`` as Snakemake removes an output (a link itself when it is one, else the file,
+    or the folder with what it holds) leaves every reference set alone: the entry lies in no set however the folders
+    above it are reached (a link made into a set after the workflow parsed), and a folder removed holds none. What
+    the workflow checks before each removal while it runs (workflow/Snakefile)."""
+    given = Path(os.path.expanduser(str(path)))
+    try:
+        where = given.parent.resolve() / given.name
+    except (OSError, RuntimeError):
+        raise SealError(f"{what} {path}: a link on its path never ends (a loop); remove it") from None
+    for folder in (where.parent, *where.parent.parents) if where.is_symlink() else (where, *where.parents):
+        if (folder / MARKER).is_file() and not folder.is_symlink():
+            raise SealError(f"{what} {path} would remove {where}, in the reference set {folder}: a link into the set "
+                            "was made after the workflow parsed; nothing of the set is removed: remove the link")
+    if where.is_dir() and not where.is_symlink():
+        below = sets_below(where, PLANNED_DEPTH)
+        if below:
+            raise SealError(f"{what} {path} would remove the reference set {below[0]} it holds; remove it from there")
+
+
+def guarded_removal(remove: Callable[..., Any], error: type[Exception]) -> Callable[..., Any]:
+    """``remove`` (Snakemake's ``snakemake.io.remove(file, ...)``, a coroutine function or not) calling
+    ``refuse_removal(file)`` first, a refusal raised as ``error`` (Snakemake's ``WorkflowError``: the run stops); the
+    workflow puts it in place of Snakemake's own (rules/common.smk). Given a guarded one, the same."""
+    if getattr(remove, "guarded_by_seal", False):
+        return remove
+
+    def check(file: Any) -> None:
+        try:
+            refuse_removal(file, "Snakemake, removing the output")
+        except SealError as exc:
+            raise error(f"stopped: {exc}") from None
+
+    if inspect.iscoroutinefunction(remove):
+        @functools.wraps(remove)
+        async def guarded(file: Any, *args: Any, **kwargs: Any) -> Any:
+            check(file)
+            return await remove(file, *args, **kwargs)
+    else:
+        @functools.wraps(remove)
+        def guarded(file: Any, *args: Any, **kwargs: Any) -> Any:
+            check(file)
+            return remove(file, *args, **kwargs)
+    guarded.guarded_by_seal = True  # type: ignore[attr-defined]
+    return guarded
+
+
+def _tracked(tree: Path, rel: str) -> str | None:
+    """One file git tracks at or below ``rel`` (a path relative to the work tree ``tree``), or None."""
+    listing = _git_answer(tree, "ls-files", "-z", "--full-name", "--", f":(top,literal){rel}")
+    return listing.split("\0", 1)[0] if listing else None
+
+
+def refuse_written(path: str | Path, what: str) -> None:
+    """SealError (one line naming ``what`` and ``path``) unless a shipped script (scripts/*.sh) may empty, delete or
+    write the folder ``path``: it names a folder (not "" nor a file); it neither is, lies in, holds nor links into a
+    reference set (``refuse_links_into_sets``); it is not the root of a work tree of the code's or of its own
+    repository (``checkouts``; every ``git worktree`` of them), nor a folder above one, nor their git folder; and it
+    neither holds a file git tracks nor lies in a tracked folder (``docs/``, ``src/``, ``reference/``, ...): in a
+    checkout a script writes only into an untracked folder of its own below the root (``results_reference``)."""
+    if not str(path).strip():
+        raise SealError(f"{what} is empty: name a folder of its own (e.g. results_reference, or /work/refruns)")
+    real = _resolved(path)
+    if real.exists() and not real.is_dir():
+        raise SealError(f"{what} {path} is a file ({real}), not a folder: name a folder of its own")
+    refuse_inside(path, what)
+    trees = dict(checkouts())
+    existing = next((f for f in (real, *real.parents) if f.is_dir()), Path("/"))
+    own = _repository(existing)
+    if own is not None:
+        trees.setdefault(own[0], own[1])
+    copy = PACKAGE.parents[2]
+    if not trees and (copy / "workflow" / "Snakefile").is_file():  # a copy of the checkout without git
+        if _inside(real, copy) or _inside(copy, real):
+            raise SealError(f"{what} {path} ({real}) lies in the checkout {copy}, which has no git to tell its "
+                            "tracked folders: name a folder outside it")
+    for tree, common in sorted(trees.items()):
+        if _inside(tree, real):
+            raise SealError(f"{what} {path} ({real}) is or holds the repository's work tree {tree}: name a folder of "
+                            "its own (e.g. results_reference)")
+        if _inside(real, common) or _inside(common, real):
+            raise SealError(f"{what} {path} ({real}) is, holds or lies in the repository's git folder {common}")
+        if not _inside(real, tree):
+            continue
+        top = real.relative_to(tree).parts[0]
+        if top == ".git":
+            raise SealError(f"{what} {path} ({real}) lies in the git folder of {tree}")
+        tracked = _tracked(tree, top)
+        if tracked is not None:
+            how = "is" if real == tree / top else "lies in"
+            raise SealError(f"{what} {path} ({real}) {how} {tree / top}, a folder git tracks (e.g. {tracked}): a "
+                            "script writes only into an untracked folder of its own (e.g. results_reference)")
+    refuse_links_into_sets(path, what)  # last: it walks the folder
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m fedbalance.jobs.seal written WHAT PATH [WHAT PATH ...]``: ``refuse_written`` for each pair, the
+    shipped scripts' one guard before they delete or write anything; exit status 2 and one line on stderr when one is
+    refused."""
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) < 3 or args[0] != "written" or len(args) % 2 == 0:
+        print("usage: python -m fedbalance.jobs.seal written WHAT PATH [WHAT PATH ...]", file=sys.stderr)
+        return 2
+    try:
+        for what, path in zip(args[1::2], args[2::2]):
+            refuse_written(path, what)
+    except SealError as exc:
+        print(f"FAILED: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _a_sets_record(path: Path) -> bool:
     """``path`` is a provenance record of a reference set's job (one that is no record counts: it is not the
     workflow's)."""
@@ -414,3 +722,7 @@ def _write(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

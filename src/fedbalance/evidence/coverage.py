@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -63,6 +63,10 @@ RECORD_COLUMNS: tuple[str, ...] = (
 """One row of ``interval_records``: one class of one estimator's estimate in one round of one job."""
 
 
+HISTORY_ROUNDS = 50
+"""Jobs of more rounds are read without the history estimators (``job_records``)."""
+
+
 def family_of(job: Job) -> str:
     """A family's name: ``<experiment>/<dataset>/<setting>/<loss>``."""
     return f"{job.experiment}/{job.dataset}/{job.setting}/{job.loss}"
@@ -71,7 +75,9 @@ def family_of(job: Job) -> str:
 def job_records(folder: Path) -> pd.DataFrame:
     """``RECORD_COLUMNS`` of one finished job folder with ``monitor.record``: every recorded estimator, the history
     estimators computed from them (``replay.recorded``) and the uniform guess, every round and class; empty when the
-    job records no composition or no estimate."""
+    job records no composition or no estimate. A job of more than ``HISTORY_ROUNDS`` rounds (the ``centralised``
+    family's 300) gets its recorded estimators only: the history estimators' cost grows with the square of the
+    rounds."""
     import pandas as pd
 
     from fedbalance.common.records import UNIFORM, Job, est_column, shares
@@ -88,7 +94,7 @@ def job_records(folder: Path) -> pd.DataFrame:
                                                              for k, v in r.items()) for r in records):
         return pd.DataFrame(columns=list(RECORD_COLUMNS))
     truths = {r["round"]: r.get("true_composition") for r in records}
-    rows = recorded(folder)
+    rows = recorded(folder) if len(records) <= HISTORY_ROUNDS else records
     out = []
     proto = protocol(cfg.get("mode", "fl"), cfg.get("selection", "fixed"))
     gamma = float((cfg.get("partition") or {}).get("gamma", float("nan")))
@@ -121,3 +127,124 @@ def reference_records(reference: Path | str, say: Callable[[str], None] | None =
         if len(part):
             parts.append(part)
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(RECORD_COLUMNS))
+
+
+JOB_COLUMNS: tuple[str, ...] = ("experiment", "dataset", "setting", "loss", "seed")
+
+
+def dedupe_jobs(records: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, str]]:
+    """``records`` less every job whose records equal an earlier job's (jobs derived from another job's trajectory,
+    such as the ``t_ra`` family's from ``monitor``'s, repeat its estimates), and {dropped job: the job it repeats}."""
+    import hashlib
+
+    seen: dict[str, str] = {}
+    dropped: dict[str, str] = {}
+    keep = []
+    for key, part in records.groupby(list(JOB_COLUMNS), sort=True):
+        name = "/".join(map(str, key[:4])) + f"/seed{key[4]}"
+        body = part[["round", "estimator", "cls", "est_share", "true_share"]].sort_values(["round", "estimator", "cls"])
+        digest = hashlib.sha256(body.round(12).to_csv(index=False).encode()).hexdigest()
+        if digest in seen:
+            dropped[name] = seen[digest]
+        else:
+            seen[digest] = name
+            keep.append(part)
+    import pandas as pd
+
+    return (pd.concat(keep, ignore_index=True) if keep else records.iloc[:0]), dropped
+
+
+def with_parts(records: pd.DataFrame, split: str) -> pd.DataFrame:
+    """``records`` with a column ``part``: "fit", "test" or None for each job in ``split`` (``split_part``)."""
+    family = records.experiment + "/" + records.dataset + "/" + records.setting + "/" + records.loss
+    seeds = records.groupby(family).seed.agg(lambda s: frozenset(int(v) for v in s))
+    part = [split_part(split, int(s), seeds[f]) for f, s in zip(family, records.seed)]
+    return records.assign(family=family, part=part)
+
+
+def evaluate(records: pd.DataFrame, split: str, q: int) -> tuple[pd.DataFrame, Any]:
+    """(the test part of ``split`` with each class's interval ``low``/``high`` and whether it ``covered`` the true
+    share, the calibration fitted on the fit part); the minority decisions beside: ``true_minority`` (true share below
+    ``MINORITY_FRACTION`` / Q), ``named`` (the interval's upper end below it) and ``point_named`` (p̂ below it)."""
+    import numpy as np
+
+    from fedbalance.monitor.intervals import MINORITY_FRACTION, fit
+
+    parts = with_parts(records, split)
+    train = parts[parts.part == "fit"]
+    cal = fit(train.estimator, train.protocol, train["round"].to_numpy(), train.est_share.to_numpy(),
+              train.true_share.to_numpy(), q, ALPHA, source={"split": split, "fit_jobs": int(
+                  train.groupby(list(JOB_COLUMNS)).ngroups)})
+    test = parts[parts.part == "test"].copy()
+    lo, hi = bounds_of(cal, test, q)
+    from fedbalance.monitor.intervals import share_bounds
+
+    low, high = share_bounds(test.est_share.to_numpy(), lo, hi, cal.floor)
+    test["low"], test["high"] = low, high
+    p = test.true_share.to_numpy()
+    test["covered"] = (p >= low) & (p <= high)
+    test["width"] = high - low
+    cut = MINORITY_FRACTION / q
+    test["true_minority"] = p < cut
+    test["named"] = high < cut
+    test["point_named"] = test.est_share.to_numpy() < cut
+    test["fitted_group"] = np.isfinite(lo) & np.isfinite(hi)
+    return test, cal
+
+
+def bounds_of(cal: Any, frame: pd.DataFrame, q: int) -> tuple[Any, Any]:
+    """The calibration's (lo, hi) score bounds of every row of ``frame`` (−inf, inf where its group was not fitted)."""
+    import math
+
+    import numpy as np
+
+    from fedbalance.monitor.intervals import round_bin, share_bin
+
+    rb = round_bin(frame["round"].to_numpy()).astype(str)
+    sb = share_bin(frame.est_share.to_numpy(), q).astype(str)
+    keys = frame.estimator.to_numpy().astype(str) + "|" + frame.protocol.to_numpy().astype(str) + "|" + rb + "|" + sb
+    lo = np.array([cal.groups.get(k, (-math.inf, math.inf, 0))[0] for k in keys], float)
+    hi = np.array([cal.groups.get(k, (-math.inf, math.inf, 0))[1] for k in keys], float)
+    return lo, hi
+
+
+def coverage_table(test: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Per group of ``by``: ``n`` class-rounds, ``covered``, ``coverage`` with its Clopper–Pearson 95 % interval
+    (``ci_low``, ``ci_high``; the class-rounds taken as independent), the ``median_width`` (share) and
+    ``below_flag`` (coverage under ``FLAG``)."""
+    import pandas as pd
+
+    from fedbalance.monitor.intervals import binomial_interval
+
+    rows = []
+    for key, part in test.groupby(by, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        n, k = len(part), int(part.covered.sum())
+        lo, hi = binomial_interval(k, n)
+        rows.append({**dict(zip(by, key)), "n": n, "covered": k, "coverage": k / n, "ci_low": lo, "ci_high": hi,
+                     "median_width": float(part.width.median()), "below_flag": k / n < FLAG})
+    return pd.DataFrame(rows)
+
+
+def detection_table(test: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Per group of ``by``: the true minority class-rounds and, for the intervals (``named``), the point estimate
+    (``point_named``) and the uniform guess (names none), true positives, false positives, precision and recall
+    (NaN where undefined)."""
+    import math
+
+    import pandas as pd
+
+    rows = []
+    for key, part in test.groupby(by, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        truth = part.true_minority.to_numpy()
+        row = {**dict(zip(by, key)), "class_rounds": len(part), "minority": int(truth.sum())}
+        for name, said in (("interval", part.named.to_numpy()), ("point", part.point_named.to_numpy()),
+                           ("uniform", truth & False)):
+            tp, fp = int((said & truth).sum()), int((said & ~truth).sum())
+            row[f"{name}_named"] = tp + fp
+            row[f"{name}_tp"] = tp
+            row[f"{name}_precision"] = tp / (tp + fp) if tp + fp else math.nan
+            row[f"{name}_recall"] = tp / int(truth.sum()) if truth.sum() else math.nan
+        rows.append(row)
+    return pd.DataFrame(rows)

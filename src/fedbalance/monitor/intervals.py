@@ -18,6 +18,7 @@ conformal) are built only from what the server knows: the estimator, the protoco
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -128,6 +129,10 @@ class Calibration:
         """The estimators it was fitted for."""
         return {k.split("|")[0] for k in self.groups}
 
+    def covers(self, estimator: str, proto: str) -> bool:
+        """It was fitted on rounds of ``estimator`` under protocol ``proto`` (in some group)."""
+        return any(k.startswith(f"{estimator}|{proto}|") for k in self.groups)
+
     def to_json(self) -> dict[str, Any]:
         """A JSON document (infinite bounds as null)."""
         clean = {k: [None if not math.isfinite(a) else a, None if not math.isfinite(b) else b, n]
@@ -165,8 +170,9 @@ def fit(estimator: Iterable[str], proto: Iterable[str], rounds: Any, est_share: 
     return Calibration(groups, alpha, floor, dict(source or {}))
 
 
+@functools.cache
 def shipped() -> Calibration | None:
-    """The shipped calibration (``CALIBRATION_FILE``), None when the package holds none."""
+    """The shipped calibration (``CALIBRATION_FILE``), None when the package holds none (read once)."""
     path = resources.files("fedbalance").joinpath(CALIBRATION_FILE)
     if not path.is_file():
         return None
@@ -192,9 +198,10 @@ def binomial_interval(hits: int, n: int, level: float = 1 - ALPHA) -> tuple[floa
 def count_interval(calibration: Calibration, estimator: str, proto: str, rnd: int,
                    counts: Sequence[float]) -> tuple[list[float], list[float]] | None:
     """(low, high) counts of each class of one round's estimate ``counts`` (the round's total times the share
-    interval); None when ``estimator`` was not calibrated or the total is not positive."""
+    interval); None when ``estimator`` was not calibrated under protocol ``proto`` or the total is not positive (a
+    group of the two without calibration rounds gives the whole [0, total])."""
     total = float(sum(counts))
-    if estimator not in calibration.estimators() or not total > 0:
+    if not calibration.covers(estimator, proto) or not total > 0:
         return None
     low, high = calibration.interval(estimator, proto, rnd, [c / total for c in counts])
     return [float(v) * total for v in low], [float(v) * total for v in high]

@@ -1,0 +1,226 @@
+"""The monitor's intervals (``fedbalance.monitor.intervals``): split-conformal coverage on cases built by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import beta, norm
+
+from fedbalance.evidence.coverage import PRIMARY, SECONDARY, coverage_table, detection_table, split_part
+from fedbalance.monitor.intervals import (
+    FIXED, Calibration, binomial_interval, conformal_bounds, count_interval, fit, log_share_ratio, named_minority,
+    protocol,
+)
+
+Q = 10
+
+
+def noisy_rounds(rng: np.random.Generator, rounds: int, sigma: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(round index, true share, estimated share) of ``rounds`` rounds of Q classes: true shares between 0.05 and
+    0.15, the estimate the truth plus Gaussian noise of spread ``sigma`` (kept positive)."""
+    truth = rng.uniform(0.05, 0.15, size=(rounds, Q))
+    est = np.clip(truth + rng.normal(0.0, sigma, size=truth.shape), 1e-4, None)
+    idx = np.repeat(np.arange(5, 5 + rounds), Q)  # one round group (rounds 5 on)
+    return idx, truth.ravel(), est.ravel()
+
+
+def covered_fraction(cal: Calibration, idx: np.ndarray, truth: np.ndarray, est: np.ndarray) -> tuple[int, int, float]:
+    hits, widths = 0, []
+    for r in range(len(idx) // Q):
+        sl = slice(r * Q, (r + 1) * Q)
+        low, high = cal.interval("toy", FIXED, int(idx[sl][0]), est[sl])
+        hits += int(((truth[sl] >= low) & (truth[sl] <= high)).sum())
+        widths.extend(high - low)
+    return hits, len(idx), float(np.median(widths))
+
+
+def test_gaussian_noise_of_known_spread_is_covered_95_percent():
+    """Calibrated and tested on exchangeable rounds (same noise), the 95 % intervals cover 95 % of the true shares:
+    within 4 standard deviations of a binomial proportion whose spread also counts the calibration's own randomness
+    (the coverage given a calibration set of n scores is Beta(n + 1 − l, l), l = n + 1 − k_hi + k_lo)."""
+    rng = np.random.default_rng(7)
+    sigma = 0.01
+    idx, truth, est = noisy_rounds(rng, 300, sigma)
+    cal = fit(["toy"] * len(idx), [FIXED] * len(idx), idx, est, truth, Q)
+    t_idx, t_truth, t_est = noisy_rounds(rng, 600, sigma)
+    hits, n, width = covered_fraction(cal, t_idx, t_truth, t_est)
+    n_cal = max(g[2] for g in cal.groups.values())  # the middle share groups hold most scores
+    sd = math.sqrt(0.95 * 0.05 * (1 / n + 1 / n_cal))
+    assert abs(hits / n - 0.95) < 4 * sd, (hits / n, sd)
+    # the width is the known-noise interval's: ±1.96 σ in share terms, within 15 %
+    assert width == pytest.approx(2 * norm.ppf(0.975) * sigma, rel=0.15)
+
+
+def test_coverage_drops_where_exchangeability_fails():
+    """Calibrated on noise of spread σ and tested on 3σ, the intervals cover roughly P(|Z| < 1.96 / 3) ≈ 0.49 of the
+    true shares (a little more: the score is a log ratio and the estimate is kept positive): the measurement fails
+    the interval, as it must."""
+    rng = np.random.default_rng(8)
+    idx, truth, est = noisy_rounds(rng, 300, 0.01)
+    cal = fit(["toy"] * len(idx), [FIXED] * len(idx), idx, est, truth, Q)
+    t_idx, t_truth, t_est = noisy_rounds(rng, 600, 0.03)
+    hits, n, _ = covered_fraction(cal, t_idx, t_truth, t_est)
+    low, high = binomial_interval(hits, n)
+    assert high < 0.90
+    expected = 2 * norm.cdf(norm.ppf(0.975) / 3) - 1
+    assert expected - 0.02 < hits / n < expected + 0.12
+
+
+def test_conformal_bounds_are_the_order_statistics():
+    """n = 39 scores 1..39: the ⌊0.025·40⌋ = 1st and ⌈0.975·40⌉ = 39th smallest; n = 38: orders 0 and 39, neither
+    among the scores, so both tails are unbounded; n = 200: the ⌊5.025⌋ = 5th and ⌈195.975⌉ = 196th."""
+    scores = np.arange(39, 0, -1, dtype=float)
+    assert conformal_bounds(scores) == (1.0, 39.0)
+    assert conformal_bounds(scores[1:]) == (-math.inf, math.inf)
+    assert conformal_bounds(np.arange(1, 201, dtype=float)) == (5.0, 196.0)
+
+
+def test_each_tail_misses_at_most_alpha_over_two_by_simulation():
+    """The lower bound's miss rate over many calibration draws is ⌊α/2 (n+1)⌋ / (n+1) ≤ α/2 (exact for
+    exchangeable scores), here n = 79: 2 / 80 = 0.025."""
+    rng = np.random.default_rng(3)
+    misses_lo = misses_hi = 0
+    trials = 4000
+    for _ in range(trials):
+        s = rng.standard_normal(80)
+        lo, hi = conformal_bounds(s[:79])
+        misses_lo += s[79] < lo
+        misses_hi += s[79] > hi
+    for m in (misses_lo, misses_hi):
+        low, high = binomial_interval(m, trials, 0.999)
+        assert low <= 2 / 80 <= high
+
+
+def test_score_and_interval_invert():
+    """The interval's ends are the shares whose scores are the bounds: log((low + ε)/(p̂ + ε)) = lo."""
+    cal = Calibration({f"toy|{FIXED}|2|{b}": (-0.5, 0.25, 100) for b in range(7)})
+    est = np.full(Q, 0.1)
+    low, high = cal.interval("toy", FIXED, 9, est)
+    assert np.allclose(log_share_ratio(low, est), -0.5)
+    assert np.allclose(log_share_ratio(high, est), 0.25)
+    # an unfitted group (round 0) gives the whole [0, 1]
+    low0, high0 = cal.interval("toy", FIXED, 0, est)
+    assert np.all(low0 == 0.0) and np.all(high0 == 1.0)
+
+
+def test_count_interval_scales_by_the_round_total_and_refuses_unknown_estimators():
+    cal = Calibration({f"toy|{FIXED}|2|{b}": (-math.log(2), math.log(2), 100) for b in range(7)}, floor=0.0)
+    counts = [100.0] * Q
+    low, high = count_interval(cal, "toy", FIXED, 7, counts)
+    assert low == pytest.approx([50.0] * Q) and high == pytest.approx([200.0] * Q)
+    assert count_interval(cal, "other", FIXED, 7, counts) is None
+
+
+def test_calibration_json_round_trip_keeps_infinite_bounds():
+    cal = Calibration({"a|fixed|0|3": (-math.inf, 0.3, 12), "a|fixed|1|3": (-0.2, math.inf, 20)},
+                      source={"split": "primary"})
+    back = Calibration.from_json(cal.to_json())
+    assert back.groups == cal.groups and back.source == cal.source
+    doc = cal.to_json()
+    doc["share_edges"] = [0.5]
+    with pytest.raises(ValueError, match="SHARE_EDGES"):
+        Calibration.from_json(doc)
+
+
+def test_clopper_pearson_matches_the_beta_quantiles():
+    """The exact interval of k of n is (Beta(α/2; k, n−k+1), Beta(1−α/2; k+1, n−k)); 0 of n: upper 1 − (α/2)^(1/n)."""
+    low, high = binomial_interval(37, 40)
+    assert low == pytest.approx(beta.ppf(0.025, 37, 4)) and high == pytest.approx(beta.ppf(0.975, 38, 3))
+    assert binomial_interval(0, 20) == pytest.approx((0.0, 1 - 0.025 ** (1 / 20)))
+
+
+def test_minority_rule_and_protocols():
+    assert named_minority([0.049, 0.05, 0.2], Q).tolist() == [True, False, False]
+    assert (protocol("centralised", "fixed"), protocol("fl", "random"), protocol("fl", "fixed")) == (
+        "centralised", "random", "fixed")
+
+
+def test_split_is_the_documented_one():
+    five, three = frozenset(range(5)), frozenset(range(3))
+    assert [split_part(PRIMARY, s, five) for s in range(5)] == ["fit", "fit", "fit", "test", "test"]
+    assert [split_part(PRIMARY, s, three) for s in range(3)] == ["fit", "fit", "fit"]
+    assert [split_part(SECONDARY, s, three) for s in range(3)] == ["fit", "fit", "test"]
+    assert [split_part(SECONDARY, s, five) for s in range(5)] == ["fit", "fit", "fit", None, None]
+
+
+def test_tables_count_by_hand():
+    """Coverage and detection tables on six class-rounds counted by hand."""
+    frame = pd.DataFrame({
+        "g": ["a"] * 4 + ["b"] * 2,
+        "covered": [True, True, False, True, True, True],
+        "width": [0.1, 0.2, 0.3, 0.4, 0.5, 0.5],
+        "true_minority": [True, True, False, False, True, False],
+        "named": [True, False, True, False, False, False],
+        "point_named": [True, True, True, True, False, False],
+    })
+    cov = coverage_table(frame, ["g"]).set_index("g")
+    assert cov.loc["a", "coverage"] == 0.75 and cov.loc["a", "median_width"] == pytest.approx(0.25)
+    assert bool(cov.loc["a", "below_flag"]) and not bool(cov.loc["b", "below_flag"])
+    det = detection_table(frame, ["g"]).set_index("g")
+    assert det.loc["a", "interval_precision"] == 0.5 and det.loc["a", "interval_recall"] == 0.5
+    assert det.loc["a", "point_precision"] == 0.5 and det.loc["a", "point_recall"] == 1.0
+    assert det.loc["b", "interval_recall"] == 0.0 and math.isnan(det.loc["b", "interval_precision"])
+    assert det.loc["a", "uniform_named"] == 0 and det.loc["a", "uniform_recall"] == 0.0
+
+
+def _rounds(experiment: str, setting: str, with_ends: bool) -> pd.DataFrame:
+    """Two seeds × two rounds of a 4-class job (class 3 the minority), the pooled estimate and its interval ends."""
+    rows = []
+    for seed in (0, 1):
+        for r in (0, 1):
+            truth = [300.0, 300.0, 300.0, 20.0]
+            est = [280.0, 290.0, 260.0, 90.0 + 10 * seed + r]
+            row = {"experiment": experiment, "dataset": "mnist", "setting": setting, "loss": "ratio", "seed": seed,
+                   "round": r, "cs_pooled": 0.9, "true_composition": json.dumps(truth), "est_pooled": json.dumps(est)}
+            if with_ends:
+                row["lo_pooled"] = json.dumps([e / 2 for e in est])
+                row["hi_pooled"] = json.dumps([e * 2 for e in est])
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def test_monitor_under_imbalance_draws_the_recorded_bands():
+    """The band panel's minority points are the means over seeds of each seed's mean over its rounds of the share,
+    its recorded interval ends and the true share, computed here by hand."""
+    from fedbalance.presentation.figures.monitor_imbalance import make_Monitor_under_imbalance
+
+    fig, points = make_Monitor_under_imbalance(rounds=_rounds("losses", "g10", True))
+    band = points[points.panel == "mnist · shares"]
+    minority = band[band.series == "minority classes: pooled, 95 % interval"].iloc[0]
+    est = np.mean([(90 + 10 * s + r) / 920 for s in (0, 1) for r in (0, 1)])
+    assert minority["mean"] == pytest.approx(est)
+    assert minority["low"] == pytest.approx(est / 2) and minority["high"] == pytest.approx(est * 2)
+    truth = band[band.series == "minority classes: true share"].iloc[0]
+    assert truth["mean"] == pytest.approx(20 / 920) and math.isnan(truth["low"])
+    others = band[band.series == "other classes: pooled, 95 % interval"].iloc[0]
+    assert others["mean"] == pytest.approx((280 + 290 + 260) / 3 / 920)
+    ax = fig.axes[1]
+    assert ax.get_yscale() == "log" and len(ax.collections) == 2  # one shaded band per group
+    ys = np.concatenate([c.get_paths()[0].vertices[:, 1] for c in ax.collections])
+    assert ys.min() == pytest.approx(est / 2) and ys.max() == pytest.approx(2 * (280 + 290 + 260) / 3 / 920)
+
+
+def test_fig_monitoring_bands_fall_back_to_the_shipped_calibration(monkeypatch):
+    """Rounds without interval columns get the shipped calibration's interval, read through the protocol of the
+    monitor experiment (random selection): here a hand-made calibration of score bounds ±log 2 and no floor."""
+    from fedbalance.monitor import intervals
+    from fedbalance.presentation.figures.monitoring import make_fig_monitoring
+
+    cal = Calibration({f"pooled|random|{rb}|{sb}": (-math.log(2), math.log(2), 100) for rb in range(3) for sb in range(7)},
+                      floor=0.0)
+    monkeypatch.setattr(intervals, "shipped", lambda: cal)
+    fig, points = make_fig_monitoring(rounds=_rounds("monitor", "default", False))
+    band = points[(points.panel == "mnist · shares") & (points.series == "minority classes: pooled, 95 % interval")]
+    assert len(band) == 2  # rounds 0 and 1
+    for _, row in band.iterrows():
+        est = np.mean([(90 + 10 * s + row.x) / 920 for s in (0, 1)])
+        assert row["mean"] == pytest.approx(est) and row["low"] == pytest.approx(est / 2)
+        assert row["high"] == pytest.approx(2 * est)
+    monkeypatch.setattr(intervals, "shipped", lambda: Calibration({f"pooled|fixed|{rb}|{sb}": (-1.0, 1.0, 100)
+                                                                   for rb in range(3) for sb in range(7)}))
+    _, points = make_fig_monitoring(rounds=_rounds("monitor", "default", False))
+    assert not points.panel.str.endswith("shares").any()  # no random-selection calibration: no band drawn

@@ -224,3 +224,32 @@ def test_fig_monitoring_bands_fall_back_to_the_shipped_calibration(monkeypatch):
                                                                    for rb in range(3) for sb in range(7)}))
     _, points = make_fig_monitoring(rounds=_rounds("monitor", "default", False))
     assert not points.panel.str.endswith("shares").any()  # no random-selection calibration: no band drawn
+
+
+def test_compare_reports_the_coverage_of_ours_counted_by_hand(tmp_path, monkeypatch):
+    """``compare``'s coverage line: the shipped calibration's intervals (here [p̂/2, 2p̂]) on ours' recorded
+    estimates, covered where the true share is within them: 3 of 4 classes in each of 2 rounds."""
+    from conftest import write_job
+
+    from fedbalance.common.records import Job
+    from fedbalance.evidence.reference import coverage_text
+    from fedbalance.jobs import jobfolder
+    from fedbalance.monitor import intervals
+
+    cal = Calibration({f"pooled|fixed|{rb}|{sb}": (-math.log(2), math.log(2), 100) for rb in range(3) for sb in range(7)},
+                      floor=0.0)
+    monkeypatch.setattr(intervals, "shipped", lambda: cal)
+    folder = write_job(tmp_path, Job("losses", "mnist", "g10", "ratio", 0), train_loss=[1.0, 0.5],
+                       config={"mode": "fl", "selection": "fixed", "partition": {"scheme": "imbalance", "gamma": 10}})
+    metrics = jobfolder.read_metrics(folder)
+    rows = [r for r in jobfolder.round_records(folder)]
+    for r in rows:
+        r["true_composition"] = [100.0, 100.0, 100.0, 10.0]
+        r["est_pooled"] = [100.0, 60.0, 120.0, 30.0]  # shares ×1, ×0.6, ×1.2, ×3: the last one missed
+        r["cs_pooled"] = 0.9
+    jobfolder.write(folder, metrics, jobfolder.rounds_text(rows))
+    text = coverage_text(tmp_path)
+    low, high = binomial_interval(6, 8)
+    assert f"pooled 75.0 % [{100 * low:.1f}, {100 * high:.1f}] of 8 class-rounds" in text and "(1 jobs" in text
+    monkeypatch.setattr(intervals, "shipped", lambda: None)
+    assert coverage_text(tmp_path) == ""

@@ -39,6 +39,9 @@ ALPHA: float = 0.05
 FLAG: float = 0.90
 """Empirical coverage below this is reported as a failure."""
 
+UNIFORM_NAME = "uniform"
+"""The uniform guess's name in the records (``records.UNIFORM``)."""
+
 PRIMARY = "primary"
 SECONDARY = "secondary"
 SPLITS: tuple[str, ...] = (PRIMARY, SECONDARY)
@@ -72,12 +75,12 @@ def family_of(job: Job) -> str:
     return f"{job.experiment}/{job.dataset}/{job.setting}/{job.loss}"
 
 
-def job_records(folder: Path) -> pd.DataFrame:
+def job_records(folder: Path, history: bool = True) -> pd.DataFrame:
     """``RECORD_COLUMNS`` of one finished job folder with ``monitor.record``: every recorded estimator, the history
     estimators computed from them (``replay.recorded``) and the uniform guess, every round and class; empty when the
     job records no composition or no estimate. A job of more than ``HISTORY_ROUNDS`` rounds (the ``centralised``
     family's 300) gets its recorded estimators only: the history estimators' cost grows with the square of the
-    rounds."""
+    rounds. ``history=False``: the recorded estimators only, for every job."""
     import pandas as pd
 
     from fedbalance.common.records import UNIFORM, Job, est_column, shares
@@ -94,7 +97,7 @@ def job_records(folder: Path) -> pd.DataFrame:
                                                              for k, v in r.items()) for r in records):
         return pd.DataFrame(columns=list(RECORD_COLUMNS))
     truths = {r["round"]: r.get("true_composition") for r in records}
-    rows = recorded(folder) if len(records) <= HISTORY_ROUNDS else records
+    rows = recorded(folder) if history and len(records) <= HISTORY_ROUNDS else records
     out = []
     proto = protocol(cfg.get("mode", "fl"), cfg.get("selection", "fixed"))
     gamma = float((cfg.get("partition") or {}).get("gamma", float("nan")))
@@ -112,7 +115,8 @@ def job_records(folder: Path) -> pd.DataFrame:
     return pd.DataFrame(out, columns=list(RECORD_COLUMNS))
 
 
-def reference_records(reference: Path | str, say: Callable[[str], None] | None = None) -> pd.DataFrame:
+def reference_records(reference: Path | str, say: Callable[[str], None] | None = None,
+                      history: bool = True) -> pd.DataFrame:
     """``job_records`` of every job of a reference set (or results folder) that records the composition, read through
     ``jobfolder`` (each folder checked) and concatenated."""
     import pandas as pd
@@ -121,7 +125,7 @@ def reference_records(reference: Path | str, say: Callable[[str], None] | None =
 
     parts = []
     for folder in job_folders(reference):
-        part = job_records(folder)
+        part = job_records(folder, history)
         if say is not None:
             say(f"{folder}: {len(part)} records")
         if len(part):
@@ -248,3 +252,27 @@ def detection_table(test: pd.DataFrame, by: list[str]) -> pd.DataFrame:
             row[f"{name}_recall"] = tp / int(truth.sum()) if truth.sum() else math.nan
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def shipped_coverage(root: Path | str) -> pd.DataFrame:
+    """``coverage_table`` per estimator of the shipped calibration's intervals (``intervals.shipped``) on every round
+    of the jobs under ``root`` that record the composition (their recorded estimators; no history estimator is
+    computed); empty when none does or no calibration is shipped."""
+    import pandas as pd
+
+    from fedbalance.monitor.intervals import share_bounds, shipped
+
+    cal = shipped()
+    records = reference_records(root, history=False)
+    records = records[records.estimator != UNIFORM_NAME] if len(records) else records
+    if cal is None or records.empty:
+        return pd.DataFrame()
+    q = int(records.cls.max()) + 1
+    lo, hi = bounds_of(cal, records, q)
+    low, high = share_bounds(records.est_share.to_numpy(), lo, hi, cal.floor)
+    p = records.true_share.to_numpy()
+    frame = records.assign(covered=(p >= low) & (p <= high), width=high - low,
+                           jobs=records.experiment + "/" + records.setting + "/" + records.loss + "/"
+                           + records.seed.astype(str))
+    table = coverage_table(frame, ["estimator"])
+    return table.assign(jobs=[frame[frame.estimator == e].jobs.nunique() for e in table.estimator])

@@ -253,3 +253,32 @@ def test_compare_reports_the_coverage_of_ours_counted_by_hand(tmp_path, monkeypa
     assert f"pooled 75.0 % [{100 * low:.1f}, {100 * high:.1f}] of 8 class-rounds" in text and "(1 jobs" in text
     monkeypatch.setattr(intervals, "shipped", lambda: None)
     assert coverage_text(tmp_path) == ""
+
+
+def test_evaluate_fits_on_seeds_0_2_only_and_decides_minority_by_the_upper_end():
+    """Seeds 0–2 estimate every share exactly, seeds 3–4 at twice it: fitted on seeds 0–2 alone the intervals are
+    the estimate itself, so no test class-round is covered (had a test seed leaked into the fit, the upper bound
+    would reach log 1 and cover). The minority decisions follow the shares by hand (cut 1/(2Q) = 0.05)."""
+    from fedbalance.evidence.coverage import RECORD_COLUMNS, evaluate
+
+    truth = [0.02, 0.02, 0.03] + [0.93 / 7] * 7
+    rows = []
+    for seed in range(5):
+        for r in range(45):
+            for c, p in enumerate(truth):
+                est = p if seed < 3 else 2 * p
+                rows.append(("losses", "mnist", "g10", "ce", seed, FIXED, 10.0, r, "toy", c, 1000.0, est, p))
+    test, cal = evaluate(pd.DataFrame(rows, columns=list(RECORD_COLUMNS)), PRIMARY, Q)
+    assert sorted(test.seed.unique()) == [3, 4] and cal.source["fit_jobs"] == 3
+    fitted = test[test.fitted_group]
+    assert len(fitted) and not fitted.covered.any()
+    assert np.allclose(fitted.high, fitted.est_share)
+    assert (test.true_minority == (test.true_share < 0.05)).all()
+    assert (test.named == (test.high < 0.05)).all() and (test.point_named == (test.est_share < 0.05)).all()
+    # from round 5 on (3 × 40 calibration scores a group; rounds 0–4 have too few to bound a tail: [0, 1]) classes 0
+    # and 1 read 0.04 (Q·p̂ = 0.4, the group fitted on class 2's 0.03): upper end 0.04, named; class 2 reads 0.06
+    # (Q·p̂ = 0.6, no calibration round): [0, 1], not named though a true minority
+    late = test[test["round"] >= 5]
+    assert late[late.cls < 2].named.all() and not test[test.cls == 2].named.any()
+    assert not test[test["round"] < 5].named.any()
+    assert test[test.cls == 2].true_minority.all() and (test[test.cls == 2].high == 1.0).all()

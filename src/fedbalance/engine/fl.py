@@ -32,7 +32,8 @@ Per-round columns (``ROUND_COLUMNS``): ``weights`` is the pi the monitor derived
 by the clients of round t+1); ``acknowledged`` is the acknowledger's state after round t, fed with
 the estimate of the first configured estimator (``monitor.estimators[0]``); ``emp_cos``/``emp_cv``
 (``empirical: true``) are ``empirical_y_stats`` of G_t, the model the clients start from, on the
-selected clients' data in local batches of ``batch_size``.
+selected clients' data in local batches of ``batch_size``; ``lo_<e>``/``hi_<e>`` are the ends of estimator e's 95 %
+interval of each class's count (``fedbalance.monitor.intervals``, the shipped calibration, for the job's protocol).
 
 Randomness: every random draw of a round comes from a generator seeded by a NumPy ``SeedSequence``
 of (job seed, purpose, round[, client id]), so numbers do not depend on the training path, on the

@@ -256,22 +256,22 @@ def test_compare_reports_the_coverage_of_ours_counted_by_hand(tmp_path, monkeypa
 
 
 def test_evaluate_fits_on_seeds_0_2_only_and_decides_minority_by_the_upper_end():
-    """Seeds 0–2 estimate every share exactly, seeds 3–4 at twice it: fitted on seeds 0–2 alone the intervals are
-    the estimate itself, so no test class-round is covered (had a test seed leaked into the fit, the upper bound
+    """Seeds 0–2 estimate every share exactly, seeds 3–4 at twice it (but class 3's): fitted on seeds 0–2 alone the
+    intervals are the estimate itself, so no test class-round but class 3's is covered (had a test seed leaked into the fit, the upper bound
     would reach log 1 and cover). The minority decisions follow the shares by hand (cut 1/(2Q) = 0.05)."""
     from fedbalance.evidence.coverage import RECORD_COLUMNS, evaluate
 
-    truth = [0.02, 0.02, 0.03] + [0.93 / 7] * 7
+    truth = [0.02, 0.02, 0.03, 0.07] + [0.86 / 6] * 6
     rows = []
     for seed in range(5):
         for r in range(45):
             for c, p in enumerate(truth):
-                est = p if seed < 3 else 2 * p
+                est = p if seed < 3 or c == 3 else 2 * p  # class 3: exact everywhere
                 rows.append(("losses", "mnist", "g10", "ce", seed, FIXED, 10.0, r, "toy", c, 1000.0, est, p))
     test, cal = evaluate(pd.DataFrame(rows, columns=list(RECORD_COLUMNS)), PRIMARY, Q)
     assert sorted(test.seed.unique()) == [3, 4] and cal.source["fit_jobs"] == 3
     fitted = test[test.fitted_group]
-    assert len(fitted) and not fitted.covered.any()
+    assert len(fitted) and not fitted[fitted.cls != 3].covered.any() and fitted[fitted.cls == 3].covered.all()
     assert np.allclose(fitted.high, fitted.est_share)
     assert (test.true_minority == (test.true_share < 0.05)).all()
     assert (test.named == (test.high < 0.05)).all() and (test.point_named == (test.est_share < 0.05)).all()
@@ -281,4 +281,6 @@ def test_evaluate_fits_on_seeds_0_2_only_and_decides_minority_by_the_upper_end()
     late = test[test["round"] >= 5]
     assert late[late.cls < 2].named.all() and not test[test.cls == 2].named.any()
     assert not test[test["round"] < 5].named.any()
+    # class 3 reads 0.07 exactly, upper end 0.07: above the cut 0.05, not named
+    assert np.allclose(late[late.cls == 3].high, 0.07) and not late[late.cls == 3].named.any()
     assert test[test.cls == 2].true_minority.all() and (test[test.cls == 2].high == 1.0).all()

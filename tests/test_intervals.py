@@ -277,10 +277,10 @@ def test_evaluate_fits_on_seeds_0_2_only_and_decides_minority_by_the_upper_end()
     assert (test.named == (test.high < 0.05)).all() and (test.point_named == (test.est_share < 0.05)).all()
     # from round 5 on (3 × 40 calibration scores a group; rounds 0–4 have too few to bound a tail: [0, 1]) classes 0
     # and 1 read 0.04 (Q·p̂ = 0.4, the group fitted on class 2's 0.03): upper end 0.04, named; class 2 reads 0.06
-    # (Q·p̂ = 0.6, no calibration round): [0, 1], not named though a true minority
+    # (Q·p̂ = 0.6, the group of class 3's 0.07): upper end 0.06, not named though a true minority
     late = test[test["round"] >= 5]
     assert late[late.cls < 2].named.all() and not test[test.cls == 2].named.any()
     assert not test[test["round"] < 5].named.any()
     # class 3 reads 0.07 exactly, upper end 0.07: above the cut 0.05, not named
     assert np.allclose(late[late.cls == 3].high, 0.07) and not late[late.cls == 3].named.any()
-    assert test[test.cls == 2].true_minority.all() and (test[test.cls == 2].high == 1.0).all()
+    assert test[test.cls == 2].true_minority.all() and np.allclose(late[late.cls == 2].high, 0.06)

@@ -96,39 +96,56 @@ def _sort(rows: list[dict[str, Any]], *keys: str) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: tuple(rank.get(r[k], 99) if k == "estimator" else r[k] for k in keys))
 
 
+def _cov_n(r: dict[str, Any] | None) -> str:
+    if r is None:
+        return "–"
+    if r["n"] < 40:
+        return f"{r['covered']} of {r['n']}"
+    return f"{_cov(r)} (n {r['n']})"
+
+
 def markdown(report: dict[str, Any]) -> str:
-    """docs/monitor.md's tables: coverage per estimator, protocol and Γ (with the minority classes' and the worst
-    class's), the families below 90 %, and detection per Γ, for the primary split (then the secondary's)."""
+    """docs/monitor.md's tables, per split: coverage per estimator, protocol and Γ (all classes, then the true
+    minority classes), per class, the estimator × family groups below 90 %, and minority detection per Γ
+    (fixed-client protocols)."""
     lines = []
     for split in SPLITS:
         part = report["splits"][split]
         lines += [f"**{split} split** (test: {part['test_jobs']} jobs of {len(part['test_families'])} families)", "",
                   "| estimator | protocol | Γ | class-rounds | coverage % [95 % CI] | median width (share) | "
-                  "minority classes: coverage % | worst class: coverage % |", "|---|---|---|---|---|---|---|---|"]
+                  "true minority classes: coverage % [95 % CI] |", "|---|---|---|---|---|---|---|"]
         roles = {(r["estimator"], r["protocol"], r["gamma"], r["role"]): r for r in part["coverage_by_role"]}
-        by_class: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for r in part["coverage_by_class"]:
-            by_class.setdefault((r["estimator"], r["protocol"]), []).append(r)
         for r in _sort(part["coverage_by_gamma"], "protocol", "gamma", "estimator"):
             mino = roles.get((r["estimator"], r["protocol"], r["gamma"], "minority"))
-            worst = min(by_class[(r["estimator"], r["protocol"])], key=lambda x: x["coverage"])
             lines.append(f"| {r['estimator']} | {r['protocol']} | {r['gamma']:g} | {r['n']} | {_cov(r)} | "
-                         f"{r['median_width']:.3f} | {_cov(mino) if mino else '–'} | "
-                         f"class {worst['cls']}: {_pct(worst['coverage'])} (all Γ) |")
+                         f"{r['median_width']:.3f} | {_cov_n(mino)} |")
+        by_class: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+        for r in part["coverage_by_class"]:
+            by_class.setdefault((r["estimator"], r["protocol"]), {})[int(r["cls"])] = r
+        q = 1 + max(int(r["cls"]) for r in part["coverage_by_class"])
+        lines += ["", "Coverage % per class (every Γ of the protocol; below 90 % in bold):", "",
+                  "| estimator | protocol | " + " | ".join(f"class {c}" for c in range(q)) + " |",
+                  "|---|---|" + "---|" * q]
+        for (est, proto), cells in sorted(by_class.items(), key=lambda kv: (kv[0][1], ORDER.index(kv[0][0])
+                                                                             if kv[0][0] in ORDER else 99)):
+            shown = [("**" + _pct(cells[c]["coverage"]) + "**") if cells[c]["below_flag"] else _pct(cells[c]["coverage"])
+                     for c in range(q)]
+            lines.append(f"| {est} | {proto} | " + " | ".join(shown) + " |")
         below = [r for r in part["coverage_by_family"] if r["below_flag"]]
-        lines += ["", f"Families below 90 % ({len(below)} of {len(part['coverage_by_family'])} estimator × family):"
+        lines += ["", f"Estimator × family below 90 % ({len(below)} of {len(part['coverage_by_family'])}):"
                   + ("" if below else " none."), ""]
         for r in _sort(below, "estimator", "family"):
             lines.append(f"- {r['estimator']}, {r['family']}: {_cov(r)} of {r['n']} class-rounds")
-        lines += ["", "| estimator | Γ | minority class-rounds | interval: precision / recall | "
-                  "point estimate: precision / recall | uniform guess: named |", "|---|---|---|---|---|---|"]
+        lines += ["", "Minority detection, fixed-client protocols (a class named minority when its interval's upper "
+                  "end, or the point estimate, is below half of 1/Q; the uniform guess names none, recall 0):", "",
+                  "| estimator | Γ | true minority class-rounds | interval: precision / recall % (named) | "
+                  "point estimate: precision / recall % (named) |", "|---|---|---|---|---|"]
         for r in _sort(part["detection_by_gamma"], "gamma", "estimator"):
-            if not r["minority"] and not r["interval_named"] and not r["point_named"]:
+            if r["estimator"] == "uniform":
                 continue
-            lines.append(f"| {r['estimator']} | {r['gamma']:g} | {r['minority']} | "
-                         f"{_pct(r['interval_precision'])} / {_pct(r['interval_recall'])} (named {r['interval_named']}) | "
-                         f"{_pct(r['point_precision'])} / {_pct(r['point_recall'])} (named {r['point_named']}) | "
-                         f"{r['uniform_named']} (recall 0) |")
+            lines.append(f"| {r['estimator']} | {r['gamma']:g} | {r['minority']} of {r['class_rounds']} | "
+                         f"{_pct(r['interval_precision'])} / {_pct(r['interval_recall'])} ({r['interval_named']}) | "
+                         f"{_pct(r['point_precision'])} / {_pct(r['point_recall'])} ({r['point_named']}) |")
         lines.append("")
     return "\n".join(lines)
 

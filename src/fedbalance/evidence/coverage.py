@@ -137,24 +137,26 @@ JOB_COLUMNS: tuple[str, ...] = ("experiment", "dataset", "setting", "loss", "see
 
 
 def dedupe_jobs(records: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, str]]:
-    """``records`` less every job whose records equal an earlier job's (jobs derived from another job's trajectory,
-    such as the ``t_ra`` family's from ``monitor``'s, repeat its estimates), and {dropped job: the job it repeats}."""
+    """``records`` less every job's estimator whose records equal those of an earlier job of the same seed for that
+    estimator (jobs derived from another job's trajectory repeat its estimates: the ``t_ra`` family's jobs repeat
+    ``monitor``'s for every estimator but ``paper``, which reads T_Ra; the uniform guess repeats across the losses of
+    one partition), and {dropped "job: estimator": the job it repeats}."""
     import hashlib
+
+    import pandas as pd
 
     seen: dict[str, str] = {}
     dropped: dict[str, str] = {}
     keep = []
-    for key, part in records.groupby(list(JOB_COLUMNS), sort=True):
+    for key, part in records.groupby([*JOB_COLUMNS, "estimator"], sort=True):
         name = "/".join(map(str, key[:4])) + f"/seed{key[4]}"
-        body = part[["round", "estimator", "cls", "est_share", "true_share"]].sort_values(["round", "estimator", "cls"])
-        digest = hashlib.sha256(body.round(12).to_csv(index=False).encode()).hexdigest()
+        body = part[["round", "cls", "est_share", "true_share"]].sort_values(["round", "cls"])
+        digest = hashlib.sha256((f"{key[4]}|{key[5]}|" + body.round(12).to_csv(index=False)).encode()).hexdigest()
         if digest in seen:
-            dropped[name] = seen[digest]
+            dropped[f"{name}: {key[5]}"] = seen[digest]
         else:
             seen[digest] = name
             keep.append(part)
-    import pandas as pd
-
     return (pd.concat(keep, ignore_index=True) if keep else records.iloc[:0]), dropped
 
 

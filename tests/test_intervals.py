@@ -284,3 +284,30 @@ def test_evaluate_fits_on_seeds_0_2_only_and_decides_minority_by_the_upper_end()
     # class 3 reads 0.07 exactly, upper end 0.07: above the cut 0.05, not named
     assert np.allclose(late[late.cls == 3].high, 0.07) and not late[late.cls == 3].named.any()
     assert test[test.cls == 2].true_minority.all() and np.allclose(late[late.cls == 2].high, 0.06)
+
+
+def test_a_run_records_the_shipped_intervals_beside_each_estimate():
+    """``fl.record_monitor`` writes lo_/hi_ for every calibrated estimator, equal to the shipped calibration's interval
+    of its estimate for the job's protocol; none without a protocol. The shipped calibration covers the recorded
+    estimators under both FL protocols."""
+    import torch
+
+    from fedbalance.engine.fl import empty_row, record_monitor
+    from fedbalance.monitor import intervals
+    from fedbalance.monitor.monitor import Estimate
+
+    cal = intervals.shipped()
+    assert cal is not None and all(cal.covers(e, p) for e in ("pooled", "released", "nnls", "paper")
+                                   for p in (intervals.FIXED, intervals.RANDOM))
+    counts = [2000.0, 2000.0, 300.0, 2000.0, 300.0, 2000.0, 2000.0, 300.0, 2000.0, 2000.0]
+    observed = {"estimates": {"pooled": Estimate(torch.tensor(counts, dtype=torch.float64), torch.ones(10), "pooled", 0)},
+                "weights": torch.ones(10)}
+    row = empty_row(7)
+    record_monitor(row, observed, np.array(counts), [100] * 20, intervals.FIXED)
+    total = sum(counts)
+    low, high = cal.interval("pooled", intervals.FIXED, 7, [c / total for c in counts])
+    assert row["lo_pooled"] == pytest.approx(list(low * total)) and row["hi_pooled"] == pytest.approx(list(high * total))
+    assert row["lo_released"] is None
+    bare = empty_row(7)
+    record_monitor(bare, observed, np.array(counts), [100] * 20)
+    assert bare["lo_pooled"] is None and bare["est_pooled"] == counts

@@ -311,3 +311,46 @@ def test_a_run_records_the_shipped_intervals_beside_each_estimate():
     bare = empty_row(7)
     record_monitor(bare, observed, np.array(counts), [100] * 20)
     assert bare["lo_pooled"] is None and bare["est_pooled"] == counts
+
+
+def _benchmark():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "monitor_intervals.py"
+    spec = importlib.util.spec_from_file_location("monitor_intervals", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmark_prints_the_split_and_counts_the_test_rounds(tmp_path, capsys):
+    """benchmarks/monitor_intervals.py on records kept in a file: the JSON's test part is seeds 3–4 (2 seeds × 40
+    rounds × Q classes of one family), the secondary split seed 2 of a three-seed family; a missing --reference is
+    one line naming it, before any work."""
+    from fedbalance.evidence.coverage import RECORD_COLUMNS
+
+    rng = np.random.default_rng(1)
+    rows = []
+    for setting, seeds in (("g10", 5), ("g50", 3)):
+        for seed in range(seeds):
+            for r in range(40):
+                truth = np.array([0.13] * 7 + [0.03] * 3)
+                est = truth * np.exp(rng.normal(0, 0.2, Q))
+                est /= est.sum()
+                for c in range(Q):
+                    rows.append(("losses", "mnist", setting, "ce", seed, FIXED, float(setting[1:]), r, "pooled", c,
+                                 1000.0, est[c], truth[c]))
+    cache = tmp_path / "records.pkl"
+    pd.DataFrame(rows, columns=list(RECORD_COLUMNS)).to_pickle(cache)
+    bench = _benchmark()
+    bench.main(["--reference", str(tmp_path), "--records", str(cache)])
+    report = json.loads(capsys.readouterr().out)
+    assert report["split"]["fit_seeds"] == [0, 1, 2] and report["split"]["test_seeds"] == [3, 4]
+    (primary,) = report["splits"]["primary"]["coverage_by_estimator"]
+    assert primary["n"] == 2 * 40 * Q and report["splits"]["primary"]["test_families"] == ["losses/mnist/g10/ce"]
+    (secondary,) = report["splits"]["secondary"]["coverage_by_estimator"]
+    assert secondary["n"] == 40 * Q and report["splits"]["secondary"]["test_families"] == ["losses/mnist/g50/ce"]
+    with pytest.raises(SystemExit):
+        bench.main(["--reference", str(tmp_path / "nowhere")])
+    assert "--reference" in capsys.readouterr().err

@@ -31,7 +31,7 @@ import pandas as pd
 
 from fedbalance.atomic import write_json
 from fedbalance.evidence.coverage import (
-    FIT_SEEDS, FLAG, PRIMARY, SECONDARY, SECONDARY_TEST_SEED, SPLITS, TEST_SEEDS, coverage_table, dedupe_jobs,
+    FIT_SEEDS, FLAG, PRIMARY, SECONDARY_TEST_SEED, SPLITS, TEST_SEEDS, coverage_table, dedupe_jobs,
     detection_table, evaluate, reference_records,
 )
 from fedbalance.monitor.intervals import ALPHA, CALIBRATION_FILE, FIXED, MINORITY_FRACTION

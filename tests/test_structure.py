@@ -73,7 +73,8 @@ def test_the_model_input_sits_below_training() -> None:
 
 
 def test_presentation_sits_on_top() -> None:
-    """presentation imports records/config/aggregate/seedstats; nothing outside it imports it but the command line;
+    """presentation imports records/config/aggregate/seedstats and the monitor's intervals (numpy only: the figures'
+    bands of rounds recorded before the interval columns); nothing outside it imports it but the command line;
     its ``refdocs`` (which splices a render of a reference set into the docs, on top of the rest of it) is imported by
     the command line alone; seedstats imports nothing of the library (the intervals every comparison states, below both
     presentation and reference)."""
@@ -90,7 +91,7 @@ def test_presentation_sits_on_top() -> None:
     below = {d for m, deps in graph.items() if m.startswith("presentation") and m not in above for d in deps}
     assert {d for d in below if not d.startswith("presentation")} <= {
         "common.records", "jobs.config", "jobs.aggregate", "evidence.seedstats", "evidence.looks", "common.lazy",
-        "common", "jobs", "evidence"}
+        "common", "jobs", "evidence", "monitor.intervals", "monitor"}
     assert graph["evidence.seedstats"] == set() and "evidence.seedstats" in graph["evidence.reference"]
 
 

@@ -635,7 +635,9 @@ def cmd_cost(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     """``fedbalance compare``."""
     from fedbalance.atomic import atomic_write
-    from fedbalance.evidence.reference import CELL, compare, compare_markdown, protocol_differences, protocol_header
+    from fedbalance.evidence.reference import (
+        CELL, compare, compare_markdown, coverage_text, protocol_differences, protocol_header,
+    )
 
     if args.csv is not None and (args.csv.is_dir() or (args.csv.parent.exists() and not args.csv.parent.is_dir())):
         raise ConfigError(f"--csv {args.csv}: not a file that can be written (a folder, or below a file)")
@@ -662,6 +664,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"fedbalance compare: warning: {line}", file=sys.stderr)
     print("".join(f"**{line}** (--accept-uncommitted)\n\n" for line in accepted)
           + compare_markdown(frame, header, unmatched=args.unmatched), end="")
+    coverage = coverage_text(args.ours)
+    print(f"\n{coverage}" if coverage else "", end="")
     return 0
 
 

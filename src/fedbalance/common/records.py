@@ -84,6 +84,17 @@ def cs_column(name: str) -> str:
     """rounds.csv's column of estimator ``name``'s CS against the round's true composition."""
     return f"cs_{name}"
 
+def low_column(name: str) -> str:
+    """rounds.csv's column of the lower ends of estimator ``name``'s 95 % interval of each class's count (a JSON list;
+    ``fedbalance.monitor.intervals``, docs/monitor.md "How sure the monitor is")."""
+    return f"lo_{name}"
+
+
+def high_column(name: str) -> str:
+    """rounds.csv's column of the upper ends of estimator ``name``'s 95 % interval of each class's count (a list)."""
+    return f"hi_{name}"
+
+
 def tv_column(name: str) -> str:
     """Per-round measure column: TV(p_hat, p) of estimator ``name`` (computed at read time, ``composition_measures``)."""
     return f"tv_{name}"
@@ -171,8 +182,11 @@ ROUND_COLUMNS: tuple[str, ...] = (
     "acknowledged",
     "emp_cos",
     "emp_cv",
+    *(low_column(e) for e in ESTIMATORS),
+    *(high_column(e) for e in ESTIMATORS),
 )
-"""Columns of a job's rounds.csv, in order (``fedbalance.engine.fl.run_fedavg`` documents each)."""
+"""Columns of a job's rounds.csv, in order (``fedbalance.engine.fl.run_fedavg`` documents each); the interval columns
+``lo_``/``hi_`` last (a rounds.csv written before them lacks them; ``replay.recorded`` fills them)."""
 
 
 EMPIRICAL_COLUMNS: tuple[str, ...] = ("emp_cos", "emp_cv")
@@ -182,8 +196,9 @@ MONITOR_COLUMNS: tuple[str, ...] = ("weights", "acknowledged", f"cs_{UNIFORM}")
 
 
 def is_monitor_column(column: str) -> bool:
-    """A rounds.csv column the monitor fills: ``MONITOR_COLUMNS`` and every estimator's ``est_``/``cs_`` pair."""
-    return column in MONITOR_COLUMNS or column.startswith((est_column(""), cs_column("")))
+    """A rounds.csv column the monitor fills: ``MONITOR_COLUMNS`` and every estimator's ``est_``/``cs_`` pair and
+    interval ends ``lo_``/``hi_``."""
+    return column in MONITOR_COLUMNS or column.startswith((est_column(""), cs_column(""), low_column(""), high_column("")))
 
 
 SETTING_PART = re.compile(r"([A-Za-z]+)(-?(?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?|-?inf|nan)")

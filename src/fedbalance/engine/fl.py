@@ -32,7 +32,8 @@ Per-round columns (``ROUND_COLUMNS``): ``weights`` is the pi the monitor derived
 by the clients of round t+1); ``acknowledged`` is the acknowledger's state after round t, fed with
 the estimate of the first configured estimator (``monitor.estimators[0]``); ``emp_cos``/``emp_cv``
 (``empirical: true``) are ``empirical_y_stats`` of G_t, the model the clients start from, on the
-selected clients' data in local batches of ``batch_size``.
+selected clients' data in local batches of ``batch_size``; ``lo_<e>``/``hi_<e>`` are the ends of estimator e's 95 %
+interval of each class's count (``fedbalance.monitor.intervals``, the shipped calibration, for the job's protocol).
 
 Randomness: every random draw of a round comes from a generator seeded by a NumPy ``SeedSequence``
 of (job seed, purpose, round[, client id]), so numbers do not depend on the training path, on the
@@ -55,10 +56,11 @@ from fedbalance.common import plugins
 from fedbalance.common.jobspec import JobSpec, as_spec
 from fedbalance.methods.losses import as_sent, feed, receives
 from fedbalance.methods.metrics import empirical_y_stats, evaluate
+from fedbalance.monitor import intervals
 from fedbalance.monitor.estimators import Observer
 from fedbalance.monitor.monitor import PAPER_SIGNED, Acknowledger, Monitor, cosine_similarity, uniform_guess
 from fedbalance.data.partition import Partition
-from fedbalance.common.records import ROUND_COLUMNS, UNIFORM, cs_column, est_column
+from fedbalance.common.records import ROUND_COLUMNS, UNIFORM, cs_column, est_column, high_column, low_column
 from fedbalance.training.train import SGDConfig, average_stacked, train_copies
 
 TAG_INIT, TAG_SELECT, TAG_CLIENT, TAG_MONITOR, TAG_AUX, TAG_EPOCH = 1, 2, 3, 4, 5, 6
@@ -164,13 +166,21 @@ def _list(t: Tensor | Sequence[float]) -> list[float]:
     return [float(v) for v in torch.as_tensor(t, dtype=torch.float64).reshape(-1).tolist()]
 
 
-def record_monitor(row: dict[str, Any], observed: Mapping[str, Any], true_counts: np.ndarray, totals: Sequence[int]) -> None:
-    """Fill the monitor columns: each estimate, its CS to the true composition, the uniform guess's CS, pi."""
+def record_monitor(row: dict[str, Any], observed: Mapping[str, Any], true_counts: np.ndarray, totals: Sequence[int],
+                   proto: str | None = None) -> None:
+    """Fill the monitor columns: each estimate, its CS to the true composition, its 95 % interval (``lo_``/``hi_``,
+    the shipped calibration's, for the round's protocol ``proto``; none when None or not calibrated), the uniform
+    guess's CS, pi."""
     q = len(true_counts)
+    calibration = intervals.shipped() if proto is not None else None
     for method, est in observed["estimates"].items():
         if method != PAPER_SIGNED:
             row[est_column(method)] = _list(est.counts)
             row[cs_column(method)] = cosine_similarity(est.counts, torch.as_tensor(true_counts, dtype=torch.float64))
+            ends = None if calibration is None else intervals.count_interval(
+                calibration, method, proto, int(row["round"]), row[est_column(method)])
+            if ends is not None:
+                row[low_column(method)], row[high_column(method)] = ends
     row[cs_column(UNIFORM)] = cosine_similarity(uniform_guess(totals, q), torch.as_tensor(true_counts, dtype=torch.float64))
     row["weights"] = _list(observed["weights"])
 
@@ -320,10 +330,12 @@ def monitor_round(
     lead: str,
     true_counts: np.ndarray,
     totals: Sequence[int],
+    proto: str | None = None,
 ) -> None:
-    """Record round ``row["round"]``'s estimates, update the acknowledgment and the next round's weights π
-    and prior (the lead estimator's composition estimate, for ``la``/``bsm``)."""
-    record_monitor(row, observed, true_counts, totals)
+    """Record round ``row["round"]``'s estimates (with their intervals for protocol ``proto``), update the
+    acknowledgment and the next round's weights π and prior (the lead estimator's composition estimate, for
+    ``la``/``bsm``)."""
+    record_monitor(row, observed, true_counts, totals, proto)
     row["acknowledged"] = ack.update(observed["estimates"][lead].counts)
     if row["acknowledged"] and state.ack_round is None:
         state.ack_round = row["round"]
@@ -442,7 +454,8 @@ def run_rounds(
             observed = guarded_observe(spec, t, lambda: observer.observe(
                 trained.start, after, batch.totals, torch_generator(seed, TAG_MONITOR, t), loss_fn=sent,
                 clients=client_keys(spec, t, batch.clients)))
-            monitor_round(state, row, observed, ack, lead, batch.true_counts, batch.totals)
+            monitor_round(state, row, observed, ack, lead, batch.true_counts, batch.totals,
+                          intervals.protocol(spec.mode, spec.required("selection")))
         if trained.after is not None:
             model.load_state_dict(trained.after)
         if (t + 1) % eval_every == 0 or t == step.rounds - 1:

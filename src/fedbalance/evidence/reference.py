@@ -255,6 +255,21 @@ def compare(ours: str | Path, reference: str | Path, metrics: list[str] | None =
     return out.drop(columns=["values_ours", "values_ref"]).sort_values(keys, ignore_index=True)
 
 
+def coverage_text(ours: str | Path) -> str:
+    """One line for ``compare``: the empirical coverage of the monitor's 95 % intervals (the shipped calibration's,
+    ``evidence.coverage.shipped_coverage``) on ``ours``' jobs that record the composition, per recorded estimator with
+    its Clopper–Pearson interval and median width; empty when none does."""
+    from fedbalance.evidence.coverage import shipped_coverage
+
+    table = shipped_coverage(ours)
+    if table.empty:
+        return ""
+    parts = [f"{r.estimator} {100 * r.coverage:.1f} % [{100 * r.ci_low:.1f}, {100 * r.ci_high:.1f}] of {r.n} "
+             f"class-rounds (median width {r.median_width:.3f})" for r in table.itertuples()]
+    return (f"Monitor's 95 % intervals on ours ({int(table.jobs.max())} jobs recording the composition; calibration "
+            "fitted on the reference set's seeds 0–2, docs/monitor.md): coverage " + "; ".join(parts) + ".\n")
+
+
 def _values(cell: Any) -> dict[int, float]:
     """A side's values by seed (none where the side lacks the cell: NaN after the outer merge)."""
     return cell if isinstance(cell, dict) else {}

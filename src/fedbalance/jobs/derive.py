@@ -28,6 +28,7 @@ from fedbalance.engine.fl import (
 )
 from fedbalance.jobs.run import JobError, installed_plugins, job_lock, lock_holder
 from fedbalance.common.jobspec import ConfigError, JobSpec, as_spec, derivable, training_differences
+from fedbalance.monitor.intervals import protocol
 from fedbalance.common.records import EMPIRICAL_COLUMNS, JOB_KEYS, is_monitor_column
 from fedbalance.jobs.replay import load_trajectory, replay_setup
 
@@ -59,7 +60,8 @@ def derive_rows(
         clients = select_clients(spec.required("selection"), num_clients, k, spec.seed, t)
         observed = guarded_observe(spec, t, lambda: observer.observe(
             model, state_t1, r["totals"], torch_generator(spec.seed, TAG_MONITOR, t), clients=client_keys(spec, t, clients)))
-        monitor_round(state, new, observed, ack, lead, np.asarray(row["true_composition"]), r["totals"])
+        monitor_round(state, new, observed, ack, lead, np.asarray(row["true_composition"]), r["totals"],
+                      protocol(spec.mode, spec.required("selection")))
         out.append(new)
     return out, state.ack_round
 

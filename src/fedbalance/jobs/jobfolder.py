@@ -50,7 +50,9 @@ from fedbalance.atomic import atomic_write, write_json
 from fedbalance.common.jobspec import JOB_DEFAULTS
 from fedbalance.jobs.provenance import PENDING, PROVENANCE  # noqa: F401  (re-exported: a job folder's record)
 from fedbalance.jobs.seal import refuse_inside
-from fedbalance.common.records import ESTIMATORS, JOB_KEYS, ROUND_COLUMNS, UNIFORM, Job, cs_column, est_column
+from fedbalance.common.records import (
+    ESTIMATORS, JOB_KEYS, ROUND_COLUMNS, UNIFORM, Job, cs_column, est_column, high_column, low_column,
+)
 
 if TYPE_CHECKING:  # numpy and pandas are imported where used: the workflow plans with this module alone
     import pandas as pd
@@ -364,7 +366,7 @@ lists and ``cs_`` CSs): a number, a JSON list of numbers (null where not finite)
 def _cell_kind(column: str) -> tuple[str, tuple[float, float]] | None:
     if column in ROUND_CELLS:
         return ROUND_CELLS[column]
-    if column.startswith(est_column("")):
+    if column.startswith((est_column(""), low_column(""), high_column(""))):
         return "list", ANY
     if column.startswith(cs_column("")):
         return "number", COSINE

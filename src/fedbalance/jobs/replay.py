@@ -24,7 +24,10 @@ from fedbalance.jobs.run import auxiliary_data, build_partitions
 from fedbalance.methods.losses import feed, get_loss
 from fedbalance.methods.models import build_model, device_layout
 from fedbalance.monitor.monitor import Monitor, cosine_similarity, uniform_guess
-from fedbalance.common.records import TRUE_IMBALANCE, UNIFORM, composition_measures, cs_column, est_column, imbalance_ratio
+from fedbalance.common.records import (
+    TRUE_IMBALANCE, UNIFORM, composition_measures, cs_column, est_column, high_column, imbalance_ratio, low_column,
+)
+from fedbalance.monitor import intervals
 
 
 def load_trajectory(path: str | Path) -> dict[str, Any]:
@@ -41,6 +44,21 @@ def add_measures(row: dict[str, Any], truth: Sequence[float]) -> dict[str, Any]:
     for m, counts in [(UNIFORM, guess), *((m, row[est_column(m)]) for m in names)]:
         row.update(composition_measures(m, counts, truth))
     row[TRUE_IMBALANCE] = imbalance_ratio(truth)
+    return row
+
+
+def add_intervals(row: dict[str, Any], proto: str) -> dict[str, Any]:
+    """``row`` with the 95 % interval ends ``lo_<name>``/``hi_<name>`` of each ``est_<name>`` it holds that the
+    shipped calibration covers (``intervals.count_interval``; round ``row["round"]``, protocol ``proto``): what a
+    rounds.csv written before the interval columns gets at read time."""
+    calibration = intervals.shipped()
+    if calibration is None:
+        return row
+    prefix = est_column("")
+    for name in [c[len(prefix):] for c, v in row.items() if c.startswith(prefix) and v is not None]:
+        ends = intervals.count_interval(calibration, name, proto, int(row["round"]), row[est_column(name)])
+        if ends is not None:
+            row[low_column(name)], row[high_column(name)] = ends
     return row
 
 
@@ -86,8 +104,8 @@ def replay(
     data_dir: str | Path = "data",
     targets: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per round: {"round", "cs_<estimator>", "est_<estimator>", "cs_uniform", "seconds_<estimator>"} and the
-    measures beside CS (``add_measures``).
+    """One row per round: {"round", "cs_<estimator>", "est_<estimator>", "cs_uniform", "seconds_<estimator>"}, the
+    measures beside CS (``add_measures``) and the intervals (``add_intervals``).
 
     The monitor runs with the job's own settings (optimiser, aux data, seeds) and ``estimators``
     (any registered in ``fedbalance.monitor.estimators``), through the ``Observer`` the run uses, one per group of
@@ -130,7 +148,7 @@ def replay(
                 row[est_column(m)] = [float(v) for v in found[m].counts]
                 row[cs_column(m)] = cosine_similarity(found[m].counts, truth)
         pi = monitor.weights(dW)[1].detach().cpu().double()
-        rows.append(add_measures(row, truth.tolist()))
+        rows.append(add_intervals(add_measures(row, truth.tolist()), intervals.protocol(spec.mode, spec.required("selection"))))
     return rows
 
 
@@ -143,7 +161,7 @@ def recorded(folder: str | Path, history: Sequence[str] | None = None,
     ``targets``) whose requirements were recorded is computed from the recorded
     per-round estimates, the rounds' selected clients and the partition's client totals, as the run
     would, and the measures beside CS of every estimate (``add_measures``: a rounds.csv written before they existed
-    gets them from its ``est_``/``true_composition`` cells). No model is replayed, so this takes seconds where
+    gets them from its ``est_``/``true_composition`` cells) and their 95 % intervals (``add_intervals``). No model is replayed, so this takes seconds where
     ``replay`` takes minutes.
     """
     metrics = read_metrics(folder)
@@ -157,6 +175,7 @@ def recorded(folder: str | Path, history: Sequence[str] | None = None,
         entries = [entry(m, targets.get(m)) for m in history]
     k, seed = spec.required("clients_per_round"), spec.seed
     balanced = spec.switch_round is not None  # the balanced partition's clients are not in metrics.json
+    proto = intervals.protocol(spec.mode, spec.required("selection"))
     track = Track()
     rows: list[dict[str, Any]] = []
     est_prefix = est_column("")
@@ -180,5 +199,5 @@ def recorded(folder: str | Path, history: Sequence[str] | None = None,
                     track.estimates[-1][m] = counts.tolist()
                     row[est_column(m)] = [float(v) for v in counts]
                     row[cs_column(m)] = cosine_similarity(counts, truth)
-        rows.append(add_measures(row, truth))
+        rows.append(add_intervals(add_measures(row, truth), proto))
     return rows

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import pandas as pd
 
+from fedbalance.monitor import intervals
 from fedbalance.presentation.figures import FIGURES, Drawn
 from fedbalance.presentation.figures.common import (
-    BOUNDS, POINT_COLUMNS, concat_points, datasets, draw_points, no_data, panel_title, panels, plt, round_points,
+    BOUNDS, POINT_COLUMNS, concat_points, datasets, draw_points, grid, no_data, panel_title, panels, plt, round_points,
+    select,
 )
+from fedbalance.presentation.figures.monitor_imbalance import SHARES, draw_share_bands, share_band_points
 from fedbalance.presentation.names import ESTIMATORS, UNIFORM
 from fedbalance.common.records import DEFAULT_ESTIMATOR, cs_column
 
@@ -25,11 +28,31 @@ def monitor_points(rounds: pd.DataFrame | None, estimators: list[str], only: str
 def make_fig_monitoring(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,
                         clients: pd.DataFrame | None = None, *, estimator: str = DEFAULT_ESTIMATOR) -> Drawn:
     """CS of every estimator and of the uniform guess per round, mean over seeds with its 95 % band, one panel per
-    dataset (``monitor``)."""
+    dataset (``monitor``); beside it, where the rounds record the composition, ``estimator``'s shares with their 95 %
+    intervals against the true shares per round (``monitor_imbalance.share_band_points``, random selection)."""
     points = monitor_points(rounds, list(ESTIMATORS))
-    fig = panels(points, "Composition estimate vs ground truth (monitor)", "monitor/<any dataset>", xlabel="round",
-                 ylabel="CS", band=True, dashed={UNIFORM})
-    return Drawn(fig, points)
+    title = "Composition estimate vs ground truth (monitor)"
+    ds = list(dict.fromkeys(points.panel))
+    bands = {d: share_band_points(select(rounds, experiment="monitor", dataset=d), estimator, intervals.RANDOM,
+                                  d + SHARES, lambda r: float(r["round"]), lambda r: str(r["round"])) for d in ds}
+    bands = {d: b for d, b in bands.items() if len(b)}
+    if not bands:
+        fig = panels(points, title, "monitor/<any dataset>", xlabel="round", ylabel="CS", band=True, dashed={UNIFORM})
+        return Drawn(fig, points)
+    fig, axes = grid(2 * len(ds), title)
+    for i, d in enumerate(ds):
+        ax = axes[2 * i]
+        draw_points(ax, points[points.panel == d], band=True, dashed={UNIFORM})
+        ax.set(title=panel_title(d), xlabel="round", ylabel="CS")
+        ax = axes[2 * i + 1]
+        if d in bands:
+            draw_share_bands(ax, bands[d], "round")
+            ax.set_title(f"{panel_title(d)}: {estimator}'s shares, 95 % intervals")
+        else:
+            ax.set_axis_off()
+    fig.set_size_inches(10, 4.2 * len(ds))
+    fig.tight_layout()
+    return Drawn(fig, concat_points([points, *bands.values()]))
 
 
 def make_Headline_monitor(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,

@@ -27,13 +27,38 @@ if Path(SRC, "fedbalance").is_dir():
 @contextlib.contextmanager
 def logged(smk):
     """Send stdout and stderr (Python-level and the file descriptors) to the rule's log file, and the library's log
-    messages (from INFO: a job's progress lines, warnings) there too (fedbalance.logs.configure)."""
+    messages (from INFO: a job's progress lines, warnings) there too (fedbalance.logs.configure). A user's mistake
+    (bad data or configuration: ``fedbalance.cli.user_errors``) ends the script with its one line on the console,
+    its traceback in the log only (``user_error_exit``)."""
     from fedbalance.logs import configure
 
     configure()
-    if not smk.log:
+    with user_error_exit(smk):
+        if not smk.log:
+            yield
+            return
+        with _to_log(smk):
+            yield
+
+
+@contextlib.contextmanager
+def user_error_exit(smk):
+    """A user error raised inside: its one line on stderr ("fedbalance: error in rule R: ..."), exit status 1."""
+    try:
         yield
-        return
+    except Exception as exc:
+        from fedbalance.cli import user_errors
+
+        if not isinstance(exc, user_errors()):
+            raise
+        where = f" (traceback: {smk.log[0]})" if smk.log else ""
+        print(f"fedbalance: error in rule {smk.rule}: {exc}{where}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+
+
+@contextlib.contextmanager
+def _to_log(smk):
+    """stdout and stderr into the rule's log file; an exception's traceback written there before it propagates."""
     path = Path(str(smk.log[0]))
     path.parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()

@@ -837,3 +837,24 @@ def protocol_differences(a: Mapping[str, Collection[str]], b: Mapping[str, Colle
     ``protocol`` gives them) -> (a's, b's) as printed (``shown_values``); empty when the two were run alike."""
     return {k: (shown_values(a.get(k, ())), shown_values(b.get(k, ()))) for k in sorted(set(a) | set(b))
             if set(a.get(k, ())) != set(b.get(k, ()))}
+
+
+CLI_TYPE_HINT = {
+    "boolean": "write {key}=True or {key}=False (Snakemake's --config reads only True and False as booleans)",
+    "integer": "write {key}=N with N a whole number (e.g. {key}=2)",
+    "number": "write {key}=X with X a number (e.g. {key}=0.5)",
+    "array": "give a list in a config file (--configfile), not --config",
+    "object": "give a mapping in a config file (--configfile), not --config",
+}
+"""How to write a value of each JSON-schema type on Snakemake's command line (``command_line_hint``)."""
+
+
+def command_line_hint(cli_config: Mapping[str, Any], message: str) -> str:
+    """For a ConfigError ``message`` ("download: 'false' is not of type 'boolean'") about a key given on Snakemake's
+    command line (``cli_config``: ``--config`` as Snakemake parsed it), how to write it there ("; given as
+    --config download=false, write download=True or download=False ..."); "" for any other error."""
+    key = message.split(":", 1)[0]
+    match = re.search(r"is not of type '(\w+)'", message)
+    if key not in cli_config or match is None or match.group(1) not in CLI_TYPE_HINT:
+        return ""
+    return f"; given as --config {key}={cli_config[key]}, {CLI_TYPE_HINT[match.group(1)].format(key=key)}"

@@ -62,3 +62,82 @@ def test_command_line_hint_names_the_written_form() -> None:
     # a key from a config file, or an error that is not about a type, gets no hint
     assert command_line_hint({}, "threads: 'two' is not of type 'integer'") == ""
     assert command_line_hint({"threads": 0}, "threads: 0 is less than the minimum of 1") == ""
+
+
+# --- item 1: the report's landing page fits a screen, the summary pages linked first --------------------------------
+
+LANDING_WIDTH_CHARS = 70
+"""Characters a line of the landing page holds: Snakemake shows it in a ``prose prose-sm max-w-lg`` box (32 rem, 512 px,
+14 px type: about 73 characters of 7 px), rounded down."""
+LINE_PX, PARAGRAPH_PX, SCREEN_PX = 24, 16, 800
+"""prose-sm's line height (14 px x 1.714) and paragraph margin, and the height of a 1280 x 800 window."""
+
+
+def rendered_landing(text: str, targets: list[str]) -> str:
+    """The landing page as Snakemake's report renders it (snakemake.report.auto_report): the link targets it defines
+    for its files appended, jinja2 with ``files``, then docutils' html_body."""
+    from types import SimpleNamespace
+
+    from docutils.core import publish_parts
+    from jinja2 import Environment
+
+    links = "\n".join(f".. _{t}: javascript:app.showResultInfo('{t}')" for t in targets)
+    files = [SimpleNamespace(target=t) for t in targets]
+    source = Environment().from_string(text + "\n\n" + links + "\n").render(files=files)
+    return publish_parts(source, writer="html", settings_overrides={"report_level": 2, "halt_level": 2})[
+        "html_body"]
+
+
+def estimated_height(html: str) -> int:
+    """Pixels the landing page's paragraphs, list items and table rows take at ``LANDING_WIDTH_CHARS`` a line (each: its
+    lines, then a paragraph's margin)."""
+    paragraphs = [re.sub(r"<[^>]+>", " ", p) for _, p in re.findall(r"<(p|li|tr)\b[^>]*>(.*?)</\1>", html, re.S)]
+    lines = sum(-(-len(" ".join(p.split())) // LANDING_WIDTH_CHARS) for p in paragraphs)
+    return lines * LINE_PX + len(paragraphs) * PARAGRAPH_PX
+
+
+def test_the_landing_page_fits_a_screen_and_links_the_summaries_first() -> None:
+    """The quick study's landing page, rendered as Snakemake does: valid reStructuredText, short enough that its top
+    is not cut in a 1280 x 800 window (Snakemake centres it vertically; a taller page loses its top), the links to the
+    claims, Fidelity, Reproduction and study pages the first links on it; a page the report lacks is not linked."""
+    from fedbalance.jobs.config import jobs, load_config
+    from fedbalance.presentation.study import PAGES, identity, landing_page
+
+    cfg = load_config(QUICK)
+    study = jobs(cfg)
+    who = identity(cfg, study, configfiles=["config/quick.yaml"], trained=38, copied=8, derived=1)
+    text = landing_page(cfg, study, who)
+    pages = [name for name, _ in PAGES]
+    html = rendered_landing(text, [*pages, "Res_3_datasets.html"])
+    assert "System Message" not in html and "trained by this workflow: 47 jobs" in html
+    links = re.findall(r'<a class="reference external" href="javascript:app.showResultInfo\(\'([^\']+)\'\)">', html)
+    assert links == pages, links
+    height = estimated_height(html)
+    assert 4 * LINE_PX < height <= SCREEN_PX - 200, height  # room for Snakemake's padding and its metadata list
+    partial = rendered_landing(text, ["claims.html"])
+    assert "System Message" not in partial and re.findall(r"showResultInfo\('([^']+)'\)", partial) == ["claims.html"]
+
+
+def test_the_claims_page_opens_with_its_tally_and_verdicts(tmp_path: Path) -> None:
+    """claims.md: the title, then the tally of the verdicts (counted here from the table's verdict column), then the
+    verdict table; the method after them."""
+    from collections import Counter
+
+    from conftest import write_job
+
+    from fedbalance.common.records import Job
+    from fedbalance.jobs.aggregate import collect
+    from fedbalance.presentation.claims import write_claims
+
+    for seed, (ce, ratio) in enumerate([(0.30, 0.80), (0.34, 0.84), (0.31, 0.86)]):
+        write_job(tmp_path / "res", Job("losses", "mnist", "g10", "ce", seed), acm=ce, auc=0.8)
+        write_job(tmp_path / "res", Job("losses", "mnist", "g10", "ratio", seed), acm=ratio, auc=0.9)
+    final, rounds = collect(tmp_path / "res")
+    text = write_claims(final, rounds, tmp_path / "claims.md").read_text()
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert lines[0].startswith("# ") and lines[1].startswith("**Tally**: ")
+    assert lines[2].startswith("| # | Claim | Reading | Verdict |")
+    assert text.index("| # | Claim") < text.index("## How the verdicts are reached")
+    verdicts = Counter(re.findall(r"^\|[^|]*\|[^|]*\|[^|]*\| \*\*([^*]+)\*\* \|", text, re.M))
+    said = dict((v, int(n)) for n, v in re.findall(r"(\d+) \*([^*]+)\*", lines[1]))
+    assert said == dict(verdicts) and sum(said.values()) > 1, (said, verdicts)

@@ -73,6 +73,34 @@ LINE_PX, PARAGRAPH_PX, SCREEN_PX = 24, 16, 800
 """prose-sm's line height (14 px x 1.714) and paragraph margin, and the height of a 1280 x 800 window."""
 
 
+CHROMIUM = next((c for c in ("chromium", "chromium-browser", "google-chrome") if shutil.which(c)), None)
+
+PROBE = """<script>
+window.addEventListener("load", () => setTimeout(() => {
+  const first = document.querySelector(".prose p, .prose h1, .prose h2");
+  document.title = "TOP=" + (first ? Math.round(first.getBoundingClientRect().top) : "none");
+}, 3000));
+</script>"""
+"""Appended to a copy of report.html: after the page has drawn, the title says where the landing page's first block
+starts (pixels from the window's top; negative: cut off above it)."""
+
+
+def landing_top(report: Path, width: int, height: int) -> float:
+    """Where the first block of a Snakemake report's landing page starts in headless Chromium at ``width`` x
+    ``height`` (Debian's ``chromium``; .ci/run installs it)."""
+    from conftest import needs_ci_tool
+
+    needs_ci_tool(None if CHROMIUM else "chromium is not installed (apt-get install chromium)")
+    probe = report.with_name(report.stem + ".probe.html")
+    probe.write_text(report.read_text(errors="replace").replace("</body>", PROBE + "</body>"))
+    r = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", f"--window-size={width},{height}",
+                        "--virtual-time-budget=15000", "--dump-dom", probe.as_uri()], capture_output=True, text=True,
+                       timeout=300)
+    m = re.search(r"<title>TOP=(-?\d+)</title>", r.stdout)
+    assert m, (r.stdout[:500], r.stderr[-2000:])
+    return float(m.group(1))
+
+
 def rendered_landing(text: str, targets: list[str]) -> str:
     """The landing page as Snakemake's report renders it (snakemake.report.auto_report): the link targets it defines
     for its files appended, jinja2 with ``files``, then docutils' html_body."""
@@ -141,3 +169,37 @@ def test_the_claims_page_opens_with_its_tally_and_verdicts(tmp_path: Path) -> No
     verdicts = Counter(re.findall(r"^\|[^|]*\|[^|]*\|[^|]*\| \*\*([^*]+)\*\* \|", text, re.M))
     said = dict((v, int(n)) for n, v in re.findall(r"(\d+) \*([^*]+)\*", lines[1]))
     assert said == dict(verdicts) and sum(said.values()) > 1, (said, verdicts)
+
+
+# --- item 5: one display name per loss and estimator ---------------------------------------------------------------
+
+
+def test_each_loss_has_one_name_in_tables_latex_and_figures(tmp_path: Path) -> None:
+    """The loss comparison's jobs: the HTML table's rows, the LaTeX table's rows, the loss figure's and the
+    beyond-the-paper figure's legends name each loss alike (CE, Focal, GHM-C, Ratio), as the docs' prose does."""
+    from conftest import write_job
+
+    from fedbalance.common.records import Job
+    from fedbalance.jobs.aggregate import collect
+    from fedbalance.presentation.figures import maker
+    from fedbalance.presentation.tables import TABLES, cell_values, table_frame, write_table
+
+    root = tmp_path / "res"
+    for seed in range(2):
+        for i, loss in enumerate(("ce", "focal", "ghmc", "ratio")):
+            write_job(root, Job("losses", "mnist", "g10", loss, seed), acm=0.3 + 0.1 * i + 0.01 * seed, auc=0.8)
+        for loss in ("ce", "ratio"):
+            write_job(root, Job("beyond", "mnist", "g10", loss, seed), acm=0.4 + 0.01 * seed, auc=0.8)
+    final, rounds = collect(root)
+    expected = ["CE", "Focal", "GHM-C", "Ratio"]
+    frame, _ = table_frame(TABLES["Res_3_datasets"], cell_values(TABLES["Res_3_datasets"], final, rounds))
+    assert [r for m, r in frame.index if m == "Ac.M"] == expected
+    write_table("Res_3_datasets", final, rounds, tmp_path / "tables")
+    tex = (tmp_path / "tables" / "Res_3_datasets.tex").read_text()
+    rows = [line.split("&")[1].strip() for line in tex.splitlines() if line.count("&") > 2
+            and line.split("&")[1].strip() in {*expected, "GHM-C"}]
+    assert rows == expected * 2, tex  # Ac.M, then AUC
+    _, points = maker("Losses_acm_gamma")(final, rounds, None)
+    assert list(dict.fromkeys(points.series)) == expected
+    _, beyond = maker("Beyond_paper")(final, rounds, None)
+    assert list(dict.fromkeys(beyond.series)) == ["CE", "Ratio"]

@@ -422,7 +422,7 @@ def test_plugin_losses_and_estimators_are_lines_of_the_figures():
                            "seed": 0, "mean_cs": 0.1 * c, "acc_minority": 0.5, "plugin": plugin}
                           for c in (2, 5) for loss, plugin in (("ce", None), ("ratio", None), ("cb", "fedbalance-cb 0.1.0"))])
     fig, _ = make_Res_mismatch(final)
-    assert legend(fig)[:3] == ["CE", "Ratio (ours)", "cb"]
+    assert legend(fig)[:3] == ["CE", "Ratio", "cb"]
     rounds = pd.DataFrame([{"experiment": "losses", "dataset": "cifar10", "setting": "g100", "loss": loss, "seed": 0,
                             "round": r, "train_loss": 1.0 / (r + 1), "plugin": plugin}
                            for r in range(3) for loss, plugin in (("ce", None), ("cb", "fedbalance-cb 0.1.0"))])

@@ -25,7 +25,7 @@ from typing import Any, Iterable
 import jinja2
 import pandas as pd
 
-from fedbalance.presentation.names import DATASET_NAME, DATASETS, LOSS_LABEL, PLAIN_LOSS, PLAIN_METRIC
+from fedbalance.presentation.names import DATASET_NAME, DATASETS, LOSS_LABEL, PLAIN_METRIC, loss_name, tex_escape
 from fedbalance.presentation.table_specs import (  # noqa: F401  (re-exported: the tables' readers import them from here)
     CAPTION_BEYOND, CAPTION_LOSSES, CS_LEVELS, PUBLISHED, TABLE_SUFFIXES, TABLES, TEMPLATES, Cell, Group, TableSpec,
     table_files, table_labels,
@@ -73,7 +73,7 @@ def _tt(name: str) -> str:
 
 
 def loss_label(loss: str) -> str:
-    """A loss's row label: the paper's symbol, or its name in typewriter type."""
+    """A loss's row label: its display name (``names.LOSS_NAME``), a plug-in's config name in typewriter type."""
     return LOSS_LABEL.get(loss, _tt(loss))
 
 
@@ -524,16 +524,6 @@ def write_table(label: str, final: pd.DataFrame, rounds: pd.DataFrame, out_dir: 
     return paths
 
 
-TEX_ESCAPES = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#",
-               "$": r"\$", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "Γ": r"$\Gamma$", "α": r"$\alpha$",
-               "β": r"$\beta$", "–": "--"}
-
-
-def tex_escape(text: str) -> str:
-    """Plain text as LaTeX text (the study's config path, dataset names: ``_``, ``%``, ``&``, braces, Γ, ...)."""
-    return "".join(TEX_ESCAPES.get(ch, ch) for ch in text)
-
-
 def write_paper_tables(path: str | Path, tables_dir: str | Path, *, estimator: str = DEFAULT_ESTIMATOR,
                        labels: Iterable[str] | None = None, not_run: Iterable[str] = (),
                        study: dict[str, str] | None = None, templates: str | Path | None = None) -> Path:
@@ -566,7 +556,7 @@ def table_frame(spec: TableSpec, values: pd.DataFrame) -> tuple[pd.DataFrame, li
         m = r["metric"]
         text = MISSING if math.isnan(r["mean"]) else fmt(r["mean"], m) + (
             "" if math.isnan(r["std"]) else f" ± {fmt(r['std'], m)}")
-        rows.append({"metric": PLAIN_METRIC.get(m, m), "row": PLAIN_LOSS.get(str(r["row"]), str(r["row"])),
+        rows.append({"metric": PLAIN_METRIC.get(m, m), "row": loss_name(str(r["row"])),
                      "dataset": DATASET_NAME.get(r["dataset"], r["dataset"]), "column": str(r["column"]),
                      "text": f"<b>{text}</b>" if bold[i] else text, "has": not math.isnan(r["mean"])})
     long = pd.DataFrame(rows)
@@ -615,7 +605,7 @@ def table_html(label: str, values: pd.DataFrame, *, description: str = "",
         shown = pd.DataFrame({
             "metric": [PLAIN_METRIC.get(m, m) for m in cmp.metric],
             "dataset": [DATASET_NAME.get(d, d) for d in cmp.dataset], "column": cmp.column.astype(str),
-            "row": [PLAIN_LOSS.get(str(r), str(r)) for r in cmp.row],
+            "row": [loss_name(str(r)) for r in cmp.row],
             "ours": [fmt(a, m) + ("" if math.isnan(s) else f" ± {fmt(s, m)}")
                      for a, s, m in zip(cmp.ours_mean, cmp.ours_std, cmp.metric)],
             "seeds": cmp.n_seeds.astype(int), "paper": [fmt(v, m) for v, m in zip(cmp.paper, cmp.metric)],

@@ -11,7 +11,7 @@ from fedbalance.presentation.figures.common import (
     BOUNDS, GAMMA_LABEL, GAMMA_X, POINT_COLUMNS, concat_points, datasets, panels, points_over_seeds, select,
     table_seeds,
 )
-from fedbalance.presentation.names import ESTIMATORS, UNIFORM
+from fedbalance.presentation.names import ESTIMATORS, UNIFORM, estimator_name
 from fedbalance.presentation.tables import plugin_estimators
 from fedbalance.common.records import DEFAULT_ESTIMATOR, cs_column
 
@@ -41,7 +41,7 @@ def imbalance_points(rounds: pd.DataFrame | None) -> pd.DataFrame:
         kept = table_seeds(pd.concat(per_seed, ignore_index=True)[["setting", "loss", "seed", "value"]],
                            "Monitor_under_imbalance", d, "cs")
         pts = points_over_seeds(kept, ["loss", "setting"], BOUNDS["fraction"])
-        parts.append(pts.assign(panel=d, series=pts.loss, x=pts.setting.map(GAMMA_X), x_label=pts.setting.map(GAMMA_LABEL),
+        parts.append(pts.assign(panel=d, series=pts.loss.map(estimator_name), x=pts.setting.map(GAMMA_X), x_label=pts.setting.map(GAMMA_LABEL),
                                 paper=math.nan, paper_x=math.nan).sort_values(["loss", "x"], key=_order)[POINT_COLUMNS])
     return concat_points(parts)
 
@@ -52,5 +52,5 @@ def make_Monitor_under_imbalance(final: pd.DataFrame | None = None, rounds: pd.D
     with its 95 % interval), Ratio-Loss jobs, one panel per dataset."""
     points = imbalance_points(rounds)
     fig = panels(points, "Monitor under imbalance (Ratio-Loss jobs)", "losses/<any dataset> (ratio)", xlabel="Γ",
-                 ylabel="CS", gamma_axis=True, dashed={UNIFORM}, dodge=0.06)
+                 ylabel="CS", gamma_axis=True, dashed={estimator_name(UNIFORM)}, dodge=0.06)
     return Drawn(fig, points)

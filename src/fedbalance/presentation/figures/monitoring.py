@@ -8,7 +8,7 @@ from fedbalance.presentation.figures import FIGURES, Drawn
 from fedbalance.presentation.figures.common import (
     BOUNDS, POINT_COLUMNS, concat_points, datasets, draw_points, no_data, panel_title, panels, plt, round_points,
 )
-from fedbalance.presentation.names import ESTIMATORS, UNIFORM
+from fedbalance.presentation.names import ESTIMATORS, UNIFORM, estimator_name
 from fedbalance.common.records import DEFAULT_ESTIMATOR, cs_column
 
 
@@ -18,7 +18,7 @@ def monitor_points(rounds: pd.DataFrame | None, estimators: list[str], only: str
     if rounds is None or rounds.empty:
         return pd.DataFrame(columns=POINT_COLUMNS)
     ds = [d for d in datasets(rounds, "monitor") if only in (None, d)]
-    return concat_points(round_points(rounds, cs_column(est), est, d, BOUNDS["fraction"], experiment="monitor",
+    return concat_points(round_points(rounds, cs_column(est), estimator_name(est), d, BOUNDS["fraction"], experiment="monitor",
                                       dataset=d) for d in ds for est in estimators)
 
 
@@ -28,7 +28,7 @@ def make_fig_monitoring(final: pd.DataFrame | None = None, rounds: pd.DataFrame 
     dataset (``monitor``)."""
     points = monitor_points(rounds, list(ESTIMATORS))
     fig = panels(points, "Composition estimate vs ground truth (monitor)", "monitor/<any dataset>", xlabel="round",
-                 ylabel="CS", band=True, dashed={UNIFORM})
+                 ylabel="CS", band=True, dashed={estimator_name(UNIFORM)})
     return Drawn(fig, points)
 
 
@@ -38,12 +38,13 @@ def make_Headline_monitor(final: pd.DataFrame | None = None, rounds: pd.DataFram
     ``FIGURES["Headline_monitor"].dataset`` (mean over seeds, 95 % band)."""
     dataset = FIGURES["Headline_monitor"].dataset
     points = monitor_points(rounds, [estimator, UNIFORM], only=dataset)
-    points["series"] = points.series.map({estimator: f"monitor, {estimator}", UNIFORM: "uniform guess N/Q"})
+    uniform = estimator_name(UNIFORM)
+    points["series"] = points.series.map(lambda s: s if s == uniform else f"monitor, {s}")
     fig, ax = plt.subplots(figsize=(5.0, 4.2))
     if points.empty:
         no_data(ax, f"monitor/{dataset}")
     else:
-        draw_points(ax, points, band=True, dashed={"uniform guess N/Q"}, fontsize=8.5, below=True)
+        draw_points(ax, points, band=True, dashed={uniform}, fontsize=8.5, below=True)
     ax.set(title=f"Monitor, {panel_title(dataset)}: CS to the round's composition", xlabel="round",
            ylabel="cosine similarity")
     fig.tight_layout()

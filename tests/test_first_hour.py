@@ -203,3 +203,52 @@ def test_each_loss_has_one_name_in_tables_latex_and_figures(tmp_path: Path) -> N
     assert list(dict.fromkeys(points.series)) == expected
     _, beyond = maker("Beyond_paper")(final, rounds, None)
     assert list(dict.fromkeys(beyond.series)) == ["CE", "Ratio"]
+
+
+def test_monitor_under_imbalance_counts_the_seeds_it_draws() -> None:
+    """Two seeds of Ratio-Loss jobs at two Γ, each recording the default estimator and the uniform guess: one line
+    each, its legend saying 2 seeds, each point the mean over the seeds of each seed's mean over its rounds (the
+    uniform guess was counted twice, once as a plug-in estimator: "4 seeds")."""
+    import pandas as pd
+
+    from fedbalance.presentation.figures import maker
+
+    cs = {("g10", 0): ([0.90, 0.94], [0.80, 0.82]), ("g10", 1): ([0.92, 0.96], [0.81, 0.85]),
+          ("g20", 0): ([0.85, 0.87], [0.70, 0.74]), ("g20", 1): ([0.89, 0.91], [0.72, 0.76])}
+    rounds = pd.DataFrame([{"experiment": "losses", "dataset": "mnist", "setting": s, "loss": "ratio", "seed": seed,
+                            "round": r + 1, "cs_pooled": pooled[r], "cs_uniform": uniform[r]}
+                           for (s, seed), (pooled, uniform) in cs.items() for r in range(2)])
+    fig, points = maker("Monitor_under_imbalance")(None, rounds, None)
+    assert sorted(set(points.series)) == ["pooled", "uniform guess N/Q"] and len(points) == 4
+    assert (points.n == 2).all()
+    got = points.set_index(["series", "x_label"])["mean"]
+    assert got[("pooled", "10:1")] == pytest.approx((0.92 + 0.94) / 2)
+    assert got[("uniform guess N/Q", "20:1")] == pytest.approx((0.72 + 0.74) / 2)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "pooled (2 seeds)" in labels and "uniform guess N/Q (2 seeds)" in labels
+
+
+def test_rounds_are_ticked_at_whole_numbers() -> None:
+    """A curve over rounds 1 to 3 (a band): every x tick a whole number (matplotlib's own would put 1.25, 1.5, ...)."""
+    import pandas as pd
+
+    from fedbalance.presentation.figures.common import POINT_COLUMNS, draw_points, plt
+
+    points = pd.DataFrame([{"panel": "mnist", "series": "a", "x": x, "x_label": "", "n": 2, "mean": 0.5 + 0.1 * x,
+                            "low": 0.4 + 0.1 * x, "high": 0.6 + 0.1 * x, "clipped": "", "paper": float("nan"),
+                            "paper_x": float("nan")} for x in (1, 2, 3)], columns=POINT_COLUMNS)
+    fig, ax = plt.subplots()
+    draw_points(ax, points, band=True)
+    fig.canvas.draw()
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks), ticks
+    plt.close(fig)
+
+
+def test_the_cli_prints_the_tables_auc() -> None:
+    """`fedbalance train`'s last line: the AUC the tables print (auc_hard), not the score-based micro AUC."""
+    from fedbalance.cli import final_line
+
+    metrics = {"final": {"acc": 0.95, "acc_minority": 0.81234, "auc_hard": 0.92149, "auc_micro": 0.98611},
+               "wall_time_s": 12.34}
+    assert final_line(metrics) == "acc 0.9500, Ac.M 0.8123, AUC 0.9215, 12.3 s"

@@ -37,7 +37,7 @@ def frames() -> tuple[pd.DataFrame, pd.DataFrame]:
 def test_the_first_screen_shows_the_findings_before_the_quick_start() -> None:
     text = README.read_text()
     first = text[:text.index("## Quick start")]
-    assert first.index("## What the reproduction found") < first.index("docs/figures/Headline_acm_gamma.png")
+    assert first.index("## What the reproduction found") < first.index("docs/figures/Losses_acm_gamma.png")
     assert "docs/figures/Headline_monitor.png" in first and "<!-- findings:" in first
     assert len(first.splitlines()) <= 40  # one screen: the title, what it is, the tally, the two figures, their key
 

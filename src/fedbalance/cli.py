@@ -430,9 +430,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         keep_rounds=args.keep_rounds,
         branch_from=args.branch_from,
     )
-    f = metrics["final"]
-    acc_m, auc = ("n/a" if f[k] is None else f"{f[k]:.4f}" for k in ("acc_minority", "auc_micro"))
-    print(f"{args.out}: acc {f['acc']:.4f}, Ac.M {acc_m}, AUC {auc}, {metrics['wall_time_s']:.1f} s")
+    print(f"{args.out}: {final_line(metrics)}")
     return 0
 
 
@@ -714,6 +712,16 @@ def cmd_reference_docs(args: argparse.Namespace) -> int:
               "--config reference_dir=reference/mnist results_dir=results_reference && "
               "python -m fedbalance reference docs --rendered results_reference")
     return 1 if args.check and stale else 0
+
+
+def final_line(metrics: dict[str, Any]) -> str:
+    """A finished job's last line: accuracy, Ac.M and the AUC the tables print (``FINAL_SOURCE``: ``auc_hard``), with
+    its wall time."""
+    from fedbalance.presentation.tables import FINAL_SOURCE
+
+    f = metrics["final"]
+    acc_m, auc = ("n/a" if f[k] is None else f"{f[k]:.4f}" for k in ("acc_minority", FINAL_SOURCE["auc"][0]))
+    return f"acc {f['acc']:.4f}, Ac.M {acc_m}, AUC {auc}, {metrics['wall_time_s']:.1f} s"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -30,7 +30,7 @@ from fedbalance.presentation.table_specs import (  # noqa: F401  (re-exported: t
     CAPTION_BEYOND, CAPTION_LOSSES, CS_LEVELS, PUBLISHED, TABLE_SUFFIXES, TABLES, TEMPLATES, Cell, Group, TableSpec,
     table_files, table_labels,
 )
-from fedbalance.common.records import DEFAULT_ESTIMATOR, ESTIMATORS, cs_column
+from fedbalance.common.records import DEFAULT_ESTIMATOR, ESTIMATORS, UNIFORM, cs_column
 
 KEY = ["experiment", "dataset", "setting", "loss"]
 CELL_KEY = ["metric", "dataset", "column", "row"]
@@ -60,10 +60,11 @@ def plugin_losses(frame: pd.DataFrame, experiments: Iterable[str] | None = None)
 
 
 def plugin_estimators(rounds: pd.DataFrame | None) -> list[str]:
-    """The composition estimators ``rounds`` records beyond the built-in ones (plug-ins: a ``cs_<name>`` column)."""
+    """The composition estimators ``rounds`` records beyond the built-in ones and the uniform guess (plug-ins: a
+    ``cs_<name>`` column)."""
     if rounds is None or rounds.empty:
         return []
-    known = {cs_column(e) for e in ESTIMATORS}
+    known = {cs_column(e) for e in (*ESTIMATORS, UNIFORM)}
     prefix = cs_column("")
     return [c[len(prefix):] for c in rounds.columns if c.startswith(prefix) and c not in known]
 

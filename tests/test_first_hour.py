@@ -252,3 +252,71 @@ def test_the_cli_prints_the_tables_auc() -> None:
     metrics = {"final": {"acc": 0.95, "acc_minority": 0.81234, "auc_hard": 0.92149, "auc_micro": 0.98611},
                "wall_time_s": 12.34}
     assert final_line(metrics) == "acc 0.9500, Ac.M 0.8123, AUC 0.9215, 12.3 s"
+
+
+# --- item 6: LaTeX a reader compiles --------------------------------------------------------------------------------
+
+
+def _beyond_jobs(root: Path, seeds: int = 2) -> None:
+    from conftest import write_job
+
+    from fedbalance.common.records import Job
+
+    for seed in range(seeds):
+        for i, loss in enumerate(("ce", "ratio", "la", "fedrs")):
+            for g in ("g10", "g20", "g50", "g100"):
+                write_job(root, Job("beyond", "mnist", g, loss, seed), acm=0.2 + 0.1 * i + 0.01 * seed, auc=0.8)
+
+
+def test_a_vs_paper_table_without_published_values_is_a_line(tmp_path: Path) -> None:
+    """Beyond_paper has no published value in any cell: its _vs_paper.tex is one line saying so, no table; the loss
+    comparison's cells that have one are a longtable row each."""
+    from conftest import write_job
+
+    from fedbalance.common.records import Job
+    from fedbalance.jobs.aggregate import collect
+    from fedbalance.presentation.tables import write_table
+
+    root = tmp_path / "res"
+    _beyond_jobs(root)
+    for seed in range(2):
+        write_job(root, Job("losses", "mnist", "g10", "ce", seed), acm=0.3, auc=0.8)
+    final, rounds = collect(root)
+    write_table("Beyond_paper", final, rounds, tmp_path / "tables")
+    tex = (tmp_path / "tables" / "Beyond_paper_vs_paper.tex").read_text()
+    assert "tabular" not in tex and "longtable" not in tex
+    assert "none of its 32 cells with numbers in this study has a published value" in tex  # 4 losses x 4 Γ x 2 metrics
+    write_table("Res_3_datasets", final, rounds, tmp_path / "tables")
+    tex = (tmp_path / "tables" / "Res_3_datasets_vs_paper.tex").read_text()
+    assert "\\begin{longtable}" in tex and tex.count("\\\\\n") - 2 == 2  # two header lines, Ac.M and AUC of CE at 10:1
+
+
+def test_paper_tables_compiles_alone_with_a_long_table(tmp_path: Path) -> None:
+    """paper_tables.tex copied alone into an empty folder (as the report bundles it) compiles; a comparison of 150 rows
+    breaks across pages (longtable) with no overfull box."""
+    from conftest import needs_ci_tool
+
+    from fedbalance.presentation.tables import write_paper_tables
+
+    needs_ci_tool(None if shutil.which("pdflatex") else "pdflatex is not installed (apt-get install texlive-latex-base)")
+    from fedbalance.presentation.tables import environment
+
+    tables = tmp_path / "results" / "tables"
+    tables.mkdir(parents=True)
+    rows = [["Ac.M", "MNIST", f"{i}:1", "CE", f"{i}.00 $\\pm$ 1.00", "5", "50.00", f"{i - 50:+.2f}"] for i in range(150)]
+    (tables / "Long.tex").write_text("Long table.\n")
+    (tables / "Long_std.tex").write_text("No standard deviations.\n")
+    (tables / "Long_vs_paper.tex").write_text(environment().get_template("vs_paper.tex.j2").render(
+        title="Long", rows=rows, left_out=0, unpublished=0, protocols="", mark=""))
+    doc = write_paper_tables(tmp_path / "results" / "paper_tables.tex", tables, labels=["Long"])
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(doc, alone / "paper_tables.tex")
+    for _ in range(2):
+        run = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "paper_tables.tex"], cwd=alone,
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stdout[-3000:]
+    log = (alone / "paper_tables.log").read_text(errors="replace")
+    assert "Overfull \\vbox" not in log, log[-3000:]
+    pages = int(re.search(r"Output written on paper_tables\.pdf \((\d+) pages?", log).group(1))
+    assert pages >= 4, pages  # 150 rows do not fit one landscape page: the table went on across pages

@@ -513,14 +513,15 @@ def write_table(label: str, final: pd.DataFrame, rounds: pd.DataFrame, out_dir: 
     p = out / f"{label}_vs_paper.csv"
     cmp.to_csv(p, index=False)
     paths.append(p)
-    rows = _vs_paper_rows(cmp[cmp.ours_mean.notna()])
-    chunks = [rows[i:i + 35] for i in range(0, len(rows), 35)]
+    ours = cmp.ours_mean.notna()
+    rows = _vs_paper_rows(cmp[ours & cmp.paper.notna()])
     from fedbalance.presentation.protocols import differences_header
 
     p = out / f"{label}_vs_paper.tex"
     p.write_text(env.get_template("vs_paper.tex.j2").render(
-        title=label.replace("_", r"\_"), chunks=chunks, left_out=int(cmp.ours_mean.isna().sum()),
-        protocols=tex_escape(differences_header(differ)), mark=CROSS_PROTOCOL_MARK))
+        title=label.replace("_", r"\_"), rows=rows, left_out=int((~ours).sum()),
+        unpublished=int((ours & cmp.paper.isna()).sum()), protocols=tex_escape(differences_header(differ)),
+        mark=CROSS_PROTOCOL_MARK))
     paths.append(p)
     return paths
 
@@ -530,12 +531,15 @@ def write_paper_tables(path: str | Path, tables_dir: str | Path, *, estimator: s
                        study: dict[str, str] | None = None, templates: str | Path | None = None) -> Path:
     """Write the standalone ``paper_tables.tex`` at ``path``: the ``study`` it is about (``config``, ``datasets``,
     ``origin``: ``fedbalance.presentation.study.identity``) and a contents list, then each table of ``labels`` (default:
-    all) from ``tables_dir``, \\input by relative path, each in its own section; the tables ``not_run`` are listed."""
+    all) from ``tables_dir``, its text copied in (a ``% tables/<file>.tex`` line before each), so the document
+    compiles alone, wherever it is copied (the report bundles it without ``tables/``); the tables ``not_run`` are
+    listed."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     summary, out = p.parent.resolve(), Path(tables_dir).resolve()
     prefix = "" if summary == out else Path(os.path.relpath(out, summary)).as_posix() + "/"
-    items = [{"table": prefix + t, "std": f"{prefix}{t}_std", "vs": f"{prefix}{t}_vs_paper", "title": tex_escape(t)}
+    items = [{"title": tex_escape(t), "parts": [(f"{prefix}{name}.tex", (out / f"{name}.tex").read_text().rstrip())
+                                                for name in (t, f"{t}_std", f"{t}_vs_paper")]}
              for t in (TABLES if labels is None else labels)]
     study = {k: tex_escape(v) for k, v in (study or {"config": "not named", "datasets": "not named",
                                                        "origin": "not named"}).items()}

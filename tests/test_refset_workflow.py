@@ -118,7 +118,7 @@ def test_a_job_made_by_the_workflow_and_collected_equals_the_old_runners(made, t
     assert record["wall_s_job"] == json.loads((new_set / MONITOR / "metrics.json").read_text())["wall_time_s"]
     old_record = json.loads((old_set / MONITOR / "provenance.json").read_text())
     assert provenance.runner(old_record) == provenance.OLD_RUNNER
-    assert "made by {'snakemake': 4}" in refset.status_text(new_set)  # the twin is not collected
+    assert "made by snakemake (4 jobs)" in refset.status_text(new_set)  # the twin is not collected
     assert not (new_set / TWIN).exists()
 
 

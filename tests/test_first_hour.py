@@ -320,3 +320,26 @@ def test_paper_tables_compiles_alone_with_a_long_table(tmp_path: Path) -> None:
     assert "Overfull \\vbox" not in log, log[-3000:]
     pages = int(re.search(r"Output written on paper_tables\.pdf \((\d+) pages?", log).group(1))
     assert pages >= 4, pages  # 150 rows do not fit one landscape page: the table went on across pages
+
+
+# --- item 9: a long step says how far it is ------------------------------------------------------------------------
+
+
+def test_a_long_step_prints_its_progress_on_the_console(tmp_path: Path, capfd, monkeypatch) -> None:
+    """rule from_reference's loop (``_common.progress``) under ``_common.logged``: a line on the console at every
+    tenth of the jobs, with the count, while everything else goes to the log."""
+    from types import SimpleNamespace
+
+    monkeypatch.syspath_prepend(str(REPO / "workflow" / "scripts"))
+    import _common
+
+    smk = SimpleNamespace(rule="from_reference", log=[str(tmp_path / "r.log")])
+    with _common.logged(smk):
+        print("only in the log")
+        for i in range(1, 21):
+            _common.progress(smk, i, 20, "jobs written", 0.0)
+    err = capfd.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("rule from_reference:")]
+    assert [line.split(" (")[0] for line in lines] == [f"rule from_reference: {i} of 20 jobs written"
+                                                       for i in range(2, 21, 2)]
+    assert "only in the log" not in err and "only in the log" in (tmp_path / "r.log").read_text()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from pathlib import Path
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -63,8 +64,10 @@ def _to_log(smk):
     path.parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
+    global _console
     with open(path, "w") as log:
         saved = os.dup(1), os.dup(2)
+        _console = os.fdopen(os.dup(saved[1]), "w")
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
         try:
@@ -79,10 +82,28 @@ def _to_log(smk):
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
+            _console.close()
+            _console = None
             os.dup2(saved[0], 1)
             os.dup2(saved[1], 2)
             os.close(saved[0])
             os.close(saved[1])
+
+
+_console = None
+"""The console's stderr while a rule's output goes to its log (``_to_log``), for ``progress``."""
+
+
+def progress(smk, done: int, total: int, what: str, started: float) -> None:
+    """One line on the console (the log has it too) at every tenth of a long step: "rule R: 120 of 488 jobs
+    written (25 %, 41 s)"."""
+    step = max(1, total // 10)
+    if done != total and done % step:
+        return
+    line = f"rule {smk.rule}: {done} of {total} {what} ({100 * done // max(total, 1)} %, {time.time() - started:.0f} s)"
+    print(line, flush=True)
+    if _console is not None:
+        print(line, file=_console, flush=True)
 
 
 def record(smk, folder, metrics, started: float, *, trained: bool = True, **extra) -> None:

@@ -343,3 +343,56 @@ def test_a_long_step_prints_its_progress_on_the_console(tmp_path: Path, capfd, m
     assert [line.split(" (")[0] for line in lines] == [f"rule from_reference: {i} of 20 jobs written"
                                                        for i in range(2, 21, 2)]
     assert "only in the log" not in err and "only in the log" in (tmp_path / "r.log").read_text()
+
+
+# --- item 4: conda environments, CPU and CUDA, pinned ---------------------------------------------------------------
+
+
+def test_conda_envs_are_pinned_from_the_lock_and_chosen_by_device() -> None:
+    """workflow/envs: each file is what ``fedbalance envs`` writes from pins.txt (none edited by hand); every package
+    is one the project declares, pinned inside its declared range; the CPU environment asks PyTorch's CPU builds, the
+    CUDA one its CUDA builds; the data and training rules take theirs from the config's ``device``. Not tested here:
+    that conda-forge holds each pin (no channel is reachable from CI), nor PyPI (tests use no network): pins.txt was
+    written from a venv that pip installed from PyPI."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    from fedbalance.jobs.envs import BUILD, CONDA_NAME, ENVS, PINS, env_for, env_text, read_pins
+
+    envs = REPO / "workflow" / "envs"
+    python, pins = read_pins(envs / PINS)
+    assert {p.name for p in envs.iterdir()} == {PINS, *(f"{n}.yaml" for n in ENVS)}
+    declared = {Requirement(d).name.lower(): Requirement(d) for d in
+                tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]}
+    for name in ENVS:
+        text = (envs / f"{name}.yaml").read_text()
+        assert text == env_text(name, pins, python), f"{name}.yaml is not what `fedbalance envs` writes"
+        deps = yaml.safe_load(text)["dependencies"]
+        assert deps[0] == f"python={python}" and yaml.safe_load(text)["channels"] == ["conda-forge", "nodefaults"]
+        by_conda = {CONDA_NAME.get(p, p): p for p in ENVS[name]}
+        for dep in deps[1:]:
+            conda, version, *build = dep.split("=")
+            pkg = by_conda[conda]
+            assert pkg in declared and declared[pkg].specifier.contains(Version(version)), dep
+            assert version == pins[pkg] and build == ([BUILD[name][pkg]] if pkg in BUILD.get(name, {}) else []), dep
+    cpu, cuda = (yaml.safe_load((envs / f"torch-{k}.yaml").read_text())["dependencies"] for k in ("cpu", "cuda"))
+    assert [d for d in cpu if d.startswith(("pytorch=", "torchvision="))] == [
+        f"pytorch={pins['torch']}=cpu*", f"torchvision={pins['torchvision']}=cpu*"]
+    assert all(d.endswith("=*cuda*") for d in cuda if d.startswith(("pytorch=", "torchvision=")))
+    assert env_for(False) == "../envs/torch-cpu.yaml" and env_for(True) == "../envs/torch-cuda.yaml"
+    for rule, smk in (("prepare_data", "data"), ("train", "train"), ("keep", "train"), ("derive", "derive")):
+        body = (REPO / "workflow" / "rules" / f"{smk}.smk").read_text().split(f"rule {rule}:\n")[1].split("\nrule ")[0]
+        assert "    conda:\n        torch_env\n" in body, rule
+
+
+def test_the_envs_command_writes_and_checks(tmp_path: Path) -> None:
+    """``fedbalance envs --dir D``: writes the lock and every environment; ``--check`` then finds nothing to change,
+    and exits 1 naming the file once one is edited."""
+    from fedbalance.cli import main
+
+    assert main(["envs", "--dir", str(tmp_path)]) == 0
+    assert main(["envs", "--dir", str(tmp_path), "--check"]) == 0
+    (tmp_path / "report.yaml").write_text((tmp_path / "report.yaml").read_text().replace("numpy=", "numpy>="))
+    assert main(["envs", "--dir", str(tmp_path), "--check"]) == 1

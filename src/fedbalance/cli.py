@@ -238,6 +238,13 @@ def build_parser() -> argparse.ArgumentParser:
                       help="results folder whose finished jobs to check (default: the config's results_dir)")
     plug.set_defaults(func=cmd_plugins)
 
+    env = sub.add_parser("envs", help="write the workflow's conda environments, pinned",
+                         description="Write workflow/envs/*.yaml and pins.txt, every package at the version installed "
+                                     "here (fedbalance.jobs.envs); --check: exit 1 when they differ, writing nothing.")
+    env.add_argument("--dir", type=written_path, default=Path("workflow/envs"), help="default: workflow/envs")
+    env.add_argument("--check", action="store_true")
+    env.set_defaults(func=cmd_envs)
+
     ls = sub.add_parser("jobs", help="list the jobs of the study", description="Print every job as experiment/dataset/setting/loss/seedK.")
     ls.add_argument("--config", required=True, type=read_path, help="study configuration YAML")
     ls.add_argument("--experiment", action="append", default=None, help="only this experiment (repeatable)")
@@ -697,6 +704,15 @@ def cmd_reference_missing(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # `| head -n 40`: the reader took what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
+
+
+def cmd_envs(args: argparse.Namespace) -> int:
+    """``fedbalance envs``."""
+    from fedbalance.jobs.envs import write_envs
+
+    stale = write_envs(args.dir, check=args.check)
+    print(f"{len(stale)} file(s) {'differ' if args.check else 'written'}: {', '.join(map(str, stale)) or '-'}")
+    return 1 if args.check and stale else 0
 
 
 def cmd_reference_docs(args: argparse.Namespace) -> int:

@@ -396,3 +396,38 @@ def test_the_envs_command_writes_and_checks(tmp_path: Path) -> None:
     assert main(["envs", "--dir", str(tmp_path), "--check"]) == 0
     (tmp_path / "report.yaml").write_text((tmp_path / "report.yaml").read_text().replace("numpy=", "numpy>="))
     assert main(["envs", "--dir", str(tmp_path), "--check"]) == 1
+
+
+# --- item 10: the plug-in route ------------------------------------------------------------------------------------
+
+
+def test_compare_reads_a_dotted_path_losss_own_parameters() -> None:
+    """A loss variant named by dotted path takes its constructor's arguments from ``loss_params.<variant>`` (the
+    engine's key, ``jobspec.loss_params_key``): the protocol ``compare`` and the tables read keeps them, so two runs
+    that both set max_m 0.5 do not differ, and 0.5 against 0.3 does."""
+    from fedbalance.jobs.config import protocol, protocol_differences
+
+    def job(max_m: float) -> dict:
+        return {"base_loss": "fedbalance.methods.losses:CrossEntropyLoss", "loss": "ldam",
+                "loss_params": {"ldam": {"max_m": max_m}, "focal": {"gamma": 2.0}}}
+
+    mine = protocol(job(0.5), "ldam")
+    assert mine["loss_params.ldam.max_m"] == "0.5" and not any(k.startswith("loss_params.focal") for k in mine)
+    same = protocol_differences({k: {v} for k, v in mine.items()}, {k: {v} for k, v in protocol(job(0.5), "ldam").items()})
+    other = protocol_differences({k: {v} for k, v in mine.items()}, {k: {v} for k, v in protocol(job(0.3), "ldam").items()})
+    assert same == {} and other == {"loss_params.ldam.max_m": ("0.5", "0.3")}
+
+
+def test_the_docs_name_the_librarys_entry_point_groups_and_a_whole_module_snakefile() -> None:
+    """The README's entry-point groups are the ones the library reads (``plugins.group`` of each ``plugins.KINDS``),
+    and docs/usage.md's module Snakefile for a local clone is the whole one tests/test_module.py deploys, with
+    ``config: config``."""
+    from test_module import MODULE_SNAKEFILE
+
+    from fedbalance.common import plugins
+
+    readme = " ".join((REPO / "README.md").read_text().split())
+    said = re.search(r"The entry-point groups are ((?:`[\w.]+`(?:, | and )?)+)", readme)
+    assert said and re.findall(r"`([\w.]+)`", said.group(1)) == [plugins.group(k) for k in plugins.KINDS]
+    usage = (REPO / "docs" / "usage.md").read_text()
+    assert MODULE_SNAKEFILE.format(snakefile="/path/to/fedbalance/workflow/Snakefile") in usage

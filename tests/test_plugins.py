@@ -305,6 +305,10 @@ def test_a_clash_names_both_origins(installed, tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match=r"^loss 'focal' is both fedbalance's own and entry point 'focal' "
                                           r"\(fedbalance\.losses\) of shadow 9\.9"):
         load_config(quick())
+    # a study that does not name 'focal' runs in the same environment (issue 77): the clash blocks only its users
+    cfg = quick()
+    cfg["experiments"] = {name: exp for name, exp in cfg["experiments"].items() if "focal" not in exp["losses"]}
+    assert cfg["experiments"] and load_config(cfg)["experiments"].keys() == cfg["experiments"].keys()
 
 
 def test_a_bad_plugin_stops_the_workflow_before_anything_is_written(tmp_path):

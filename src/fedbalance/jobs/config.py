@@ -703,10 +703,13 @@ def _check_plugins(cfg: Mapping[str, Any]) -> None:
         from fedbalance.monitor.estimators import REGISTRY, as_estimator
 
         estimator_builtin = REGISTRY
+    used = {"losses": {loss for exp in cfg["experiments"].values() for loss in exp["losses"]}
+            | {str(v["loss"]) for v in variants.values()},
+            "estimators": _named_under(cfg, "estimators"), "datasets": _named_under(cfg, "source")}
     for kind, builtin, named in (("losses", base_losses(), {v: f"loss_variants.{v}" for v in variants}),
                                  ("estimators", estimator_builtin, {e: f"estimators.{e}" for e in own}),
                                  ("datasets", _builtin_sources(), {})):
-        clash = plugins.clashes(kind, builtin, named)
+        clash = plugins.clashes(kind, builtin, named, used[kind])
         if clash is not None:
             raise ConfigError(clash)
     for name, variant in variants.items():
@@ -730,6 +733,21 @@ def _check_plugins(cfg: Mapping[str, Any]) -> None:
                 check_source(found.load(), found.origin())
             except plugins.PluginError as exc:
                 raise ConfigError(f"{key}.source: {exc}") from None
+
+
+def _named_under(node: Any, key: str) -> set[str]:
+    """Every string the config gives under ``key`` at any depth, alone or in a list (the estimators a study names,
+    its dataset sources)."""
+    found: set[str] = set()
+    if isinstance(node, Mapping):
+        for k, v in node.items():
+            if k == key:
+                found |= {v} if isinstance(v, str) else {x for x in v if isinstance(x, str)} if isinstance(v, list) else set()
+            found |= _named_under(v, key)
+    elif isinstance(node, list):
+        for v in node:
+            found |= _named_under(v, key)
+    return found
 
 
 def _check_contracts(cfg: Mapping[str, Any], spec: Mapping[str, Any], where: str) -> None:
@@ -814,13 +832,13 @@ def protocol(job_config: Mapping[str, Any], loss: str) -> dict[str, str]:
     """A job's protocol, the keys that act on its result: its configured keys (``job_config``: metrics.json's
     ``config``, ``JobSpec.as_dict()``) as dotted key -> JSON value, less what does not decide its training
     (``jobspec.training_key``: the identity and output-only keys, the monitor of a loss not fed by it), the seed, the
-    parameters of other losses than its own (``loss_params.<loss>``) and the partition keys its scheme does not read
+    parameters of other losses than its own (``loss_params.<loss>``, ``jobspec.loss_params_key``) and the partition keys its scheme does not read
     (``jobspec.PARTITION_KEYS``). An optional key left unset counts as its default (``JOB_DEFAULTS``). ``compare``
     (``fedbalance.evidence.reference``) and the tables' published comparisons read it alike."""
     config = deep_merge(JOB_DEFAULTS, {"loss": loss, **job_config})
     flat = flat_keys(json.loads(training_key(config)))
     flat.pop("seed", None)
-    own = f"loss_params.{base_loss(config)}."
+    own = f"loss_params.{loss_params_key(config)}."  # a dotted-path loss's own key: its variant name, as the engine reads
     scheme = (config.get("partition") or {}).get("scheme")
     read = {f"partition.{k}" for k in PARTITION_KEYS.get(scheme, ())} | {"partition.scheme"}
     return {k: v for k, v in flat.items() if (not k.startswith("loss_params.") or k.startswith(own))

@@ -60,10 +60,14 @@ COVERED = {
 }
 
 
+USAGE = REPO / "docs" / "usage.md"  # the README's detail: its bash blocks are the README's commands too
+
+
 def readme_commands() -> list[str]:
-    """The commands of the README's bash blocks: continuation lines joined, comments dropped."""
+    """The commands of the README's bash blocks and of docs/usage.md's (where the README sends the detail):
+    continuation lines joined, comments dropped."""
     cmds = []
-    for block in re.findall(r"```bash\n(.*?)```", README.read_text(), re.S):
+    for block in re.findall(r"```bash\n(.*?)```", README.read_text() + USAGE.read_text(), re.S):
         for line in block.replace("\\\n", " ").splitlines():
             line = re.sub(r"\s+#.*$", "", line).strip()
             if line and not line.startswith("#"):

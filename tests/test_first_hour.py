@@ -76,10 +76,14 @@ LINE_PX, PARAGRAPH_PX, SCREEN_PX = 24, 16, 800
 CHROMIUM = next((c for c in ("chromium", "chromium-browser", "google-chrome") if shutil.which(c)), None)
 
 PROBE = """<script>
-window.addEventListener("load", () => setTimeout(() => {
+let tries = 0;
+const probe = setInterval(() => {
   const first = document.querySelector(".prose p, .prose h1, .prose h2");
-  document.title = "TOP=" + (first ? Math.round(first.getBoundingClientRect().top) : "none");
-}, 3000));
+  if (first || ++tries > 40) {
+    clearInterval(probe);
+    document.title = "TOP=" + (first ? Math.round(first.getBoundingClientRect().top) : "none");
+  }
+}, 250);
 </script>"""
 """Appended to a copy of report.html: after the page has drawn, the title says where the landing page's first block
 starts (pixels from the window's top; negative: cut off above it)."""
@@ -92,9 +96,10 @@ def landing_top(report: Path, width: int, height: int) -> float:
 
     needs_ci_tool(None if CHROMIUM else "chromium is not installed (apt-get install chromium)")
     probe = report.with_name(report.stem + ".probe.html")
-    probe.write_text(report.read_text(errors="replace").replace("</body>", PROBE + "</body>"))
+    head, tag, tail = report.read_text(errors="replace").rpartition("</body>")  # the page's own (scripts hold others)
+    probe.write_text(head + PROBE + tag + tail)
     r = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", f"--window-size={width},{height}",
-                        "--virtual-time-budget=15000", "--dump-dom", probe.as_uri()], capture_output=True, text=True,
+                        "--virtual-time-budget=20000", "--dump-dom", probe.as_uri()], capture_output=True, text=True,
                        timeout=300)
     m = re.search(r"<title>TOP=(-?\d+)</title>", r.stdout)
     assert m, (r.stdout[:500], r.stderr[-2000:])

@@ -713,7 +713,7 @@ def spliced(text: str, name: str, body: str, *, source: str) -> str:
 def status(reference: Path, readme: Path | None = None) -> str:
     """The set's status (``status_text``), or, with ``readme``, written between that README's status marks ("")."""
     text = status_text(reference)
-    if text.rstrip().splitlines()[-1].startswith("0 jobs"):
+    if "\n0 jobs," in text:
         raise RefSetError(f"--reference {reference} holds no job ({PROVENANCE} below it): name a reference set, e.g. "
                           "reference/mnist")
     if readme is None:

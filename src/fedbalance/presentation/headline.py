@@ -71,7 +71,7 @@ def tally_text(final: pd.DataFrame, rounds: pd.DataFrame, source: str, *, estima
         checks = "; ".join(f"claim {c.number}, {c.text.rstrip('.')}: **{c.verdict}**" for c in own)
         out.append(f"The project's own check{'s' if len(own) > 1 else ''} (not {'claims' if len(own) > 1 else 'a claim'}"
                    f" of the paper, not counted above): {checks}.")
-    return "\n".join(out)
+    return "\n\n".join(out)
 
 
 def _listed(items: list[str]) -> str:

@@ -408,4 +408,4 @@ def test_reference_readme_status_is_current() -> None:
         held.setdefault((exp, setting, loss), set()).add(int(seed[4:]))
     for (exp, setting, loss), seeds in held.items():
         assert f"| {exp} | mnist | {setting} | {loss} | {', '.join(map(str, sorted(seeds)))} |" in m.group(1)
-    assert f"\n{sum(map(len, held.values()))} jobs; " in m.group(1)
+    assert f"\n{sum(map(len, held.values()))} jobs, made by " in m.group(1)

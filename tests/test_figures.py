@@ -54,12 +54,15 @@ def results(tmp_path: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
 def test_monitoring_lines_are_per_round_means_with_their_interval(results) -> None:
     _, final, rounds = results
     fig, points = make_fig_monitoring(final, rounds)
-    lines = {ln.get_label().split(" (")[0]: ln for ln in fig.axes[0].get_lines() if not ln.get_label().startswith("_")}
-    assert set(lines) == {"paper", "released", "nnls", "uniform"}
+    named = {ln.get_label().split(" (")[0]: ln for ln in fig.axes[0].get_lines() if not ln.get_label().startswith("_")}
+    # each line is named as every table and figure names its estimator: the uniform guess as "uniform guess N/Q"
+    assert set(named) == {"paper", "released", "nnls", "uniform guess N/Q"}
+    lines = {("uniform" if k == "uniform guess N/Q" else k): v for k, v in named.items()}
     for est in lines:
         expected = [(CS0[est][i] + CS1[est][i]) / 2 for i in range(2)]
         np.testing.assert_allclose(lines[est].get_ydata(), expected)
-        mine = points[points.series == est].sort_values("x")
+        mine = points[points.series == lines[est].get_label().split(" (")[0]].sort_values("x")
+        assert len(mine) == 2
         for i, (_, row) in enumerate(mine.iterrows()):
             low, high = t95([CS0[est][i], CS1[est][i]])
             assert row.n == 2 and row["low"] == pytest.approx(max(low, 0.0)) and row["high"] == pytest.approx(min(high, 1.0))
@@ -93,7 +96,7 @@ def test_mismatch_points_are_realised_cs_and_acm_beside_the_paper(results) -> No
     _, final, rounds = results
     fig, points = make_Res_mismatch(final, rounds)
     assert fig.axes[0].get_title() == "MNIST"
-    ratio = points[points.series == "Ratio (ours)"].sort_values("x")
+    ratio = points[points.series == "Ratio"].sort_values("x")
     np.testing.assert_allclose(ratio.x, [0.405, 0.705])
     np.testing.assert_allclose(ratio["mean"], [15.0, 45.0])
     low, high = t95([40.0, 50.0])  # two seeds: 45 ± 63.5, cut to the range of Ac.M

@@ -37,26 +37,36 @@ def frames() -> tuple[pd.DataFrame, pd.DataFrame]:
 def test_the_first_screen_shows_the_findings_before_the_quick_start() -> None:
     text = README.read_text()
     first = text[:text.index("## Quick start")]
-    assert first.index("## What the reproduction found") < first.index("docs/figures/Headline_acm_gamma.png")
+    assert first.index("## What the reproduction found") < first.index("docs/figures/Losses_acm_gamma.png")
     assert "docs/figures/Headline_monitor.png" in first and "<!-- findings:" in first
     assert len(first.splitlines()) <= 40  # one screen: the title, what it is, the tally, the two figures, their key
 
 
 def test_the_readme_tally_counts_the_verdicts_of_docs_claims() -> None:
     """The tally in the README is the verdict column of docs/claims-mnist.md's claims block, counted here by reading the
-    table (the README's block is computed from the render's claims, ``headline.tally_text``)."""
+    table (the README's block is computed from the render's claims, ``headline.tally_text``): the paper's claims
+    counted, those that hold and those that do not named, and the project's own checks (their sentence in the
+    block's sentence table says "not a claim of the paper") in a sentence of their own, not counted."""
     claims = block((REPO / "docs" / "claims-mnist.md").read_text(), "claims")
-    rows = re.findall(r"^\| (\d+)([rp]?) \| .*? \| \*\*(.+?)\*\* \| .* \|$", claims, re.M)
-    verdicts = [v for _, _, v in rows]
-    numbers = {n for n, _, _ in rows}
-    both = [n for n, r, _ in rows if r == "r"]
-    second = [n for n, r, _ in rows if r == "p"]
-    assert len(numbers) == 31 and len(rows) == 31 + len(both) + len(second)
+    own = set(re.findall(r'^\| (\d+) \| \w[^|]* \| "\(not a claim of the paper', claims, re.M))
+    rows = re.findall(r"^\| (\d+)([rp]?) \| (.*?) \| .*? \| \*\*(.+?)\*\* \| .* \|$", claims, re.M)
+    paper = [r for r in rows if r[0] not in own]
+    verdicts = [v for _, _, _, v in paper]
+    numbers = {n for n, _, _, _ in paper}
+    both = [n for n, r, _, _ in paper if r == "r"]
+    second = [n for n, r, _, _ in paper if r == "p"]
+    assert own == {"18"} and len(numbers) == 30 and len(paper) == 30 + len(both) + len(second)
     findings = " ".join(block(README.read_text(), "findings").split())
-    assert f"Of the paper's {len(numbers)} headline claims ({len(rows)} verdicts: claims " in findings
+    assert f"Of the paper's {len(numbers)} headline claims ({len(paper)} verdicts: claims " in findings
     assert f"{', '.join(both[:-1])} and {both[-1]} judged for both readings of the Ratio Loss" in findings
     for verdict, n in Counter(verdicts).items():
         assert f"**{n}** {SAYS[verdict]}" in findings, (verdict, n)
+    for verdict, words in (("holds", "Hold: "), ("does not hold", "Do not hold: ")):
+        named = [f"{n}{r} ({text})" for n, r, text, v in paper if v == verdict]
+        if named:
+            assert f"{words}{'; '.join(named)}." in findings
+    for n, r, text, v in (r for r in rows if r[0] in own):
+        assert f"claim {n}{r}, {text.rstrip('.')}: **{v}**" in findings
     held = len(list(REFERENCE.glob("*/*/*/*/seed*/provenance.json")))
     assert f"judged on the {held} jobs of reference/mnist" in findings
 

@@ -64,7 +64,7 @@ def release(tmp_path_factory) -> Path:
             (src / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / rel, src / rel, follow_symlinks=False)
     git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.org"]
-    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "release"], ["tag", TAG]):
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "release"], ["tag", TAG]):
         subprocess.run(git + args, cwd=src, check=True, capture_output=True)
     return src
 
@@ -126,13 +126,18 @@ def readme_module_commands() -> list[str]:
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("snakedeploy", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
                     is None, reason="snakedeploy comes with the test extra on Python 3.11-3.12")
-def test_snakedeploy_from_a_git_host(release, tmp_path):
-    """The README's commands: `snakedeploy deploy-workflow https://github.com/OWNER/fedbalance my-study --tag TAG`
-    writes `module ... github(..., path="workflow/Snakefile", tag=TAG)` and copies config/ and profiles/; then
-    `cd my-study && snakemake ...`, the workflow fetched by Snakemake (no src/ on disk: the installed library;
+@pytest.mark.parametrize("ref", ["branch", "tag"])
+def test_snakedeploy_from_a_git_host(release, tmp_path, ref):
+    """The README's commands: `snakedeploy deploy-workflow https://github.com/OWNER/fedbalance my-study --branch main`
+    (a repository without a release), or the same at a release's tag (`--tag TAG`, as the README says), writes
+    `module ... github(..., path="workflow/Snakefile", branch="main")` (``tag=TAG``) and copies config/ and profiles/;
+    then `cd my-study && snakemake ...`, the workflow fetched by Snakemake (no src/ on disk: the installed library;
     _common.py from the source cache), with no profile loaded behind the user's back (none is named)."""
     install, deploy, run = readme_module_commands()
-    assert install.startswith('pip install "fedbalance @ git+https://github.com/OWNER/fedbalance@TAG"')
+    assert install.startswith('pip install "fedbalance @ git+https://github.com/OWNER/fedbalance@main"')
+    assert deploy.endswith(" --branch main") and "`--tag vX.Y.Z`" in README.read_text()
+    if ref == "tag":
+        deploy = deploy.replace("--branch main", f"--tag {TAG}")
     home = tmp_path / "home"
     home.mkdir()
     gitconfig = home / "gitconfig"
@@ -142,14 +147,15 @@ def test_snakedeploy_from_a_git_host(release, tmp_path):
     # the installed library is this tree's build, not a release of TAG (tests/test_version.py checks the refusal)
     env["FEDBALANCE_ALLOW_VERSION_MISMATCH"] = "1"
 
-    args = shlex.split(deploy.replace("OWNER", "owner").replace("TAG", TAG))
+    args = shlex.split(deploy.replace("OWNER", "owner"))
     assert args[:2] == ["snakedeploy", "deploy-workflow"] and args[3] == "my-study"
     args[0] = shutil.which("snakedeploy", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     r = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     study = tmp_path / "my-study"
     snakefile = (study / "workflow" / "Snakefile").read_text()
-    assert f'github("owner/fedbalance", path="workflow/Snakefile", tag="{TAG}")' in snakefile
+    pinned = 'branch="main"' if ref == "branch" else f'tag="{TAG}"'
+    assert f'github("owner/fedbalance", path="workflow/Snakefile", {pinned})' in snakefile, snakefile
     assert "use rule * from fedbalance" in snakefile
     assert {"config.yaml", "quick.yaml", "mnist.yaml"} <= {p.name for p in (study / "config").iterdir()}
     assert {p.name for p in (study / "profiles").iterdir()} == {"local", "slurm"}

@@ -560,7 +560,7 @@ def test_metrics_landing_page_and_the_plugins_command_name_each_plugin(broken, t
     job whose monitor recorded the old version and the command that reruns it."""
     from fedbalance.cli import main
     from fedbalance.jobs.config import study_plugins
-    from fedbalance.presentation.study import identity, landing_page
+    from fedbalance.presentation.study import identity, study_page
 
     broken.write_text(broken.read_text() + "\n\ndef flat(inputs):\n    q = inputs.monitor.num_classes\n"
                       "    return [sum(inputs.totals) / q] * q\n")
@@ -583,9 +583,9 @@ def test_metrics_landing_page_and_the_plugins_command_name_each_plugin(broken, t
     # the Ratio job records the estimator, the CE-like plug-in loss runs no monitor; neither trains on it
     assert found[("estimator", "mine")]["jobs"] == 1 and found[("estimator", "mine")]["trains"] == 0
     assert found[("loss", "fedbalance.methods.losses:CrossEntropyLoss")]["trains"] == 1
-    page = landing_page(loaded, jobs(loaded), identity(loaded, jobs(loaded), configfiles=["c.yaml"], trained=2, copied=0,
-                                                       derived=0), plugins=found.values())
-    assert "**Plug-ins** the study uses" in page and ran["origin"] in page
+    page = study_page(loaded, jobs(loaded), identity(loaded, jobs(loaded), configfiles=["c.yaml"], trained=2, copied=0,
+                                                     derived=0), plugins=found.values())
+    assert "<h2>Plug-ins</h2>" in page and __import__("html").escape(ran["origin"]) in page
     assert main(["plugins", "--config", str(tmp_path / "c.yaml")]) == 0
     shown = capsys.readouterr().out
     assert ran["origin"] in shown and "no finished job ran a plug-in at another version" in shown

@@ -305,6 +305,10 @@ def test_a_clash_names_both_origins(installed, tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match=r"^loss 'focal' is both fedbalance's own and entry point 'focal' "
                                           r"\(fedbalance\.losses\) of shadow 9\.9"):
         load_config(quick())
+    # a study that does not name 'focal' runs in the same environment (issue 77): the clash blocks only its users
+    cfg = quick()
+    cfg["experiments"] = {name: exp for name, exp in cfg["experiments"].items() if "focal" not in exp["losses"]}
+    assert cfg["experiments"] and load_config(cfg)["experiments"].keys() == cfg["experiments"].keys()
 
 
 def test_a_bad_plugin_stops_the_workflow_before_anything_is_written(tmp_path):
@@ -422,7 +426,7 @@ def test_plugin_losses_and_estimators_are_lines_of_the_figures():
                            "seed": 0, "mean_cs": 0.1 * c, "acc_minority": 0.5, "plugin": plugin}
                           for c in (2, 5) for loss, plugin in (("ce", None), ("ratio", None), ("cb", "fedbalance-cb 0.1.0"))])
     fig, _ = make_Res_mismatch(final)
-    assert legend(fig)[:3] == ["CE", "Ratio (ours)", "cb"]
+    assert legend(fig)[:3] == ["CE", "Ratio", "cb"]
     rounds = pd.DataFrame([{"experiment": "losses", "dataset": "cifar10", "setting": "g100", "loss": loss, "seed": 0,
                             "round": r, "train_loss": 1.0 / (r + 1), "plugin": plugin}
                            for r in range(3) for loss, plugin in (("ce", None), ("cb", "fedbalance-cb 0.1.0"))])

@@ -30,10 +30,14 @@ COVERED = {
     "pip install -e '.[test]' && python -m pytest -q": "CI (.ci/run runs exactly this, in a fresh venv)",
     "python -m pytest -q -m slow": "CI (.ci/run runs it after the fast tier) + test_the_two_test_tiers",
     "python -m pytest -q": "CI (.ci/run runs this, with --durations, in a fresh venv) + test_the_two_test_tiers",
-    'pip install "fedbalance @ git+https://github.com/OWNER/fedbalance@TAG" snakedeploy':
+    "python3 -m venv .venv && . .venv/bin/activate": "CI (.ci/run makes its venv so: python3 -m venv, then activates it)",
+    "pip install torch torchvision --index-url https://download.pytorch.org/whl/cpu":
+        "not run by a test: PyTorch's index is not reachable from CI; test_cpu_route_keeps_a_cpu_torch checks that "
+        "pyproject.toml's torch pin admits a +cpu build, and docs/usage.md ('Install') has the route measured",
+    'pip install "fedbalance @ git+https://github.com/OWNER/fedbalance@main" snakedeploy':
         "test_non_editable_install_renders_tables (the package, not editable) + test_module (snakedeploy)",
-    "snakedeploy deploy-workflow https://github.com/OWNER/fedbalance my-study --tag TAG":
-        "test_module::test_snakedeploy_from_a_git_host",
+    "snakedeploy deploy-workflow https://github.com/OWNER/fedbalance my-study --branch main":
+        "test_module::test_snakedeploy_from_a_git_host (--branch main, and --tag for a release)",
     "cd my-study && snakemake --cores all --configfile config/quick.yaml": "test_module::test_snakedeploy_from_a_git_host",
     "snakemake --workflow-profile profiles/local --use-conda --configfile config/config.yaml":
         "test_full_protocol_command_plans_every_job",
@@ -56,10 +60,14 @@ COVERED = {
 }
 
 
+USAGE = REPO / "docs" / "usage.md"  # the README's detail: its bash blocks are the README's commands too
+
+
 def readme_commands() -> list[str]:
-    """The commands of the README's bash blocks: continuation lines joined, comments dropped."""
+    """The commands of the README's bash blocks and of docs/usage.md's (where the README sends the detail):
+    continuation lines joined, comments dropped."""
     cmds = []
-    for block in re.findall(r"```bash\n(.*?)```", README.read_text(), re.S):
+    for block in re.findall(r"```bash\n(.*?)```", README.read_text() + USAGE.read_text(), re.S):
         for line in block.replace("\\\n", " ").splitlines():
             line = re.sub(r"\s+#.*$", "", line).strip()
             if line and not line.startswith("#"):
@@ -193,6 +201,24 @@ def test_cost_command_prints_a_table(tmp_path: Path) -> None:
     # a row per experiment that trains a job (t_ra's are all copied or derived: study_work leaves them out)
     assert rows == {w.job.experiment for w in work} | {"total"}
     assert "t_ra" not in rows and set(cfg["experiments"]) - rows == {"t_ra"}
+
+
+def test_cpu_route_keeps_a_cpu_torch() -> None:
+    """The README's CPU route installs PyTorch's CPU build (a `+cpu` local version) before `pip install -e .`: the
+    project's torch and torchvision requirements admit the CPU builds of their versions, so pip keeps them."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    deps = {Requirement(d).name: Requirement(d) for d in
+            tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]}
+    upper = {"torch": "2.14.1", "torchvision": "0.29.1"}  # the newest CPU builds the pins allow, as PyTorch names them
+    for name, v in upper.items():
+        assert deps[name].specifier.contains(Version(f"{v}+cpu")), (name, deps[name])
+    assert _command("pip install torch torchvision --index-url").endswith("https://download.pytorch.org/whl/cpu")
+    steps = readme_commands()
+    assert steps.index(_command("pip install torch torchvision")) < steps.index("pip install -e .")
 
 
 def test_report_dependency() -> None:

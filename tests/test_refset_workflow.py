@@ -121,7 +121,7 @@ def test_a_job_made_by_the_workflow_and_collected_equals_the_old_runners(made, t
     old_record = json.loads((old_set / MONITOR / "provenance.json").read_text())
     assert provenance.runner(old_record) == provenance.OLD_RUNNER
     monkeypatch.setenv(seal.ACCEPT_ENV, "1")  # a set in tmp_path, outside the checkout: read on purpose
-    assert "made by {'snakemake': 4}" in refset.status_text(new_set)  # the twin is not collected
+    assert "made by snakemake (4 jobs)" in refset.status_text(new_set)  # the twin is not collected
     assert not (new_set / TWIN).exists()
 
 

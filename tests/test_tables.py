@@ -329,7 +329,7 @@ def test_write_tables_outputs(frames: tuple[pd.DataFrame, pd.DataFrame], tmp_pat
     doc = (out / "paper_tables.tex").read_text()
     for label in table_labels():
         for name in (label, f"{label}_std", f"{label}_vs_paper"):
-            assert f"\\input{{{name}}}" in doc
+            assert f"% {name}.tex\n" in doc
         assert (out / f"{label}_vs_paper.csv").is_file()
     res = (out / "Res_3_datasets.tex").read_text()
     assert r"\label{Res_3_datasets}" in res
@@ -350,11 +350,16 @@ def test_write_tables_outputs(frames: tuple[pd.DataFrame, pd.DataFrame], tmp_pat
         assert not re.search(r"\\(usepackage|multirow)", text) or p.name == "paper_tables.tex", p.name
 
 
-def test_summary_dir_inputs_tables_by_relative_path(frames: tuple[pd.DataFrame, pd.DataFrame], tmp_path: Path) -> None:
+def test_summary_dir_holds_the_tables_text(frames: tuple[pd.DataFrame, pd.DataFrame], tmp_path: Path) -> None:
+    """paper_tables.tex copies each table file in (it compiles alone, as the report bundles it), after a line naming
+    the file by its path from the document."""
     final, rounds = frames
     write_tables(final, rounds, tmp_path / "tables", summary_dir=tmp_path)
     doc = (tmp_path / "paper_tables.tex").read_text()
-    assert "\\input{tables/Res_3_datasets}" in doc and "\\input{tables/FL_FEMNIST_vs_paper}" in doc
+    assert "\\input" not in doc
+    for name in ("Res_3_datasets", "FL_FEMNIST_vs_paper"):
+        text = (tmp_path / "tables" / f"{name}.tex").read_text().rstrip()
+        assert f"% tables/{name}.tex\n{text}\n" in doc, name
     assert (tmp_path / "claims.md").is_file() and not (tmp_path / "tables" / "claims.md").exists()
 
 
@@ -386,13 +391,13 @@ def test_paper_tables_open_with_the_study_and_list_what_was_not_run(
     head = doc[:doc.index("\\tableofcontents")]
     assert "\\item[Study] config/my\\_study.yaml" in head and "\\item[Numbers] rendered from reference/mnist" in head
     assert "\\textbf{Not run in this study}" in head and "FL\\_FEMNIST, Sup\\_bs\\_ep" in head
-    assert re.findall(r"\\input\{tables/(\w+)\}", doc) == ["Sup_hyper_a", "Sup_hyper_a_std", "Sup_hyper_a_vs_paper"]
+    assert re.findall(r"^% tables/(\w+)\.tex$", doc, re.M) == ["Sup_hyper_a", "Sup_hyper_a_std", "Sup_hyper_a_vs_paper"]
     assert "\\section{Sup\\_hyper\\_a}" in doc
 
 
 def test_vs_paper_tex_lists_the_cells_with_numbers(tmp_path: Path) -> None:
-    """The LaTeX comparison lists the cells the study has numbers for (the CSV keeps every cell) and says how many it
-    leaves out; each chunk sits in a box with its heading, so a heading never ends a page."""
+    """The LaTeX comparison lists the cells the study has numbers and the paper a value for (the CSV keeps every cell)
+    and says how many it leaves out, in a longtable, which breaks across pages and repeats its header."""
     root = tmp_path / "res"
     for seed in (0, 1):
         write_job(root, Job("losses", "mnist", "g10", "ratio", seed), acm=0.8 + 0.02 * seed)
@@ -403,7 +408,7 @@ def test_vs_paper_tex_lists_the_cells_with_numbers(tmp_path: Path) -> None:
     rows = [line for line in tex.splitlines() if line.endswith("\\\\") and not line.startswith("Metric")]
     assert len(rows) == 2 and all("Ratio" in r or "R\\!L" in r for r in rows), rows  # Ac.M and AUC of the one cell
     assert f"{cells - 2} cells without numbers in this study left out" in tex
-    assert tex.index("\\begin{minipage}") < tex.index("\\textbf{Res") < tex.index("\\begin{tabular}")
+    assert tex.index("\\textbf{Res") < tex.index("\\begin{longtable}") < tex.index("\\endhead")
     assert len(pd.read_csv(tmp_path / "tables" / "Res_3_datasets_vs_paper.csv")) == cells
 
 

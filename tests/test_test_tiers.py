@@ -20,7 +20,8 @@ END_TO_END = (
     "test_shipped_configs.py::test_shipped_config_runs_to_the_end[config]",
     "test_shipped_configs.py::test_shipped_config_runs_to_the_end[mnist]",
     "test_module.py::test_module_from_a_local_path",
-    "test_module.py::test_snakedeploy_from_a_git_host",
+    "test_module.py::test_snakedeploy_from_a_git_host[branch]",
+    "test_module.py::test_snakedeploy_from_a_git_host[tag]",
     "test_readme.py::test_non_editable_install_renders_tables",
     "test_reference.py::test_render_from_the_reference_set",
 )

@@ -238,6 +238,13 @@ def build_parser() -> argparse.ArgumentParser:
                       help="results folder whose finished jobs to check (default: the config's results_dir)")
     plug.set_defaults(func=cmd_plugins)
 
+    env = sub.add_parser("envs", help="write the workflow's conda environments, pinned",
+                         description="Write workflow/envs/*.yaml and pins.txt, every package at the version installed "
+                                     "here (fedbalance.jobs.envs); --check: exit 1 when they differ, writing nothing.")
+    env.add_argument("--dir", type=written_path, default=Path("workflow/envs"), help="default: workflow/envs")
+    env.add_argument("--check", action="store_true")
+    env.set_defaults(func=cmd_envs)
+
     ls = sub.add_parser("jobs", help="list the jobs of the study", description="Print every job as experiment/dataset/setting/loss/seedK.")
     ls.add_argument("--config", required=True, type=read_path, help="study configuration YAML")
     ls.add_argument("--experiment", action="append", default=None, help="only this experiment (repeatable)")
@@ -443,9 +450,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         keep_rounds=args.keep_rounds,
         branch_from=args.branch_from,
     )
-    f = metrics["final"]
-    acc_m, auc = ("n/a" if f[k] is None else f"{f[k]:.4f}" for k in ("acc_minority", "auc_micro"))
-    print(f"{args.out}: acc {f['acc']:.4f}, Ac.M {acc_m}, AUC {auc}, {metrics['wall_time_s']:.1f} s")
+    print(f"{args.out}: {final_line(metrics)}")
     return 0
 
 
@@ -743,6 +748,15 @@ def cmd_reference_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_envs(args: argparse.Namespace) -> int:
+    """``fedbalance envs``."""
+    from fedbalance.jobs.envs import write_envs
+
+    stale = write_envs(args.dir, check=args.check)
+    print(f"{len(stale)} file(s) {'differ' if args.check else 'written'}: {', '.join(map(str, stale)) or '-'}")
+    return 1 if args.check and stale else 0
+
+
 def cmd_reference_docs(args: argparse.Namespace) -> int:
     """``fedbalance reference docs``."""
     from fedbalance.presentation.refdocs import splice
@@ -756,6 +770,16 @@ def cmd_reference_docs(args: argparse.Namespace) -> int:
               "--config reference_dir=reference/mnist results_dir=results_reference && "
               "python -m fedbalance reference docs --rendered results_reference")
     return 1 if args.check and stale else 0
+
+
+def final_line(metrics: dict[str, Any]) -> str:
+    """A finished job's last line: accuracy, Ac.M and the AUC the tables print (``FINAL_SOURCE``: ``auc_hard``), with
+    its wall time."""
+    from fedbalance.presentation.tables import FINAL_SOURCE
+
+    f = metrics["final"]
+    acc_m, auc = ("n/a" if f[k] is None else f"{f[k]:.4f}" for k in ("acc_minority", FINAL_SOURCE["auc"][0]))
+    return f"acc {f['acc']:.4f}, Ac.M {acc_m}, AUC {auc}, {metrics['wall_time_s']:.1f} s"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -191,6 +191,14 @@ def _uses_gpu():
     return torch.cuda.is_available()
 
 
+def torch_env(wildcards):
+    """The data and training rules' conda environment: CUDA's where the training jobs use a GPU, else the CPU one
+    (fedbalance.jobs.envs; asked per job, so planning imports no torch before it has to)."""
+    from fedbalance.jobs.envs import env_for
+
+    return env_for(_uses_gpu())
+
+
 # A GPU training job asks one `gpu` (on SLURM the plugin turns it into --gpus=1) and one of the
 # machine's `gpu_slots`: locally `--resources gpu_slots=N` (or profiles/local: gpu_slots=2) offers N slots
 # per GPU, with no global `gpu` cap, so N jobs share the GPU (without either nothing caps them);

@@ -21,7 +21,7 @@ rule prepare_data:
     benchmark:
         result("benchmarks", "data", "{dataset}.tsv")
     conda:
-        "../envs/torch.yaml"
+        torch_env
     threads: 1
     resources:
         mem_mb=data_mem_mb,

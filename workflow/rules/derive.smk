@@ -26,7 +26,7 @@ rule derive:
     wildcard_constraints:
         derived=_paths(DERIVED),
     conda:
-        "../envs/torch.yaml"
+        torch_env
     threads: TRAIN_THREADS
     params:
         spec=lambda wc: twin_spec(wc.derived),

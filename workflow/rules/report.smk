@@ -43,7 +43,8 @@ PAGES = {
     **{f"{TABLES_DIR}/{n}.html": f"{TABLES_DIR}/{n}.md" for n in ("Fidelity", "Reproduction")},
 }
 LANDING_PAGE = result("report", "workflow.rst")
-REPORT_FILES = [*TABLE_PAGES, *PAGES, LANDING_PAGE]
+STUDY_PAGE = result("study.html")
+REPORT_FILES = [*TABLE_PAGES, *PAGES, LANDING_PAGE, STUDY_PAGE]
 LOSS_BASES = {name: v["loss"] for name, v in (config.get("loss_variants") or {}).items()}
 # Which study this is (the landing page and paper_tables.tex say so)
 STUDY = identity(
@@ -277,7 +278,8 @@ rule landing_page:
     input:
         code=[str(PRESENTATION / "study.py")],
     output:
-        LANDING_PAGE,
+        landing=LANDING_PAGE,
+        study=report(STUDY_PAGE, caption="../report/study.rst", category="summary"),
     log:
         result("logs", "landing_page.log"),
     conda:

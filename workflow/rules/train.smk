@@ -18,7 +18,7 @@ rule train:
     benchmark:
         result("benchmarks", "train", "{experiment}", "{dataset}", "{setting}", "{loss}", "seed{seed}.tsv")
     conda:
-        "../envs/torch.yaml"
+        torch_env
     threads: TRAIN_THREADS
     resources:
         gpu=train_gpus,
@@ -56,7 +56,7 @@ rule keep:
         source=_paths(KEEP_ROUNDS),
         kept=r"\d\d\d+",
     conda:
-        "../envs/torch.yaml"
+        torch_env
     threads: TRAIN_THREADS
     resources:
         gpu=train_gpus,

@@ -1,5 +1,5 @@
-"""Rule paper_tables: the standalone paper_tables.tex about the study that \\input's every table it fills by relative path
-(fedbalance.presentation.tables.write_paper_tables)."""
+"""Rule paper_tables: the standalone paper_tables.tex about the study, every table it fills copied in, so it compiles
+alone (fedbalance.presentation.tables.write_paper_tables)."""
 
 import _common
 

@@ -189,15 +189,17 @@ def resolve(kind: str, name: str, builtin: Collection[str], where: str) -> Plugi
                       "or a dotted path module:attribute")
 
 
-def clashes(kind: str, builtin: Collection[str], named: Mapping[str, str] | None = None) -> str | None:
+def clashes(kind: str, builtin: Collection[str], named: Mapping[str, str] | None = None,
+            used: Collection[str] | None = None) -> str | None:
     """A line naming the first clash between built-in names, entry-point names and the config's own names
-    (``named``: name -> the config key that names it), or None."""
+    (``named``: name -> the config key that names it), or None. ``used``: the names the study uses; an entry point
+    that shares a built-in's name clashes only when the study names it (another study in the same environment runs)."""
     try:
         eps = entry_points(kind)
     except PluginError as exc:
         return str(exc)
     for name in sorted(eps):
-        if name in builtin:
+        if name in builtin and (used is None or name in used):
             return (f"{SINGULAR[kind]} {name!r} is both fedbalance's own and {eps[name].origin()}; rename the entry "
                     "point or uninstall its package")
     for name, key in (named or {}).items():

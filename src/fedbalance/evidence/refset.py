@@ -28,7 +28,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -785,13 +785,12 @@ def status_text(reference: Path) -> str:
     for (exp, ds, setting, loss), seeds in sorted(held.items(), key=lambda kv: (kv[0][0], kv[0][1], _gamma(kv[0][2]),
                                                                                  kv[0][3])):
         lines.append(f"| {exp} | {ds} | {setting} | {loss} | {', '.join(map(str, sorted(seeds)))} |")
-    devices = {d: len(m) for d, m in minutes.items()}
-    per_device = "; ".join(
-        f"{d} {min(m):.1f}–{max(m):.1f} (median {sorted(m)[len(m) // 2]:.1f})" for d, m in sorted(minutes.items()) if m
-    )
     n = sum(len(v) for v in held.values())
-    lines += ["", f"{n} jobs; commits {commits}; devices {devices}; made by {dict(sorted(runners.items()))}"
-              + (f"; minutes per job: {per_device}" if per_device else "")]
+    lines += ["", f"{n} jobs, made by {_counted(sorted(runners.items()))}; at commits {_counted(commits.items())}.", "",
+              "| device | jobs | minutes per job: least–most (median) |", "|---|---|---|"]
+    for d, m in sorted(minutes.items()):
+        spread = f"{min(m):.1f}–{max(m):.1f} ({sorted(m)[len(m) // 2]:.1f})" if m else "–"
+        lines.append(f"| {d} | {len(m)} | {spread} |")
     lines += [f"changed after it was collected: {line}" for line in changed_after_collect(reference, job_paths)]
     return "\n".join(lines) + "\n"
 
@@ -816,6 +815,11 @@ def changed_after_collect(reference: Path, jobs: Sequence[str]) -> list[str]:
     return out
 
 
+def _counted(items: Iterable[tuple[str, int]]) -> str:
+    """"a (3 jobs), b (1 job)"."""
+    return ", ".join(f"{k} ({v} job{'' if v == 1 else 's'})" for k, v in items)
+
+
 STATUS_SOURCE = "fedbalance reference status --readme"
 """The mark of the status table in the sets' README (``status --readme`` writes it; ``docs`` keeps it current)."""
 
@@ -832,7 +836,7 @@ def spliced(text: str, name: str, body: str, *, source: str) -> str:
 def status(reference: Path, readme: Path | None = None) -> str:
     """The set's status (``status_text``), or, with ``readme``, written between that README's status marks ("")."""
     text = status_text(reference)
-    if text.rstrip().splitlines()[-1].startswith("0 jobs"):
+    if "\n0 jobs," in text:
         raise RefSetError(f"--reference {reference} holds no job ({PROVENANCE} below it): name a reference set, e.g. "
                           "reference/mnist")
     if readme is None:

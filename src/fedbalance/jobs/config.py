@@ -744,10 +744,13 @@ def _check_plugins(cfg: Mapping[str, Any]) -> None:
         from fedbalance.monitor.estimators import REGISTRY, as_estimator
 
         estimator_builtin = REGISTRY
+    used = {"losses": {loss for exp in cfg["experiments"].values() for loss in exp["losses"]}
+            | {str(v["loss"]) for v in variants.values()},
+            "estimators": _named_under(cfg, "estimators"), "datasets": _named_under(cfg, "source")}
     for kind, builtin, named in (("losses", base_losses(), {v: f"loss_variants.{v}" for v in variants}),
                                  ("estimators", estimator_builtin, {e: f"estimators.{e}" for e in own}),
                                  ("datasets", _builtin_sources(), {})):
-        clash = plugins.clashes(kind, builtin, named)
+        clash = plugins.clashes(kind, builtin, named, used[kind])
         if clash is not None:
             raise ConfigError(clash)
     for name, variant in variants.items():
@@ -771,6 +774,21 @@ def _check_plugins(cfg: Mapping[str, Any]) -> None:
                 check_source(found.load(), found.origin())
             except plugins.PluginError as exc:
                 raise ConfigError(f"{key}.source: {exc}") from None
+
+
+def _named_under(node: Any, key: str) -> set[str]:
+    """Every string the config gives under ``key`` at any depth, alone or in a list (the estimators a study names,
+    its dataset sources)."""
+    found: set[str] = set()
+    if isinstance(node, Mapping):
+        for k, v in node.items():
+            if k == key:
+                found |= {v} if isinstance(v, str) else {x for x in v if isinstance(x, str)} if isinstance(v, list) else set()
+            found |= _named_under(v, key)
+    elif isinstance(node, list):
+        for v in node:
+            found |= _named_under(v, key)
+    return found
 
 
 def _check_contracts(cfg: Mapping[str, Any], spec: Mapping[str, Any], where: str) -> None:
@@ -855,13 +873,13 @@ def protocol(job_config: Mapping[str, Any], loss: str) -> dict[str, str]:
     """A job's protocol, the keys that act on its result: its configured keys (``job_config``: metrics.json's
     ``config``, ``JobSpec.as_dict()``) as dotted key -> JSON value, less what does not decide its training
     (``jobspec.training_key``: the identity and output-only keys, the monitor of a loss not fed by it), the seed, the
-    parameters of other losses than its own (``loss_params.<loss>``) and the partition keys its scheme does not read
+    parameters of other losses than its own (``loss_params.<loss>``, ``jobspec.loss_params_key``) and the partition keys its scheme does not read
     (``jobspec.PARTITION_KEYS``). An optional key left unset counts as its default (``JOB_DEFAULTS``). ``compare``
     (``fedbalance.evidence.reference``) and the tables' published comparisons read it alike."""
     config = deep_merge(JOB_DEFAULTS, {"loss": loss, **job_config})
     flat = flat_keys(json.loads(training_key(config)))
     flat.pop("seed", None)
-    own = f"loss_params.{base_loss(config)}."
+    own = f"loss_params.{loss_params_key(config)}."  # a dotted-path loss's own key: its variant name, as the engine reads
     scheme = (config.get("partition") or {}).get("scheme")
     read = {f"partition.{k}" for k in PARTITION_KEYS.get(scheme, ()) + OPTIONAL_PARTITION_KEYS.get(scheme, ())}
     read.add("partition.scheme")
@@ -879,3 +897,24 @@ def protocol_differences(a: Mapping[str, Collection[str]], b: Mapping[str, Colle
     ``protocol`` gives them) -> (a's, b's) as printed (``shown_values``); empty when the two were run alike."""
     return {k: (shown_values(a.get(k, ())), shown_values(b.get(k, ()))) for k in sorted(set(a) | set(b))
             if set(a.get(k, ())) != set(b.get(k, ()))}
+
+
+CLI_TYPE_HINT = {
+    "boolean": "write {key}=True or {key}=False (Snakemake's --config reads only True and False as booleans)",
+    "integer": "write {key}=N with N a whole number (e.g. {key}=2)",
+    "number": "write {key}=X with X a number (e.g. {key}=0.5)",
+    "array": "give a list in a config file (--configfile), not --config",
+    "object": "give a mapping in a config file (--configfile), not --config",
+}
+"""How to write a value of each JSON-schema type on Snakemake's command line (``command_line_hint``)."""
+
+
+def command_line_hint(cli_config: Mapping[str, Any], message: str) -> str:
+    """For a ConfigError ``message`` ("download: 'false' is not of type 'boolean'") about a key given on Snakemake's
+    command line (``cli_config``: ``--config`` as Snakemake parsed it), how to write it there ("; given as
+    --config download=false, write download=True or download=False ..."); "" for any other error."""
+    key = message.split(":", 1)[0]
+    match = re.search(r"is not of type '(\w+)'", message)
+    if key not in cli_config or match is None or match.group(1) not in CLI_TYPE_HINT:
+        return ""
+    return f"; given as --config {key}={cli_config[key]}, {CLI_TYPE_HINT[match.group(1)].format(key=key)}"

@@ -1,4 +1,5 @@
-"""Display names shared by the tables and the figures: datasets, Γ levels, loss lists and labels."""
+"""Display names shared by the tables, the figures, the claims and the docs: datasets, Γ levels, loss lists, the one
+name of each loss and estimator."""
 
 from __future__ import annotations
 
@@ -31,25 +32,43 @@ READING_NAME = {"ratio": "paper reading", "ratio_rel": "released reading"}
 BEYOND_LOSSES: tuple[str, ...] = ("ce", "ratio", "ratio_median", "la", "la_local", "fedlc", "fedrs")
 """The beyond-the-paper comparison (experiment family ``beyond``)."""
 
-LOSS_LABEL = {
-    "ce": r"$L_{C\!E}$", "focal": r"$L_{F\!L}$", "ghmc": r"$L_{G\!H\!M\!C}$", "ratio": r"$L_{R\!L}$(ours)",
-    "ratio_median": r"$L_{R\!L}$, median $Ra_p$",
-    "mse": r"$L_{M\!S\!E}$", "mfe": r"$L_{M\!F\!E}$",
-    "la": r"$L_{L\!A}$ (monitor $\pi$)", "la_local": r"$L_{L\!A}$ (local $\pi$)",
-    "bsm": r"$L_{B\!S}$ (monitor)", "bsm_local": r"$L_{B\!S}$ (local)", "fedlc": "FedLC", "fedrs": "FedRS",
+LOSS_NAME = {
+    "ce": "CE", "focal": "Focal", "ghmc": "GHM-C", "ratio": "Ratio", "ratio_rel": "Ratio, released code",
+    "ratio_median": "Ratio, median Ra", "mse": "MSE", "mfe": "MFE",
+    "la": "LA, monitor prior", "la_local": "LA, local prior",
+    "bsm": "Balanced Softmax, monitor prior", "bsm_local": "Balanced Softmax, local prior",
+    "fedlc": "FedLC", "fedrs": "FedRS",
 }
-"""LaTeX label of each loss in the tables."""
+"""The one display name of each built-in loss: in the tables (HTML and LaTeX), the figures, the claims' evidence and
+the docs' prose (a plug-in loss: its config name, ``loss_name``)."""
 
-LOSS_NAME = {"ce": "CE", "focal": "Focal", "ghmc": "GHMC", "ratio": "Ratio (ours)"}
-"""Plain name of each loss of the paper's comparison in the figures."""
+ESTIMATOR_NAME = {**{e: e for e in RECORDED}, UNIFORM: "uniform guess N/Q"}
+"""The one display name of each composition estimator (its config name) and of the uniform guess."""
 
-PROSE_LOSS_NAME = {"ce": "CE", "focal": "Focal", "ghmc": "GHM-C", "ratio": "Ratio"}
-"""Name of each loss of the paper's comparison in the docs' generated prose."""
 
-BEYOND_NAME = {"ce": "CE", "ratio": "Ratio (paper)", "ratio_median": "Ratio, median Ra (ours)",
-               "la": "LA, monitor prior", "la_local": "LA, local prior",
-               "fedlc": "FedLC", "fedrs": "FedRS"}
-"""Plain name of each loss in the beyond-the-paper figure."""
+def loss_name(loss: str) -> str:
+    """A loss's display name (``LOSS_NAME``; a plug-in's: its config name)."""
+    return LOSS_NAME.get(loss, loss)
+
+
+def estimator_name(estimator: str) -> str:
+    """An estimator's display name (``ESTIMATOR_NAME``; a plug-in's: its config name)."""
+    return ESTIMATOR_NAME.get(estimator, estimator)
+
+
+TEX_ESCAPES = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#",
+               "$": r"\$", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "Γ": r"$\Gamma$", "α": r"$\alpha$",
+               "β": r"$\beta$", "–": "--"}
+
+
+def tex_escape(text: str) -> str:
+    """Plain text as LaTeX text (a display name, the study's config path, dataset names: ``_``, ``%``, ``&``, braces,
+    Γ, ...)."""
+    return "".join(TEX_ESCAPES.get(ch, ch) for ch in text)
+
+
+LOSS_LABEL = {loss: tex_escape(name) for loss, name in LOSS_NAME.items()}
+"""``LOSS_NAME`` as LaTeX, for the tables."""
 
 
 METRIC_RANGE = {"acm": (0.0, 100.0), "acc_majority": (0.0, 100.0), "auc": (0.0, 1.0), "cs": (0.0, 1.0),
@@ -84,7 +103,3 @@ class Read:
         """Whether the job (experiment, dataset, setting, loss) is one this read takes."""
         return (experiment == self.experiment and self.dataset in (None, dataset)
                 and self.setting in (None, setting) and self.loss in (None, loss))
-
-PLAIN_LOSS = {**BEYOND_NAME, **LOSS_NAME, "mse": "MSE", "mfe": "MFE", "bsm": "Balanced Softmax, monitor prior",
-              "bsm_local": "Balanced Softmax, local prior"}
-"""Plain name of each loss in the HTML tables."""

@@ -21,7 +21,7 @@ from fedbalance.jobs.aggregate import collect
 from fedbalance.common.records import UNIFORM, cs_column, plus_minus, setting_name, setting_value
 from fedbalance.presentation.claims import COLLAPSE, YES, paired_comparison
 from fedbalance.presentation.fidelity import VERDICT_RULE, WHERE, common_seeds, paper_verdict
-from fedbalance.presentation.names import FOUR_LOSSES, GAMMAS, PROSE_LOSS_NAME, READINGS, gamma_setting
+from fedbalance.presentation.names import FOUR_LOSSES, GAMMAS, LOSS_NAME, READINGS, gamma_setting
 from fedbalance.evidence.seedstats import seed_mark, seed_span
 from fedbalance.presentation.tables import CS_LEVELS
 from fedbalance.presentation.tables import TEMPLATES as TABLE_TEMPLATES
@@ -689,7 +689,7 @@ def mismatch_context(final: pd.DataFrame, rounds: pd.DataFrame, gamma: int = MIS
                        "rows": rows, "best": best, "best5": best5, "jobs": jobs,
                        "flips": [sum(j["k"] for j in jobs if j["loss"] != "ratio"), sum(j["n"] for j in jobs if j["loss"] != "ratio")],
                        "flips_ratio": [sum(j["k"] for j in jobs if j["loss"] == "ratio"), sum(j["n"] for j in jobs if j["loss"] == "ratio")],
-                       "alt": alt, "alt_names": by_loss(alt, PROSE_LOSS_NAME),
+                       "alt": alt, "alt_names": by_loss(alt, LOSS_NAME),
                        "steady": [j for j in jobs if not j["alternates"]],
                        "alt_all": [sum(j["k_all"] for j in alt), sum(j["n_all"] for j in alt)],
                        "alt_moved": [sum(j["k_moved"] for j in alt), sum(j["n_moved"] for j in alt)],
@@ -713,9 +713,9 @@ def mismatch_context(final: pd.DataFrame, rounds: pd.DataFrame, gamma: int = MIS
                **g.loc[g.pi.idxmax(), ["pi", "cls", "role", "round"]].rename({"round": "pi_round"}).to_dict()}
               for (setting, seed), g in col.groupby(["setting", "seed"])]
     def named(d: dict[str, bool], value: bool) -> list[str]:
-        return [PROSE_LOSS_NAME[k] for k in FOUR_LOSSES if d.get(k) is value]
+        return [LOSS_NAME[k] for k in FOUR_LOSSES if d.get(k) is value]
 
-    return {"gamma": gamma, "label": label, "levels": levels, "names": PROSE_LOSS_NAME, "judged": bool(falls),
+    return {"gamma": gamma, "label": label, "levels": levels, "names": LOSS_NAME, "judged": bool(falls),
             "common": common, "dropped": dropped, "span": seed_span,
             "ALTERNATION": ALTERNATION, "seed_words": seed_words,
             "falls": named(falls, True), "rises": named(falls, False), "falls5": named(falls5, True), "jobs": len(f), "collapses": by_job,

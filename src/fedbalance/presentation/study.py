@@ -136,25 +136,49 @@ def family_rows(cfg: Mapping[str, Any], jobs: Iterable[Job]) -> list[dict[str, s
     return out
 
 
+PAGES = (("claims.html", "each claim of the paper with its verdict"),
+         ("Fidelity.html", "every loss-comparison cell beside the paper's"),
+         ("Reproduction.html", "how many published cells reproduce"),
+         ("study.html", "each family's protocol, what was not run, the plug-ins"))
+"""The report's pages the landing page links first (file name, what it holds), in the order a reader wants them."""
+
 LANDING = """\
-Regeneration of Wang et al., *Addressing Class Imbalance in Federated Learning* (AAAI 2021): every table and
-figure this study's jobs fill, beside the published numbers.
+Wang et al., *Addressing Class Imbalance in Federated Learning* (AAAI 2021), regenerated: every table and figure
+this study fills, beside the published numbers.
 
-**Study**: {configs}. **Datasets**: {datasets}. **Where the numbers come from**: {origin}
+**Study**: {configs}; {datasets}; {origin}
 
-**Protocol** of each experiment family (the categories below; settings, losses, rounds, clients selected each round
-of all, seeds):
+**Verdicts**: {verdicts}
 
-{table}
+**Read first**:
 
-**Not run in this study** (no job of the study fills them, so they are not shown): {not_run}
-{plugins}
-Stages: ``prepare_data`` (verify/download each dataset, manifest with md5) → ``partition`` (client
-partitions per experiment, dataset, setting and seed) → ``train`` (one FedAvg or centralised job per
-experiment, dataset, setting, loss and seed: metrics.json, rounds.csv) → ``aggregate`` (tidy CSVs) → one job per
-table (HTML here; LaTeX, its standard deviations and its comparison with the published numbers in
-``tables/``) and per figure; ``claims``, ``Fidelity`` and ``Reproduction`` weigh the numbers against the paper's.
+{links}
 """
+"""The report's landing page (reStructuredText, rendered by Snakemake with jinja2 and docutils). Snakemake centres it
+in a box of the window's height, so a page taller than the window loses its top: it stays a few lines, and the
+detail is on ``study.html`` (``study_page``)."""
+
+LINK = """{{% if "{name}" in shown %}}- `{name}`_: {what}\n{{% endif %}}"""
+"""A link to a report page, written only when the report holds it (Snakemake's jinja2 context: ``files``, each with
+its ``target``, the file's name, which Snakemake defines as a link target)."""
+
+
+def verdict_note(jobs: Iterable[Job]) -> str:
+    """Whether this study's claims can get a verdict: a comparison needs ``MIN_SEEDS`` seeds both sides hold, so a
+    study whose every family runs fewer gets "too few seeds" (or "not enough data") for every claim."""
+    from fedbalance.evidence.seedstats import MIN_SEEDS
+
+    seeds: dict[str, set[int]] = {}
+    for j in jobs:
+        seeds.setdefault(j.experiment, set()).add(j.seed)
+    judged = sorted(f for f, s in seeds.items() if len(s) >= MIN_SEEDS)
+    most = max((len(s) for s in seeds.values()), default=0)
+    if not judged:
+        return (f"none to be had: a verdict compares {MIN_SEEDS} seeds or more, and this study runs {most} at most "
+                f"in a family, so every claim reads 'too few seeds' or 'not enough data' (the paper's protocol, "
+                f"``config/config.yaml``, runs enough).")
+    return (f"judged seed by seed (95 % intervals) in the families with {MIN_SEEDS} seeds or more: "
+            f"{', '.join(judged)}.")
 
 
 def identity(cfg: Mapping[str, Any], jobs: Iterable[Job], *, configfiles: Iterable[str], trained: int, copied: int,
@@ -173,19 +197,25 @@ def identity(cfg: Mapping[str, Any], jobs: Iterable[Job], *, configfiles: Iterab
             "origin": origin}
 
 
-PLUGINS_TEXT = """
-**Plug-ins** the study uses (docs/extending.md), as installed when the workflow planned the jobs; each job's
-``metrics.json`` records, under ``plugins``, the package, version and origin of each one it ran with (an estimator's
-columns are those of the version its job recorded: ``python -m fedbalance plugins --config C`` lists the jobs
-recorded with another version than the one installed):
+PLUGINS_TEXT = (
+    "Each job's <code>metrics.json</code> records, under <code>plugins</code>, the package, version and origin of each "
+    "plug-in it ran with; an estimator's columns in Monitor_under_imbalance are those of the version its job "
+    "recorded. The jobs recorded with another version than the one installed, whose columns the older version made: "
+    "<code>python -m fedbalance plugins --config C</code>.")
+"""What the study page says of the plug-ins' versions under their table."""
 
-{table}
-"""
+STAGES = ("<code>prepare_data</code> (verify or download each dataset) → <code>partition</code> (the clients' data per "
+          "experiment, dataset, setting and seed) → <code>train</code> (one FedAvg or centralised job per experiment, "
+          "dataset, setting, loss and seed) → <code>aggregate</code> (tidy CSVs) → one job per table (HTML here; LaTeX, "
+          "its standard deviations and its comparison with the published numbers in <code>tables/</code>) and per "
+          "figure; <code>claims</code>, <code>Fidelity</code> and <code>Reproduction</code> weigh the numbers against "
+          "the paper's.")
+"""The workflow's stages, on the study page."""
 
 
-def plugins_table(found: Iterable[Mapping[str, Any]]) -> str:
-    """The study's plug-ins (``config.study_plugins``) as a grid table: kind, name, package, version, origin, how many
-    jobs use it and how many train on it; "" when there are none."""
+def plugins_table(found: Iterable[Mapping[str, Any]], tablefmt: str = "grid") -> str:
+    """The study's plug-ins (``config.study_plugins``) as a table (``tablefmt``: tabulate's): kind, name, package,
+    version, origin, how many jobs use it and how many train on it; "" when there are none."""
     from tabulate import tabulate
 
     rows = [[p["kind"], p["name"], p["package"] or "no installed package", p["version"], p["origin"], p["jobs"],
@@ -193,41 +223,69 @@ def plugins_table(found: Iterable[Mapping[str, Any]]) -> str:
     if not rows:
         return ""
     return tabulate(rows, headers=["kind", "name", "package", "version", "origin", "jobs", "train on it"],
-                    tablefmt="grid")
+                    tablefmt=tablefmt)
 
 
-def landing_page(cfg: Mapping[str, Any], jobs: Iterable[Job], study: Mapping[str, str], *,
-                 tables_not_run: Iterable[str] = (), figures_not_run: Iterable[str] = (),
-                 plugins: Iterable[Mapping[str, Any]] = ()) -> str:
-    """The report's landing page (reStructuredText; Snakemake renders it on the report's first panel): the study
-    (``identity``: the config, the datasets, where the numbers come from), each family's protocol (``family_rows``),
-    the tables and figures not run and, when it uses any, its plug-ins (``plugins``: ``config.study_plugins``, each
-    one's package, version and origin)."""
+def landing_page(cfg: Mapping[str, Any], jobs: Iterable[Job], study: Mapping[str, str]) -> str:
+    """The report's landing page (reStructuredText with jinja2, ``LANDING``): the study in three lines (``identity``:
+    the config, the datasets, where the numbers come from; ``verdict_note``), then links to the claims, Fidelity,
+    Reproduction and study pages (those the report holds)."""
+    jobs = list(jobs)
+    configs = ", ".join(f"``{c.strip()}``" for c in study["config"].split(","))
+    links = "".join(LINK.format(name=name, what=what) for name, what in PAGES)
+    return ('{% set shown = files|map(attribute="target")|list %}\n'
+            + LANDING.format(configs=configs, datasets=study["datasets"], origin=study["origin"] + ".",
+                             verdicts=verdict_note(jobs), links=links))
+
+
+def study_page(cfg: Mapping[str, Any], jobs: Iterable[Job], study: Mapping[str, str], *,
+               tables_not_run: Iterable[str] = (), figures_not_run: Iterable[str] = (),
+               plugins: Iterable[Mapping[str, Any]] = ()) -> str:
+    """The study in detail (an HTML page of the report): where the numbers come from, each family's protocol
+    (``family_rows``), the tables and figures not run, the plug-ins (``config.study_plugins``: each one's package,
+    version and origin) and the workflow's stages."""
+    import html as _html
+
     from tabulate import tabulate
+
+    from fedbalance.presentation.html import page
 
     rows = family_rows(cfg, jobs)
     # the datasets column only when the families differ in them (else the line above names them)
     columns = ["family", *(["datasets"] if len({r["datasets"] for r in rows}) > 1 else []), "settings", "losses",
                "rounds", "clients", "seeds", "jobs"]
-    table = tabulate([[r[c] for c in columns] for r in rows], headers=columns, tablefmt="grid")
+    table = tabulate([[r[c] for c in columns] for r in rows], headers=columns, tablefmt="html")
     tables_not_run, figures_not_run = list(tables_not_run), list(figures_not_run)
     not_run = "; ".join(part for part in (
         f"tables {', '.join(tables_not_run)}" if tables_not_run else "",
         f"figures {', '.join(figures_not_run)}" if figures_not_run else "") if part) or "none"
-    configs = ", ".join(f"``{c.strip()}``" for c in study["config"].split(","))
-    found = plugins_table(plugins)
-    return LANDING.format(configs=configs, datasets=study["datasets"], origin=study["origin"] + ".", table=table,
-                          not_run=not_run + ".", plugins=PLUGINS_TEXT.format(table=found) if found else "")
+    found = plugins_table(plugins, "html")
+    e = _html.escape
+    body = [f"<p><b>Config</b>: {e(study['config'])}. <b>Datasets</b>: {e(study['datasets'])}. <b>Where the numbers "
+            f"come from</b>: {e(study['origin'])}.</p>",
+            "<h2>Protocol of each experiment family</h2>",
+            "<p>The report's categories: settings, losses, rounds, clients selected each round of all, seeds.</p>",
+            table,
+            f"<h2>{NOT_RUN.capitalize()}</h2>",
+            f"<p>No job of the study fills them, so they are not shown: {e(not_run)}.</p>"]
+    if found:
+        body += ["<h2>Plug-ins</h2>", "<p>The plug-ins the study uses (docs/extending.md), as installed when the "
+                 "workflow planned the jobs.</p>", found, f"<p>{PLUGINS_TEXT}</p>"]
+    body += ["<h2>Stages</h2>", f"<p>{STAGES}</p>"]
+    return page("The study", "\n".join(body))
 
 
-def write_landing_page(path: str | Path, cfg: Mapping[str, Any], jobs: Iterable[Job], study: Mapping[str, str], *,
-                       tables_not_run: Iterable[str] = (), figures_not_run: Iterable[str] = (),
-                       plugins: Iterable[Mapping[str, Any]] = ()) -> Path:
-    """Write ``landing_page`` at ``path``."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(landing_page(cfg, jobs, study, tables_not_run=tables_not_run, figures_not_run=figures_not_run,
-                              plugins=plugins))
+def write_landing_page(path: str | Path, details: str | Path, cfg: Mapping[str, Any], jobs: Iterable[Job],
+                       study: Mapping[str, str], *, tables_not_run: Iterable[str] = (),
+                       figures_not_run: Iterable[str] = (), plugins: Iterable[Mapping[str, Any]] = ()) -> Path:
+    """Write ``landing_page`` at ``path`` and ``study_page`` at ``details``."""
+    jobs = list(jobs)
+    p, d = Path(path), Path(details)
+    for f in (p, d):
+        f.parent.mkdir(parents=True, exist_ok=True)
+    d.write_text(study_page(cfg, jobs, study, tables_not_run=tables_not_run, figures_not_run=figures_not_run,
+                            plugins=plugins))
+    p.write_text(landing_page(cfg, jobs, study))
     return p
 
 

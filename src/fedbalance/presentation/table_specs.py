@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
 from fedbalance.presentation.names import (
-    BEYOND_LOSSES, DATASET_NAME, ESTIMATORS, FOUR_LOSSES, GAMMAS, LOSS_LABEL, gamma_setting,
+    BEYOND_LOSSES, DATASET_NAME, ESTIMATORS, FOUR_LOSSES, GAMMAS, LOSS_LABEL, estimator_name, gamma_setting, tex_escape,
 )
 from fedbalance.common.records import setting_name
 
@@ -194,7 +194,7 @@ def _imbalance_table() -> TableSpec:
     cells = tuple(Cell("cs", d, lab, est, "losses", gamma_setting(g), "ratio")
                   for d in datasets for lab, g in GAMMAS for est in ESTIMATORS)
     rows = tuple((lab, lab) for lab, _ in GAMMAS)
-    groups = (Group(r"\textbf{Estimator}", "", tuple((e, rf"\texttt{{{e}}}") for e in ESTIMATORS)),)
+    groups = (Group(r"\textbf{Estimator}", "", tuple((e, tex_escape(estimator_name(e))) for e in ESTIMATORS)),)
     return TableSpec("Monitor_under_imbalance", "Beyond the paper: CS between each estimator's composition estimate "
                      "(and the uniform guess $N/Q$) and the true composition of the round, mean $\\pm$ std over "
                      "rounds and seeds, Ratio-Loss jobs of the fixed-client loss comparison.", "imbalance", cells,

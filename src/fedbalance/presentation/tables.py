@@ -25,12 +25,12 @@ from typing import Any, Iterable
 import jinja2
 import pandas as pd
 
-from fedbalance.presentation.names import DATASET_NAME, DATASETS, LOSS_LABEL, PLAIN_LOSS, PLAIN_METRIC
+from fedbalance.presentation.names import DATASET_NAME, DATASETS, LOSS_LABEL, PLAIN_METRIC, loss_name, tex_escape
 from fedbalance.presentation.table_specs import (  # noqa: F401  (re-exported: the tables' readers import them from here)
     CAPTION_BEYOND, CAPTION_LOSSES, CS_LEVELS, PUBLISHED, TABLE_SUFFIXES, TABLES, TEMPLATES, Cell, Group, TableSpec,
     table_files, table_labels,
 )
-from fedbalance.common.records import DEFAULT_ESTIMATOR, ESTIMATORS, cs_column
+from fedbalance.common.records import DEFAULT_ESTIMATOR, ESTIMATORS, UNIFORM, cs_column
 
 KEY = ["experiment", "dataset", "setting", "loss"]
 CELL_KEY = ["metric", "dataset", "column", "row"]
@@ -60,10 +60,11 @@ def plugin_losses(frame: pd.DataFrame, experiments: Iterable[str] | None = None)
 
 
 def plugin_estimators(rounds: pd.DataFrame | None) -> list[str]:
-    """The composition estimators ``rounds`` records beyond the built-in ones (plug-ins: a ``cs_<name>`` column)."""
+    """The composition estimators ``rounds`` records beyond the built-in ones and the uniform guess (plug-ins: a
+    ``cs_<name>`` column)."""
     if rounds is None or rounds.empty:
         return []
-    known = {cs_column(e) for e in ESTIMATORS}
+    known = {cs_column(e) for e in (*ESTIMATORS, UNIFORM)}
     prefix = cs_column("")
     return [c[len(prefix):] for c in rounds.columns if c.startswith(prefix) and c not in known]
 
@@ -73,7 +74,7 @@ def _tt(name: str) -> str:
 
 
 def loss_label(loss: str) -> str:
-    """A loss's row label: the paper's symbol, or its name in typewriter type."""
+    """A loss's row label: its display name (``names.LOSS_NAME``), a plug-in's config name in typewriter type."""
     return LOSS_LABEL.get(loss, _tt(loss))
 
 
@@ -512,26 +513,17 @@ def write_table(label: str, final: pd.DataFrame, rounds: pd.DataFrame, out_dir: 
     p = out / f"{label}_vs_paper.csv"
     cmp.to_csv(p, index=False)
     paths.append(p)
-    rows = _vs_paper_rows(cmp[cmp.ours_mean.notna()])
-    chunks = [rows[i:i + 35] for i in range(0, len(rows), 35)]
+    ours = cmp.ours_mean.notna()
+    rows = _vs_paper_rows(cmp[ours & cmp.paper.notna()])
     from fedbalance.presentation.protocols import differences_header
 
     p = out / f"{label}_vs_paper.tex"
     p.write_text(env.get_template("vs_paper.tex.j2").render(
-        title=label.replace("_", r"\_"), chunks=chunks, left_out=int(cmp.ours_mean.isna().sum()),
-        protocols=tex_escape(differences_header(differ)), mark=CROSS_PROTOCOL_MARK))
+        title=label.replace("_", r"\_"), rows=rows, left_out=int((~ours).sum()),
+        unpublished=int((ours & cmp.paper.isna()).sum()), protocols=tex_escape(differences_header(differ)),
+        mark=CROSS_PROTOCOL_MARK))
     paths.append(p)
     return paths
-
-
-TEX_ESCAPES = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#",
-               "$": r"\$", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "Γ": r"$\Gamma$", "α": r"$\alpha$",
-               "β": r"$\beta$", "–": "--"}
-
-
-def tex_escape(text: str) -> str:
-    """Plain text as LaTeX text (the study's config path, dataset names: ``_``, ``%``, ``&``, braces, Γ, ...)."""
-    return "".join(TEX_ESCAPES.get(ch, ch) for ch in text)
 
 
 def write_paper_tables(path: str | Path, tables_dir: str | Path, *, estimator: str = DEFAULT_ESTIMATOR,
@@ -539,12 +531,15 @@ def write_paper_tables(path: str | Path, tables_dir: str | Path, *, estimator: s
                        study: dict[str, str] | None = None, templates: str | Path | None = None) -> Path:
     """Write the standalone ``paper_tables.tex`` at ``path``: the ``study`` it is about (``config``, ``datasets``,
     ``origin``: ``fedbalance.presentation.study.identity``) and a contents list, then each table of ``labels`` (default:
-    all) from ``tables_dir``, \\input by relative path, each in its own section; the tables ``not_run`` are listed."""
+    all) from ``tables_dir``, its text copied in (a ``% tables/<file>.tex`` line before each), so the document
+    compiles alone, wherever it is copied (the report bundles it without ``tables/``); the tables ``not_run`` are
+    listed."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     summary, out = p.parent.resolve(), Path(tables_dir).resolve()
     prefix = "" if summary == out else Path(os.path.relpath(out, summary)).as_posix() + "/"
-    items = [{"table": prefix + t, "std": f"{prefix}{t}_std", "vs": f"{prefix}{t}_vs_paper", "title": tex_escape(t)}
+    items = [{"title": tex_escape(t), "parts": [(f"{prefix}{name}.tex", (out / f"{name}.tex").read_text().rstrip())
+                                                for name in (t, f"{t}_std", f"{t}_vs_paper")]}
              for t in (TABLES if labels is None else labels)]
     study = {k: tex_escape(v) for k, v in (study or {"config": "not named", "datasets": "not named",
                                                        "origin": "not named"}).items()}
@@ -566,7 +561,7 @@ def table_frame(spec: TableSpec, values: pd.DataFrame) -> tuple[pd.DataFrame, li
         m = r["metric"]
         text = MISSING if math.isnan(r["mean"]) else fmt(r["mean"], m) + (
             "" if math.isnan(r["std"]) else f" ± {fmt(r['std'], m)}")
-        rows.append({"metric": PLAIN_METRIC.get(m, m), "row": PLAIN_LOSS.get(str(r["row"]), str(r["row"])),
+        rows.append({"metric": PLAIN_METRIC.get(m, m), "row": loss_name(str(r["row"])),
                      "dataset": DATASET_NAME.get(r["dataset"], r["dataset"]), "column": str(r["column"]),
                      "text": f"<b>{text}</b>" if bold[i] else text, "has": not math.isnan(r["mean"])})
     long = pd.DataFrame(rows)
@@ -615,7 +610,7 @@ def table_html(label: str, values: pd.DataFrame, *, description: str = "",
         shown = pd.DataFrame({
             "metric": [PLAIN_METRIC.get(m, m) for m in cmp.metric],
             "dataset": [DATASET_NAME.get(d, d) for d in cmp.dataset], "column": cmp.column.astype(str),
-            "row": [PLAIN_LOSS.get(str(r), str(r)) for r in cmp.row],
+            "row": [loss_name(str(r)) for r in cmp.row],
             "ours": [fmt(a, m) + ("" if math.isnan(s) else f" ± {fmt(s, m)}")
                      for a, s, m in zip(cmp.ours_mean, cmp.ours_std, cmp.metric)],
             "seeds": cmp.n_seeds.astype(int), "paper": [fmt(v, m) for v, m in zip(cmp.paper, cmp.metric)],

@@ -6,7 +6,7 @@ import pandas as pd
 
 from fedbalance.presentation.figures import Drawn
 from fedbalance.presentation.figures.common import concat_points, datasets, gamma_points, panels
-from fedbalance.presentation.names import BEYOND_LOSSES, BEYOND_NAME
+from fedbalance.presentation.names import BEYOND_LOSSES, LOSS_NAME
 from fedbalance.common.records import DEFAULT_ESTIMATOR
 
 
@@ -19,9 +19,9 @@ def make_Beyond_paper(final: pd.DataFrame | None = None, rounds: pd.DataFrame | 
     for d in ds:
         losses = list(BEYOND_LOSSES) + sorted(set(final.loc[(final.experiment == "beyond") & (final.dataset == d), "loss"])
                                               - set(BEYOND_LOSSES))
-        parts.append(gamma_points(final, "beyond", d, losses, BEYOND_NAME, table="Beyond_paper",
+        parts.append(gamma_points(final, "beyond", d, losses, LOSS_NAME, table="Beyond_paper",
                                   paper_rows=("ce", "ratio")))
     points = concat_points(parts)
     fig = panels(points, "Beyond the paper: minority-class accuracy against Γ", "beyond/<any dataset>", xlabel="Γ",
-                 ylabel="Ac.M (%)", gamma_axis=True, dashed={BEYOND_NAME["ce"], BEYOND_NAME["ratio"]}, dodge=0.06)
+                 ylabel="Ac.M (%)", gamma_axis=True, dashed={LOSS_NAME["ce"], LOSS_NAME["ratio"]}, dodge=0.06)
     return Drawn(fig, points)

@@ -24,6 +24,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from fedbalance.presentation.names import DATASET_NAME, DATASETS, GAMMAS, gamma_setting  # noqa: E402
 from fedbalance.evidence.seedstats import mean_interval  # noqa: E402
@@ -175,8 +176,9 @@ def draw_points(ax: plt.Axes, points: pd.DataFrame, *, band: bool = False, dashe
     """Draw one panel's ``points`` (``POINT_COLUMNS``): each series' means joined by a line, its 95 % intervals as
     error bars (``band``: a shaded band, for curves over rounds), an end cut at the metric's range marked by a triangle
     pointing out of it, the paper's values as hollow stars; the legend names each series with its seeds and says what
-    the stars, the bars and the triangles are (``below``: under the panel, in two columns). ``dodge`` shifts the series apart
-    along x (a figure against Γ), so their bars do not hide each other."""
+    the stars, the bars and the triangles are (``below``: under the panel, in two columns); rounds (``band``) are ticked
+    at whole numbers. ``dodge`` shifts the series apart along x (a figure against Γ), so their bars do not hide each
+    other."""
     dashed, styles = set(dashed), dict(styles or {})
     clipped = papers = intervals = False
     groups = list(points.groupby("series", sort=False))
@@ -207,6 +209,8 @@ def draw_points(ax: plt.Axes, points: pd.DataFrame, *, band: bool = False, dashe
         if len(pub):
             papers = True
             ax.plot(pub.paper_x.fillna(pub.x), pub.paper, color=color, **PAPER_MARKER)
+    if band:  # curves over rounds: a round is a whole number
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if not legend:
         return
     handles, labels = ax.get_legend_handles_labels()

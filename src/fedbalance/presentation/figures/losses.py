@@ -1,13 +1,13 @@
-"""Losses_acm_gamma and Headline_acm_gamma: Ac.M against Γ of the loss comparison, ours beside the paper's."""
+"""Losses_acm_gamma: Ac.M against Γ of the loss comparison, ours beside the paper's."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from fedbalance.presentation.figures import FIGURES, Drawn
+from fedbalance.presentation.figures import Drawn
 from fedbalance.presentation.figures.common import (
-    POINT_COLUMNS, concat_points, datasets, draw_points, gamma_points, gamma_ticks, loss_table, no_data, panel_title,
-    panels, plt,
+    POINT_COLUMNS, concat_points, datasets, draw_points, gamma_points, gamma_ticks, loss_table, panel_title, panels,
+    plt,
 )
 from fedbalance.presentation.names import FOUR_LOSSES, LOSS_NAME
 from fedbalance.presentation.tables import plugin_losses
@@ -27,25 +27,18 @@ def acm_gamma_points(final: pd.DataFrame | None, only: str | None = None) -> pd.
 def make_Losses_acm_gamma(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,
                           clients: pd.DataFrame | None = None, *, estimator: str = DEFAULT_ESTIMATOR) -> Drawn:
     """Ac.M (%) against Γ per loss (``losses``), mean over seeds with its 95 % interval and the published value, one
-    panel per dataset."""
+    panel per dataset; a study of one dataset (the reference set: the README's first figure) gets one panel sized to
+    be read small, its legend below it."""
     points = acm_gamma_points(final)
-    fig = panels(points, "Loss comparison: minority-class accuracy against Γ", "losses/<any dataset>", xlabel="Γ",
-                 ylabel="Ac.M (%)", gamma_axis=True, dodge=0.08)
-    return Drawn(fig, points)
-
-
-def make_Headline_acm_gamma(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,
-                            clients: pd.DataFrame | None = None, *, estimator: str = DEFAULT_ESTIMATOR) -> Drawn:
-    """The README's loss figure: ``Losses_acm_gamma`` on ``FIGURES["Headline_acm_gamma"].dataset`` alone, small."""
-    dataset = FIGURES["Headline_acm_gamma"].dataset
-    points = acm_gamma_points(final, only=dataset)
+    ds = list(dict.fromkeys(points.panel))
+    if len(ds) != 1:
+        fig = panels(points, "Loss comparison: minority-class accuracy against Γ", "losses/<any dataset>", xlabel="Γ",
+                     ylabel="Ac.M (%)", gamma_axis=True, dodge=0.08)
+        return Drawn(fig, points)
     fig, ax = plt.subplots(figsize=(5.0, 4.2))
-    if points.empty:
-        no_data(ax, f"losses/{dataset}")
-    else:
-        draw_points(ax, points, paper_label="paper (its Table 2)", fontsize=8.5, dodge=0.1, below=True)
-        gamma_ticks(ax)
-    ax.set(title=f"{panel_title(dataset)}: minority-class accuracy against Γ", xlabel="global imbalance Γ",
+    draw_points(ax, points, paper_label="paper (published)", fontsize=8.5, dodge=0.1, below=True)
+    gamma_ticks(ax)
+    ax.set(title=f"{panel_title(ds[0])}: minority-class accuracy against Γ", xlabel="global imbalance Γ",
            ylabel="Ac.M (%)")
     fig.tight_layout()
     return Drawn(fig, points)

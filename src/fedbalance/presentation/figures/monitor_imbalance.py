@@ -16,7 +16,7 @@ from fedbalance.presentation.figures.common import (
     BOUNDS, GAMMA_LABEL, GAMMA_X, POINT_COLUMNS, concat_points, datasets, draw_points, gamma_ticks, grid, panel_title,
     panels, points_over_seeds, select, table_seeds,
 )
-from fedbalance.presentation.names import ESTIMATORS, UNIFORM
+from fedbalance.presentation.names import ESTIMATORS, UNIFORM, estimator_name
 from fedbalance.presentation.tables import plugin_estimators
 from fedbalance.common.records import DEFAULT_ESTIMATOR, cs_column, est_column, high_column, low_column
 
@@ -46,7 +46,7 @@ def imbalance_points(rounds: pd.DataFrame | None) -> pd.DataFrame:
         kept = table_seeds(pd.concat(per_seed, ignore_index=True)[["setting", "loss", "seed", "value"]],
                            "Monitor_under_imbalance", d, "cs")
         pts = points_over_seeds(kept, ["loss", "setting"], BOUNDS["fraction"])
-        parts.append(pts.assign(panel=d, series=pts.loss, x=pts.setting.map(GAMMA_X), x_label=pts.setting.map(GAMMA_LABEL),
+        parts.append(pts.assign(panel=d, series=pts.loss.map(estimator_name), x=pts.setting.map(GAMMA_X), x_label=pts.setting.map(GAMMA_LABEL),
                                 paper=math.nan, paper_x=math.nan).sort_values(["loss", "x"], key=_order)[POINT_COLUMNS])
     return concat_points(parts)
 
@@ -129,20 +129,20 @@ def make_Monitor_under_imbalance(final: pd.DataFrame | None = None, rounds: pd.D
     bands = {d: b for d, b in bands.items() if len(b)}
     if not bands:
         fig = panels(points, title, "losses/<any dataset> (ratio)", xlabel="Γ", ylabel="CS", gamma_axis=True,
-                     dashed={UNIFORM}, dodge=0.06)
+                     dashed={estimator_name(UNIFORM)}, dodge=0.06)
         return Drawn(fig, points)
     ds = list(dict.fromkeys(points.panel))
     fig, axes = grid(2 * len(ds), title)
     for i, d in enumerate(ds):
         ax = axes[2 * i]
-        draw_points(ax, points[points.panel == d], dashed={UNIFORM}, dodge=0.06)
+        draw_points(ax, points[points.panel == d], dashed={estimator_name(UNIFORM)}, dodge=0.06)
         gamma_ticks(ax)
         ax.set(title=panel_title(d), xlabel="Γ", ylabel="CS")
         ax = axes[2 * i + 1]
         if d in bands:
             draw_share_bands(ax, bands[d], "Γ")
             gamma_ticks(ax)
-            ax.set_title(f"{panel_title(d)}: {estimator}'s shares, 95 % intervals")
+            ax.set_title(f"{panel_title(d)}: {estimator_name(estimator)}'s shares, 95 % intervals")
         else:
             ax.set_axis_off()
     fig.set_size_inches(10, 4.2 * len(ds))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pandas as pd
+from matplotlib.ticker import MaxNLocator
 
 from fedbalance.monitor import intervals
 from fedbalance.presentation.figures import FIGURES, Drawn
@@ -11,7 +12,7 @@ from fedbalance.presentation.figures.common import (
     select,
 )
 from fedbalance.presentation.figures.monitor_imbalance import SHARES, draw_share_bands, share_band_points
-from fedbalance.presentation.names import ESTIMATORS, UNIFORM
+from fedbalance.presentation.names import ESTIMATORS, UNIFORM, estimator_name
 from fedbalance.common.records import DEFAULT_ESTIMATOR, cs_column
 
 
@@ -21,7 +22,7 @@ def monitor_points(rounds: pd.DataFrame | None, estimators: list[str], only: str
     if rounds is None or rounds.empty:
         return pd.DataFrame(columns=POINT_COLUMNS)
     ds = [d for d in datasets(rounds, "monitor") if only in (None, d)]
-    return concat_points(round_points(rounds, cs_column(est), est, d, BOUNDS["fraction"], experiment="monitor",
+    return concat_points(round_points(rounds, cs_column(est), estimator_name(est), d, BOUNDS["fraction"], experiment="monitor",
                                       dataset=d) for d in ds for est in estimators)
 
 
@@ -37,17 +38,18 @@ def make_fig_monitoring(final: pd.DataFrame | None = None, rounds: pd.DataFrame 
                                   d + SHARES, lambda r: float(r["round"]), lambda r: str(r["round"])) for d in ds}
     bands = {d: b for d, b in bands.items() if len(b)}
     if not bands:
-        fig = panels(points, title, "monitor/<any dataset>", xlabel="round", ylabel="CS", band=True, dashed={UNIFORM})
+        fig = panels(points, title, "monitor/<any dataset>", xlabel="round", ylabel="CS", band=True, dashed={estimator_name(UNIFORM)})
         return Drawn(fig, points)
     fig, axes = grid(2 * len(ds), title)
     for i, d in enumerate(ds):
         ax = axes[2 * i]
-        draw_points(ax, points[points.panel == d], band=True, dashed={UNIFORM})
+        draw_points(ax, points[points.panel == d], band=True, dashed={estimator_name(UNIFORM)})
         ax.set(title=panel_title(d), xlabel="round", ylabel="CS")
         ax = axes[2 * i + 1]
         if d in bands:
             draw_share_bands(ax, bands[d], "round")
-            ax.set_title(f"{panel_title(d)}: {estimator}'s shares, 95 % intervals")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_title(f"{panel_title(d)}: {estimator_name(estimator)}'s shares, 95 % intervals")
         else:
             ax.set_axis_off()
     fig.set_size_inches(10, 4.2 * len(ds))
@@ -61,12 +63,13 @@ def make_Headline_monitor(final: pd.DataFrame | None = None, rounds: pd.DataFram
     ``FIGURES["Headline_monitor"].dataset`` (mean over seeds, 95 % band)."""
     dataset = FIGURES["Headline_monitor"].dataset
     points = monitor_points(rounds, [estimator, UNIFORM], only=dataset)
-    points["series"] = points.series.map({estimator: f"monitor, {estimator}", UNIFORM: "uniform guess N/Q"})
+    uniform = estimator_name(UNIFORM)
+    points["series"] = points.series.map(lambda s: s if s == uniform else f"monitor, {s}")
     fig, ax = plt.subplots(figsize=(5.0, 4.2))
     if points.empty:
         no_data(ax, f"monitor/{dataset}")
     else:
-        draw_points(ax, points, band=True, dashed={"uniform guess N/Q"}, fontsize=8.5, below=True)
+        draw_points(ax, points, band=True, dashed={uniform}, fontsize=8.5, below=True)
     ax.set(title=f"Monitor, {panel_title(dataset)}: CS to the round's composition", xlabel="round",
            ylabel="cosine similarity")
     fig.tight_layout()

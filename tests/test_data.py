@@ -484,3 +484,21 @@ def test_femnist_mat(tmp_path: Path) -> None:
     os.remove(path)
     with pytest.raises(DataError, match=str(path)):
         load_dataset("femnist", tmp_path, source="mat")
+
+
+def test_a_plugin_dataset_whose_prepare_raises_is_one_line(tmp_path: Path, monkeypatch) -> None:
+    """A user's dataset plug-in whose prepare crashes: one DataError line naming it and what it raised, no traceback."""
+    from fedbalance.common import plugins
+
+    (tmp_path / "crashplug.py").write_text(
+        "from fedbalance.data.datasets import Source\n"
+        "def prepare(data_dir, download):\n    return {}['missing key']\n"
+        "def load(data_dir, files):\n    raise AssertionError('not reached')\n"
+        "source = Source(10, 1, (28, 28), prepare, load)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    plugins.forget()
+    with pytest.raises(DataError) as err:
+        prepare_dataset("crashplug:source", tmp_path)
+    text = str(err.value)
+    assert text.startswith("dataset 'crashplug:source' (dotted path crashplug:source") and "prepare raised" in text
+    assert "KeyError" in text and "missing key" in text and "\n" not in text

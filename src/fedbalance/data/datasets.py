@@ -721,9 +721,19 @@ def dataset_info(name: str, **options: Any) -> dict[str, Any]:
 
 
 def prepare_dataset(name: str, data_dir: str | Path, *, download: bool = True, **options: Any) -> list[Path]:
-    """Make sure the dataset's files are present and verified (downloading where possible); return them."""
+    """Make sure the dataset's files are present and verified (downloading where possible); return them. A plug-in
+    source's ``prepare`` that raises is reported as one DataError line naming it, as ``load_dataset`` does."""
     spec, opts = _spec(name, options)
-    return spec.prepare(Path(data_dir), download, **opts)
+    if name in _REGISTRY:
+        return spec.prepare(Path(data_dir), download, **opts)
+    from fedbalance.common import plugins
+
+    try:
+        return spec.prepare(Path(data_dir), download, **opts)
+    except (DataError, OSError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - user code: reported as one line naming it
+        raise DataError(f"dataset {name!r} ({_origin(name)}): prepare raised {plugins.one_line(exc)}") from None
 
 
 def data_manifest(dataset: str, source: str, options: dict[str, Any], data_dir: str | Path, files: list[Path]) -> dict[str, Any]:

@@ -87,7 +87,7 @@ def test_every_job_of_every_family_ran_on_the_real_files(real_run):
         metrics = json.loads((results / job.experiment / job.dataset / job.setting / job.loss / f"seed{job.seed}"
                               / "metrics.json").read_text())
         final = metrics["final"]
-        assert 0 <= final["accuracy"] <= 1 and len(final["per_class_acc"]) == classes[job.dataset], job
+        assert 0 <= final["acc"] <= 1 and len(final["per_class_acc"]) == classes[job.dataset], job
     manifest = json.loads((results / "data" / "fer2013.json").read_text())
     assert [f["md5"] for f in manifest["files"]] == ["f8428a1edbd21e88f42c73edd2a14f95"]  # Kaggle's own file
 

@@ -629,3 +629,35 @@ def test_unverified_mnist_errors_name_the_file(tmp_path: Path) -> None:
     _idx(raw / "t10k-labels-idx1-ubyte", np.array([1, 2, 9]))
     ds = load_dataset("mnist", tmp_path, verify=False)
     assert ds.y_train.tolist() == list(range(6)) and ds.y_test.tolist() == [1, 2, 9]
+
+
+def test_the_final_metrics_are_the_last_rounds_evaluation_not_a_second_one(tmp_path: Path, monkeypatch) -> None:
+    """The test set is evaluated once for the last round; the final metrics read that evaluation (the same model), and
+    a job resumed after its last round evaluates the model again, to the same numbers."""
+    import json
+
+    from fedbalance.engine import fl
+    from fedbalance.jobs import run
+    from fedbalance.jobs.run import run_job
+
+    calls = []
+    real = fl.evaluate
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fl, "evaluate", counted)
+    monkeypatch.setattr(run, "evaluate", counted)
+    import pandas as pd
+    import torch
+
+    spec = {**tiny_spec(), "eval_every": 1}
+    out = tmp_path / "job"
+    run_job(spec, out, device="cpu", progress=False)
+    assert len(calls) == spec["rounds"] == 3  # one evaluation a round, none more (before: a fourth for the final)
+    metrics = json.loads((out / "metrics.json").read_text())
+    last = pd.read_csv(out / "rounds.csv").iloc[-1]
+    assert metrics["final"]["acc"] == last["acc"] and metrics["final"]["auc_hard"] == last["auc_hard"]
+    state = fl.RoundState.fresh(torch.nn.Linear(1, 1), torch.nn.Linear(1, 1), 2)
+    assert state.last_eval is None and "last_eval" not in state.to_dict()

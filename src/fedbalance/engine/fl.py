@@ -233,6 +233,9 @@ class RoundState:
     trajectory: list[dict[str, Any]] = field(default_factory=list)
     wall_time_s: float = 0.0
     branched_from: dict[str, Any] | None = None
+    last_eval: dict[str, Any] | None = field(default=None, compare=False)
+    """The test metrics of the model as it stands, when the last round run in this process evaluated it (the final
+    metrics read them instead of evaluating the same model again); not checkpointed."""
 
     @classmethod
     def fresh(cls, model: nn.Module, loss_fn: nn.Module, num_classes: int) -> RoundState:
@@ -458,8 +461,9 @@ def run_rounds(
                           intervals.protocol(spec.mode, spec.required("selection")))
         if trained.after is not None:
             model.load_state_dict(trained.after)
+        state.last_eval = None
         if (t + 1) % eval_every == 0 or t == step.rounds - 1:
-            evaluate_into(row, model, data)
+            state.last_eval = evaluate_into(row, model, data)
         row["seconds"] = time.perf_counter() - start
         state.rows.append(row)
         state.next_round = t + 1

@@ -561,7 +561,8 @@ def _job_metrics(
     ``branched_from`` (folder, round) only for a job started from another's kept round state."""
     path = spec.path
     ran = installed_plugins(spec)
-    final = evaluate(model, data.x_test, data.y_test, data.num_classes, data.minority_classes)
+    final = (dict(state.last_eval) if state.last_eval is not None
+             else evaluate(model, data.x_test, data.y_test, data.num_classes, data.minority_classes))
     final["train_loss"] = state.rows[-1]["train_loss"] if state.rows else None
     metrics = {
         "job": {k: getattr(spec.job, k) for k in JOB_KEYS},

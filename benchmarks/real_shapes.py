@@ -9,9 +9,9 @@ tests/test_real_data.py leaves). For every trained job (its spec from metrics.js
 job's real client sizes (from its partition file and the real labels behind its data manifest), prices both with a CPU
 calibration of the shapes (``calibrate``, measured here unless ``--calibration`` names one), and sets them beside the
 job's measured seconds: the rounds' (rounds.csv ``seconds``: training, monitor, evaluation) and the whole job's
-(metrics.json ``wall_time_s``; the prediction then adds the final evaluation). Per shape: the ratio measured /
-predicted, which ``--write-factors`` stores in the calibration as its ``factors`` (docs/performance.md, "Cost against
-the real shapes").
+(metrics.json ``wall_time_s``: data loading too). Per shape: the ratio measured /
+predicted, which ``--write-factors`` writes as the shipped CPU factors (``fedbalance.jobs.cost.CPU_FACTORS``, applied by
+``calibrate`` on a CPU; docs/performance.md, "Cost against the real shapes").
 """
 
 from __future__ import annotations
@@ -61,7 +61,6 @@ def measure(results: Path, cal: cost.Calibration) -> dict:
         work = cost.job_work(spec, device_type="cpu")
         n_test = _test_samples(spec)
         real = cost.job_work(spec, device_type="cpu", sizes=_real_sizes(results, spec), test_samples=n_test)
-        final_eval = n_test * cal.forward_seconds(work.shape)
         rows.append({
             "job": "/".join(map(str, (spec.job.experiment, spec.job.dataset, spec.job.setting, spec.job.loss,
                                       f"seed{spec.job.seed}"))),
@@ -70,7 +69,7 @@ def measure(results: Path, cal: cost.Calibration) -> dict:
             "sgd_steps_real": real.sgd_steps,
             "forward_samples": real.forward_samples,
             "rounds_s_measured": float(rounds["seconds"].sum()),
-            "rounds_s_predicted": cost.job_seconds(real, cal) - cal.startup_s - final_eval,
+            "rounds_s_predicted": cost.job_seconds(real, cal) - cal.startup_s,
             "job_s_measured": float(metrics["wall_time_s"]),
             "job_s_predicted_config": cost.job_seconds(work, cal) - cal.startup_s,
             "job_s_predicted_real": cost.job_seconds(real, cal) - cal.startup_s,
@@ -95,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("results", type=Path)
     p.add_argument("--calibration", type=Path, help="a stored CPU calibration (default: calibrate here, now)")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--write-factors", type=Path, help="store the calibration with each shape's measured/predicted")
+    p.add_argument("--write-factors", type=Path,
+                   help="write each shape's measured / predicted (src/fedbalance/calibrations/cpu_factors.json)")
     args = p.parse_args(argv)
     if not args.results.is_dir():
         print(f"FAILED: {args.results}: no such folder (a finished run of config/real.yaml)", file=sys.stderr)
@@ -103,11 +103,15 @@ def main(argv: list[str] | None = None) -> int:
     specs = [as_spec(json.loads(m.read_text())["config"]) for m in args.results.glob("*/*/*/*/seed*/metrics.json")]
     shapes = {cost.job_shape(s, "cpu") for s in specs}
     cal = (cost.load_calibration(args.calibration) if args.calibration
-           else cost.calibrate(shapes, "cpu", threads=args.threads))
+           else cost.calibrate(shapes, "cpu", threads=args.threads, real_factors=False))
+    cal.factors = {}
     out = measure(args.results, cal)
     if args.write_factors:
-        cal.factors = {k: v["ratio"] for k, v in out["shapes"].items() if math.isfinite(v["ratio"])}
-        cost.save_calibration(cal, args.write_factors)
+        factors = {k: v["ratio"] for k, v in out["shapes"].items() if math.isfinite(v["ratio"])}
+        args.write_factors.write_text(json.dumps({
+            "source": f"benchmarks/real_shapes.py on a config/real.yaml run, {cal.device}, {cal.threads} thread(s), "
+                      f"torch {cal.torch}: measured / predicted seconds of the rounds of its jobs",
+            "factors": factors}, indent=1, sort_keys=True) + "\n")
     print(json.dumps(out, indent=1))
     return 0
 

@@ -6,6 +6,7 @@ import copy
 import json
 import math
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -73,8 +74,8 @@ def test_fl_step_count_by_hand(quick):
     assert ce.monitor_steps == 0
     # Ratio Loss: 10 per-class copies x 2 epochs x ceil(32/32) steps, every round
     assert ratio.monitor_steps == 3 * 10 * 2 * 1
-    # 3 per-round evaluations + run_job's final one, of mnist5k's 1,000 test samples
-    assert ce.forward_samples == ratio.forward_samples == 4 * 1000
+    # 3 per-round evaluations (run_job's final metrics read the last), of mnist5k's 1,000 test samples
+    assert ce.forward_samples == ratio.forward_samples == 3 * 1000
     assert ratio.shape == Shape("lenet5", 1, 28, 28, 10, 32, "sequential")
 
 
@@ -85,7 +86,7 @@ def test_centralised_step_count_by_hand(quick):
     # ceil(1460/32) = 46 steps per epoch, rounds x local_epochs = 6 epochs; the monitor trains one epoch per epoch
     assert w.client_steps == 6 * 46
     assert w.monitor_steps == 6 * 10 * 1
-    assert w.forward_samples == 7 * 1000
+    assert w.forward_samples == 6 * 1000
 
 
 def test_writers_sizes_and_femnist_early_by_hand():
@@ -100,7 +101,7 @@ def test_writers_sizes_and_femnist_early_by_hand():
     assert round(1000 * (1 - 7 / 26 * 0.99)) == 733
     assert w.client_steps == 20 * 10 * (10 * 23 + 40 * 32)
     assert w.monitor_steps == 0
-    assert w.forward_samples == 51 * TEST_SAMPLES["femnist"]
+    assert w.forward_samples == 50 * TEST_SAMPLES["femnist"]
     assert w.shape == Shape("resnet50", 1, 28, 28, 26, 32, "sequential")
 
 
@@ -342,3 +343,34 @@ def test_cost_of_the_whole_paper_on_cuda_prints_every_family(capsys):
     assert re.search(r"^total +2,748 ", out, re.M)
     for model in ("lenet5/1x28x28/q10", "cnn7/3x32x32/q10", "resnet18/1x48x48/q7", "resnet50/1x28x28/q26"):
         assert re.search(rf"^{model}/vectorised/b\d+ .*(measured|estimated)", out, re.M), model
+
+
+def test_a_real_run_factor_scales_a_shapes_seconds_and_is_said():
+    """``factors`` (measured / predicted on real runs) multiply a shape's step and forward seconds, by hand."""
+    from fedbalance.jobs.cost import Calibration, CostError, Shape
+
+    shape = Shape("lenet5", 1, 28, 28, 10, 32, "sequential")
+    plain = fixed_calibration(step_s=0.4, forward_s=1e-4, exact={shape.key: 1.2})
+    scaled = Calibration(**{**plain.to_json(), "factors": {shape.model_key: 1.5}})
+    assert scaled.step_seconds(shape) == pytest.approx(1.2 * 1.5)
+    assert scaled.forward_seconds(shape) == pytest.approx(1e-4 * 1.5)
+    other = Shape("lenet5", 1, 28, 28, 10, 64, "sequential")
+    assert scaled.step_seconds(other) == pytest.approx(0.4 * 64 / 8 * 1.5)
+    assert "x1.5 from real runs" in scaled.basis(shape) and "real runs" not in plain.basis(shape)
+    assert Calibration.from_json(scaled.to_json()).factors == {shape.model_key: 1.5}
+    with pytest.raises(CostError, match="factors"):
+        Calibration.from_json({**scaled.to_json(), "factors": {shape.model_key: 0.0}})
+
+
+def test_a_cpu_calibration_carries_the_shipped_real_run_factors(monkeypatch):
+    """calibrate on a CPU attaches the shipped factor of each shape it measured (and none with real_factors=False)."""
+    from fedbalance.jobs import cost
+
+    shape = cost.Shape("lenet5", 1, 28, 28, 10, 32, "sequential")
+    monkeypatch.setattr(cost, "cpu_factors", lambda: {shape.model_key: 1.77, "cnn7/3x32x32/q10/sequential": 2.0})
+    cal = cost.calibrate([shape], "cpu", threads=1, startup=False)
+    assert cal.factors == {shape.model_key: 1.77}
+    assert cost.calibrate([shape], "cpu", threads=1, startup=False, real_factors=False).factors == {}
+    shipped = json.loads((Path(__file__).resolve().parents[1] / "src" / "fedbalance" / "calibrations" /
+                          "cpu_factors.json").read_text())
+    assert set(shipped) == {"factors", "source"} and all(v > 0 for v in shipped["factors"].values())

@@ -12,8 +12,8 @@ Work of one job (``job_work``), counted from the configuration alone (no data fi
   Clients are selected as ``run_fedavg`` selects them (``select_clients``), round by round;
 * **monitor SGD steps** (Ratio-Loss jobs and ``monitor.record``): every round Q per-class copies,
   each ``local_epochs * ceil(aux_per_class / B)`` steps (centralised jobs: one epoch);
-* **forward samples**: the test set at every evaluation (every ``eval_every`` rounds, the last
-  round, and ``run_job``'s final evaluation) and, with ``empirical``, the selected clients' data.
+* **forward samples**: the test set at every evaluation (every ``eval_every`` rounds and the last
+  round, whose evaluation ``run_job``'s final metrics read) and, with ``empirical``, the selected clients' data.
 
 ``calibrate`` times a few SGD steps and forward passes of every model/input shape the study uses,
 on synthetic data of that shape on the present device and training path, plus the start-up of a
@@ -141,8 +141,9 @@ def client_sizes(spec: Mapping[str, Any] | JobSpec, num_classes: int, samples_pe
 
 
 def _evaluations(rounds: int, eval_every: int, start: int = 0) -> int:
-    """Evaluations of a run from round ``start``: every ``eval_every`` rounds and the last round, plus run_job's final one."""
-    return sum(1 for t in range(start, rounds) if (t + 1) % eval_every == 0 or t == rounds - 1) + 1
+    """Evaluations of a run from round ``start``: every ``eval_every`` rounds and the last round (run_job's final
+    metrics read the last round's)."""
+    return sum(1 for t in range(start, rounds) if (t + 1) % eval_every == 0 or t == rounds - 1)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -277,17 +278,23 @@ class Calibration:
     version: int = CALIBRATION_VERSION
     source: str = ""  # where the figures come from, when not measured by ``calibrate`` here and now
     estimated: dict[str, str] = field(default_factory=dict)
+    factors: dict[str, float] = field(default_factory=dict)
+
+    def factor(self, shape: Shape) -> float:
+        """The correction of ``shape``'s model from real runs (``factors``: measured / predicted seconds of the
+        real-data jobs, ``benchmarks/real_shapes.py``); 1 where none was measured."""
+        return float(self.factors.get(shape.model_key, 1.0))
 
     def step_seconds(self, shape: Shape) -> float:
-        """Seconds per SGD step of one copy of ``shape``."""
+        """Seconds per SGD step of one copy of ``shape`` (times its real-run ``factor``)."""
         if shape.key in self.steps:
-            return self.steps[shape.key]
+            return self.steps[shape.key] * self.factor(shape)
         probe = self._probe(shape)
-        return probe["step_s"] * shape.batch_size / probe["batch"]
+        return probe["step_s"] * shape.batch_size / probe["batch"] * self.factor(shape)
 
     def forward_seconds(self, shape: Shape) -> float:
-        """Seconds per forward sample (evaluation) of ``shape``'s model."""
-        return self._probe(shape)["forward_s"]
+        """Seconds per forward sample (evaluation) of ``shape``'s model (times its real-run ``factor``)."""
+        return self._probe(shape)["forward_s"] * self.factor(shape)
 
     def _probe(self, shape: Shape) -> dict[str, float]:
         if shape.model_key not in self.probes:
@@ -346,16 +353,22 @@ class Calibration:
         for name in self.estimated:
             if name not in self.probes:
                 raise CostError(f"calibration estimated.{name}: no probe of that shape")
+        if not isinstance(self.factors, dict):
+            raise CostError("calibration factors: must be an object of model shape -> measured / predicted")
+        for name, value in self.factors.items():
+            seconds(value, f"factors.{name}", positive=True)
 
     def basis(self, shape: Shape) -> str:
         """Where the seconds of ``shape`` come from: "measured" (at its batch size), "measured at batch b" (scaled
         linearly to its own), or "estimated: ..." (``estimated``)."""
+        corrected = (f", x{self.factor(shape):.3g} from real runs (benchmarks/real_shapes.py)"
+                     if shape.model_key in self.factors else "")
         if shape.model_key in self.estimated:
-            return f"estimated ({self.estimated[shape.model_key]})"
+            return f"estimated ({self.estimated[shape.model_key]}){corrected}"
         if shape.key in self.steps:
-            return "measured"
+            return f"measured{corrected}"
         self._probe(shape)
-        return f"measured at batch {self.probes[shape.model_key]['batch']}, scaled linearly"
+        return f"measured at batch {self.probes[shape.model_key]['batch']}, scaled linearly{corrected}"
 
 
 @functools.lru_cache(maxsize=None)
@@ -424,6 +437,16 @@ def load_calibration(path: str | Path) -> Calibration:
 
 
 SHIPPED = {"cuda": "calibrations/h200.json"}
+CPU_FACTORS = "calibrations/cpu_factors.json"
+"""Per model shape, a CPU calibration's seconds against the real-data jobs' (measured / predicted,
+``benchmarks/real_shapes.py --write-factors``): ``calibrate`` on a CPU applies them to the shapes it measures."""
+
+
+def cpu_factors() -> dict[str, float]:
+    """The shipped CPU factors (``CPU_FACTORS``), model shape -> measured / predicted."""
+    from importlib import resources
+
+    return dict(json.loads(resources.files("fedbalance").joinpath(CPU_FACTORS).read_text())["factors"])
 """Device type -> the calibration shipped with the package (``shipped_calibration``) for a machine without one."""
 FORWARD_SHARE = 1 / 3
 """A forward sample's share of a training step's per-sample time, where only steps were measured (an assumption:
@@ -557,6 +580,7 @@ def calibrate(
     copies: int = 20,
     startup: bool = True,
     exact_below_s: float = 1.0,
+    real_factors: bool = True,
 ) -> Calibration:
     """Time the study's shapes on ``device`` (synthetic data; a few steps each); see the module docstring.
 
@@ -564,7 +588,8 @@ def calibrate(
     after a warm-up step, one copy: the sequential path's cost is linear in copies), and the study's own batch
     sizes where the probe predicts a step under ``exact_below_s`` (small models, where a step's fixed
     cost makes linear scaling wrong). CUDA: every batch size (``steps`` default 3), ``copies`` copies
-    at once on the vectorised path (one on the sequential path).
+    at once on the vectorised path (one on the sequential path). On a CPU the shapes with a shipped real-run
+    factor (``CPU_FACTORS``) carry it, unless ``real_factors`` is false (``benchmarks/real_shapes.py`` measures them).
     """
     import torch
 
@@ -594,6 +619,9 @@ def calibrate(
         probe = cal.probes[shape.model_key]
         if dev.type == "cuda" or probe["step_s"] * shape.batch_size / probe["batch"] < exact_below_s:
             cal.steps[shape.key] = _time_copies(model, shape, shape.batch_size, n_copies, steps, dev)
+    if dev.type == "cpu" and real_factors:
+        shipped = cpu_factors()
+        cal.factors = {k: shipped[k] for k in cal.probes if k in shipped}
     return cal
 
 

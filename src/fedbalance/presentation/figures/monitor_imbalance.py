@@ -138,13 +138,24 @@ def make_Monitor_under_imbalance(final: pd.DataFrame | None = None, rounds: pd.D
         draw_points(ax, points[points.panel == d], dashed={estimator_name(UNIFORM)}, dodge=0.06)
         gamma_ticks(ax)
         ax.set(title=panel_title(d), xlabel="Γ", ylabel="CS")
-        ax = axes[2 * i + 1]
-        if d in bands:
-            draw_share_bands(ax, bands[d], "Γ")
-            gamma_ticks(ax)
-            ax.set_title(f"{panel_title(d)}: {estimator_name(estimator)}'s shares, 95 % intervals")
-        else:
-            ax.set_axis_off()
-    fig.set_size_inches(10, 4.2 * len(ds))
+        draw_share_panel(axes[2 * i + 1], bands, d, estimator, "Γ", gamma_ticks)
+    return banded(fig, len(ds), points, bands)
+
+
+def draw_share_panel(ax: object, bands: dict[str, pd.DataFrame], dataset: str, estimator: str, xlabel: str,
+                     ticks: Callable[[object], None]) -> None:
+    """A dataset's second panel: ``estimator``'s shares with their 95 % intervals (``draw_share_bands``), or an empty
+    panel where its rounds give none."""
+    if dataset not in bands:
+        ax.set_axis_off()
+        return
+    draw_share_bands(ax, bands[dataset], xlabel)
+    ticks(ax)
+    ax.set_title(f"{panel_title(dataset)}: {estimator_name(estimator)}'s shares, 95 % intervals")
+
+
+def banded(fig: object, n: int, points: pd.DataFrame, bands: dict[str, pd.DataFrame]) -> Drawn:
+    """A figure of ``n`` datasets, each a CS panel beside a share panel, sized and with every drawn point."""
+    fig.set_size_inches(10, 4.2 * n)
     fig.tight_layout()
     return Drawn(fig, concat_points([points, *bands.values()]))

@@ -11,7 +11,7 @@ from fedbalance.presentation.figures.common import (
     BOUNDS, POINT_COLUMNS, concat_points, datasets, draw_points, grid, no_data, panel_title, panels, plt, round_points,
     select,
 )
-from fedbalance.presentation.figures.monitor_imbalance import SHARES, draw_share_bands, share_band_points
+from fedbalance.presentation.figures.monitor_imbalance import SHARES, banded, draw_share_panel, share_band_points
 from fedbalance.presentation.names import ESTIMATORS, UNIFORM, estimator_name
 from fedbalance.common.records import DEFAULT_ESTIMATOR, cs_column
 
@@ -38,23 +38,17 @@ def make_fig_monitoring(final: pd.DataFrame | None = None, rounds: pd.DataFrame 
                                   d + SHARES, lambda r: float(r["round"]), lambda r: str(r["round"])) for d in ds}
     bands = {d: b for d, b in bands.items() if len(b)}
     if not bands:
-        fig = panels(points, title, "monitor/<any dataset>", xlabel="round", ylabel="CS", band=True, dashed={estimator_name(UNIFORM)})
+        fig = panels(points, title, "monitor/<any dataset>", xlabel="round", ylabel="CS", band=True,
+                     dashed={estimator_name(UNIFORM)})
         return Drawn(fig, points)
     fig, axes = grid(2 * len(ds), title)
     for i, d in enumerate(ds):
         ax = axes[2 * i]
         draw_points(ax, points[points.panel == d], band=True, dashed={estimator_name(UNIFORM)})
         ax.set(title=panel_title(d), xlabel="round", ylabel="CS")
-        ax = axes[2 * i + 1]
-        if d in bands:
-            draw_share_bands(ax, bands[d], "round")
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.set_title(f"{panel_title(d)}: {estimator_name(estimator)}'s shares, 95 % intervals")
-        else:
-            ax.set_axis_off()
-    fig.set_size_inches(10, 4.2 * len(ds))
-    fig.tight_layout()
-    return Drawn(fig, concat_points([points, *bands.values()]))
+        draw_share_panel(axes[2 * i + 1], bands, d, estimator, "round",
+                         lambda a: a.xaxis.set_major_locator(MaxNLocator(integer=True)))
+    return banded(fig, len(ds), points, bands)
 
 
 def make_Headline_monitor(final: pd.DataFrame | None = None, rounds: pd.DataFrame | None = None,

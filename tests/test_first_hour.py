@@ -169,9 +169,9 @@ def test_the_claims_page_opens_with_its_tally_and_verdicts(tmp_path: Path) -> No
     text = write_claims(final, rounds, tmp_path / "claims.md").read_text()
     lines = [line for line in text.splitlines() if line.strip()]
     assert lines[0].startswith("# ") and lines[1].startswith("**Tally**: ")
-    assert lines[2].startswith("| # | Claim | Reading | Verdict |")
+    assert lines[2].startswith("| # | Claim | Reading | Looks | Verdict |")
     assert text.index("| # | Claim") < text.index("## How the verdicts are reached")
-    verdicts = Counter(re.findall(r"^\|[^|]*\|[^|]*\|[^|]*\| \*\*([^*]+)\*\* \|", text, re.M))
+    verdicts = Counter(re.findall(r"^\|[^|]*\|[^|]*\|[^|]*\|[^|]*\| \*\*([^*]+)\*\* \|", text, re.M))
     said = dict((v, int(n)) for n, v in re.findall(r"(\d+) \*([^*]+)\*", lines[1]))
     assert said == dict(verdicts) and sum(said.values()) > 1, (said, verdicts)
 

@@ -778,7 +778,7 @@ def final_line(metrics: dict[str, Any]) -> str:
     from fedbalance.presentation.tables import FINAL_SOURCE
 
     f = metrics["final"]
-    acc_m, auc = ("n/a" if f[k] is None else f"{f[k]:.4f}" for k in ("acc_minority", FINAL_SOURCE["auc"][0]))
+    acc_m, auc = ("n/a" if f.get(k) is None else f"{f[k]:.4f}" for k in ("acc_minority", FINAL_SOURCE["auc"][0]))
     return f"acc {f['acc']:.4f}, Ac.M {acc_m}, AUC {auc}, {metrics['wall_time_s']:.1f} s"
 
 

@@ -195,7 +195,11 @@ def test_estimated_section_measures_the_shapes_the_cost_table_estimates(smoke):
     row = est["rows"][0]
     assert "error" not in row and row["step_s"] > 0 and row["probe"]["batch"] == 8
     cal = Calibration.from_json(est["calibration"])
-    assert cal.step_seconds(Shape("cnn7", 3, 32, 32, 10, 8, "sequential")) == pytest.approx(row["step_s"])
+    # the step measured, times the shipped CPU factor of its model shape (calibrations/cpu_factors.json, read here
+    # directly): the real-data run's measured / predicted seconds
+    shipped = json.loads((ROOT / "src/fedbalance/calibrations/cpu_factors.json").read_text())["factors"]
+    factor = shipped["cnn7/3x32x32/q10/sequential"] if smoke["device_type"] == "cpu" else 1.0
+    assert cal.step_seconds(Shape("cnn7", 3, 32, 32, 10, 8, "sequential")) == pytest.approx(row["step_s"] * factor)
     # the GPU session's list: the paper's shapes the shipped H200 figures did not measure
     missing = {s.model_key for s in study_shapes(with_defaults(read_yaml(ROOT / "config/config.yaml")), "cuda")
                } - set(shipped_calibration("cuda").probes)

@@ -340,7 +340,10 @@ def test_cost_of_the_whole_paper_on_cuda_prints_every_family(capsys):
     assert set(cfg["experiments"]) - trained == {"t_ra"}
     for family in trained:
         assert re.search(rf"^{family} +[\d,]+ +[\d,]+ +[\d,]+ +[\d.]+ +(measured|estimated|batch-scaled)", out, re.M), family
-    assert re.search(r"^total +2,748 ", out, re.M)
+    # 2,748 before the readings family's 18 (ratio_redgrape, ratio_climb x Γ 10, 50, 100 x seeds 0-2)
+    readings = cfg["experiments"]["readings"]
+    assert len(readings["losses"]) * len(readings["grid"]["g"]["values"]) * len(readings["seeds"]) == 18
+    assert re.search(r"^readings +18 ", out, re.M) and re.search(r"^total +2,766 ", out, re.M)
     for model in ("lenet5/1x28x28/q10", "cnn7/3x32x32/q10", "resnet18/1x48x48/q7", "resnet50/1x28x28/q26"):
         assert re.search(rf"^{model}/vectorised/b\d+ .*(measured|estimated)", out, re.M), model
 

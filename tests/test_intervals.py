@@ -250,7 +250,8 @@ def test_compare_reports_the_coverage_of_ours_counted_by_hand(tmp_path, monkeypa
     jobfolder.write(folder, metrics, jobfolder.rounds_text(rows))
     text = coverage_text(tmp_path)
     low, high = binomial_interval(6, 8)
-    assert f"pooled 75.0 % [{100 * low:.1f}, {100 * high:.1f}] of 8 class-rounds" in text and "(1 jobs" in text
+    assert f"- pooled: 75.0 % [{100 * low:.1f}, {100 * high:.1f}] of 8 class-rounds" in text and "(1 jobs" in text
+    assert max(map(len, text.splitlines())) < 200  # compare's rows
     monkeypatch.setattr(intervals, "shipped", lambda: None)
     assert coverage_text(tmp_path) == ""
 

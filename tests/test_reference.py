@@ -273,9 +273,11 @@ def test_missing_jobs_are_the_studys_less_the_held_and_copied_twins_by_their_sou
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
 def test_render_from_the_reference_set(tmp_path: Path) -> None:
-    """Render the whole committed set (no training): cells equal the jobs' own values, and docs/ holds the render."""
-    ref = tmp_path / REFERENCE.relative_to(REPO)
-    shutil.copytree(REFERENCE, ref)
+    """Render the whole committed set (no training): cells equal the jobs' own values, and docs/ holds the render.
+    The set is read where it is committed (a copy outside the checkout is refused as uncommitted evidence), and the
+    render leaves it as it was."""
+    ref = REFERENCE
+    before = {p: p.stat().st_mtime_ns for p in ref.rglob("*")}
     metrics = {Job.from_path(str(p.parent.relative_to(ref))): json.loads(p.read_text()) for p in ref.glob("**/metrics.json")}
     assert sum(j.experiment == "losses" for j in metrics) >= 2, "the committed reference set has no finished losses job"
     cfg = copy.deepcopy(read_yaml(MNIST))
@@ -327,10 +329,11 @@ def test_render_from_the_reference_set(tmp_path: Path) -> None:
     assert all((res / "figures" / f).stat().st_size > 0 for f in ("fig_monitoring.png", "fig_monitoring.pdf"))
     # docs/fidelity.md and docs/claims-mnist.md hold this render of the committed set (regenerate: reference/README.md)
     check = subprocess.run([sys.executable, "-m", "fedbalance", "reference", "docs", "--check",
-                            "--rendered", "results_reference", "--reference", str(REFERENCE.relative_to(REPO)),
+                            "--rendered", "results_reference", "--reference", str(REFERENCE),
                             "--docs", str(REPO / "docs")], capture_output=True, text=True, cwd=tmp_path,
                            env={**os.environ, "PYTHONPATH": str(REPO / "src")})
     assert check.returncode == 0, check.stdout + check.stderr
+    assert {p: p.stat().st_mtime_ns for p in ref.rglob("*")} == before
 
 
 def test_the_set_renders_the_same_jobs_whatever_the_order_of_the_experiments() -> None:

@@ -800,3 +800,21 @@ def test_collect_refuses_a_record_a_set_cannot_hold(tmp_path: Path, change: dict
     _one_line(proc, words)
     assert "losses/mnist/g10/ce/seed1/provenance.json" in proc.stderr
     assert _files(runs) == before and _files(ref) == held
+
+
+def test_the_docs_name_a_set_by_its_path_in_the_repository_however_it_is_spelled(tmp_path, monkeypatch):
+    """``reference docs --reference /abs/path/reference/mnist`` and ``--reference reference/mnist`` (run from the root)
+    write the same name, the set's path from the README's folder; a set outside that folder keeps its spelling."""
+    from fedbalance.presentation.refdocs import set_label
+
+    root = tmp_path / "repo"
+    (root / "reference" / "mnist").mkdir(parents=True)
+    (root / "docs").mkdir()
+    monkeypatch.chdir(root)
+    spellings = [root / "reference" / "mnist", Path("reference/mnist"), Path("docs/../reference/mnist"),
+                 Path("./reference/mnist/")]
+    assert {set_label(p, Path("docs").parent) for p in spellings} == {"reference/mnist"}
+    assert {set_label(p, root / "docs" / "..") for p in spellings} == {"reference/mnist"}
+    outside = tmp_path / "elsewhere" / "mnist"
+    outside.mkdir(parents=True)
+    assert set_label(outside, root) == outside.as_posix()

@@ -256,18 +256,19 @@ def compare(ours: str | Path, reference: str | Path, metrics: list[str] | None =
 
 
 def coverage_text(ours: str | Path) -> str:
-    """One line for ``compare``: the empirical coverage of the monitor's 95 % intervals (the shipped calibration's,
-    ``evidence.coverage.shipped_coverage``) on ``ours``' jobs that record the composition, per recorded estimator with
-    its Clopper–Pearson interval and median width; empty when none does."""
+    """Lines for ``compare``: the empirical coverage of the monitor's 95 % intervals (the shipped calibration's,
+    ``evidence.coverage.shipped_coverage``) on ``ours``' jobs that record the composition, a line per recorded
+    estimator with its Clopper–Pearson interval and median width (each under ``compare``'s 200 characters); empty
+    when none does."""
     from fedbalance.evidence.coverage import shipped_coverage
 
     table = shipped_coverage(ours)
     if table.empty:
         return ""
-    parts = [f"{r.estimator} {100 * r.coverage:.1f} % [{100 * r.ci_low:.1f}, {100 * r.ci_high:.1f}] of {r.n} "
-             f"class-rounds (median width {r.median_width:.3f})" for r in table.itertuples()]
-    return (f"Monitor's 95 % intervals on ours ({int(table.jobs.max())} jobs recording the composition; calibration "
-            "fitted on the reference set's seeds 0–2, docs/monitor.md): coverage " + "; ".join(parts) + ".\n")
+    parts = [f"- {r.estimator}: {100 * r.coverage:.1f} % [{100 * r.ci_low:.1f}, {100 * r.ci_high:.1f}] of {r.n} "
+             f"class-rounds, median width {r.median_width:.3f}\n" for r in table.itertuples()]
+    return (f"Monitor's 95 % intervals on ours, coverage ({int(table.jobs.max())} jobs recording the composition; "
+            "calibration fitted on the reference set's seeds 0–2, docs/monitor.md):\n" + "".join(parts))
 
 
 def _values(cell: Any) -> dict[int, float]:

@@ -42,11 +42,19 @@ def provenance_counts(reference: Path, experiment: str | None = None) -> tuple[d
     return commits, devices
 
 
-def held_summary(reference: Path, experiment: str | None = None) -> str:
-    """One line: how many jobs (of ``experiment``, or all) the set holds, from which commits and devices."""
+def set_label(reference: Path, root: Path) -> str:
+    """How the docs name the set: its path from the repository's ``root`` (the README's folder) when it lies there,
+    however it was spelled on the command line (``reference/mnist``, ``/abs/.../reference/mnist``); else as given."""
+    where, top = reference.resolve(), root.resolve()
+    return where.relative_to(top).as_posix() if top in where.parents else reference.as_posix()
+
+
+def held_summary(reference: Path, experiment: str | None = None, label: str | None = None) -> str:
+    """One line: how many jobs (of ``experiment``, or all) the set holds, from which commits and devices; the set
+    named ``label`` (default: as given)."""
     commits, devices = provenance_counts(reference, experiment)
     what = f"`{experiment}` jobs" if experiment else "jobs"
-    return (f"{sum(commits.values())} {what} of {reference.as_posix()} "
+    return (f"{sum(commits.values())} {what} of {label or reference.as_posix()} "
             f"(commits {', '.join(f'{c}: {n}' for c, n in sorted(commits.items()))}; "
             f"devices {', '.join(f'{d}: {n}' for d, n in sorted(devices.items()))})")
 
@@ -72,14 +80,15 @@ def docs_texts(rendered: Path, reference: Path, docs: Path) -> dict[Path, str]:
     fidelity = (rendered / "tables" / "Fidelity.md").read_text()
     claims = (rendered / "claims.md").read_text().split("\n", 1)[1].lstrip("\n")
     reproduction = (rendered / "tables" / "Reproduction.md").read_text()
-    every = held_summary(reference)
+    label = set_label(reference, docs.parent)
+    every = held_summary(reference, label=label)
     blocks = [
         (docs / "claims-mnist.md", "rule-change", f"Every claim under the rule used until 2026-12-07 and the rule now, "
                                                   f"from the render of the {every}:\n\n"
                                                   f"{rule_change_text(rendered, reference)}"),
         (docs / "fidelity.md", "reproduction", f"`tables/Reproduction.md` of the render of the {every}:\n\n{reproduction}"),
-        (docs / "fidelity.md", "fidelity", f"`tables/Fidelity.md` of the render of the {held_summary(reference, 'losses')}:"
-                                           f"\n\n{fidelity}"),
+        (docs / "fidelity.md", "fidelity", f"`tables/Fidelity.md` of the render of the "
+                                           f"{held_summary(reference, 'losses', label)}:\n\n{fidelity}"),
         (docs / "claims-mnist.md", "claims", f"`claims.md` of the render of the {every}:\n\n{claims}"),
         *((docs / page, name, body) for name, (page, body) in prose_blocks(reference).items()),
     ]
@@ -88,7 +97,7 @@ def docs_texts(rendered: Path, reference: Path, docs: Path) -> dict[Path, str]:
     from fedbalance.evidence.looks import looks_path, read_looks
 
     blocks.append((docs.parent / "README.md", "findings",
-                   tally_text(final, rounds, f"the {held} jobs of {reference.as_posix()}",
+                   tally_text(final, rounds, f"the {held} jobs of {label}",
                               looks=read_looks(looks_path(reference)))))
     texts: dict[Path, str] = {}
     for path, name, body in blocks:

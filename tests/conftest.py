@@ -14,6 +14,20 @@ from fedbalance.common.records import Job
 from fedbalance.common.records import cs_column
 
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
+"""The checkout the tests run on."""
+
+
+def load_script(relative: str, name: str | None = None):
+    """A benchmark or script of the checkout (``benchmarks/readings.py``) imported as a module (they are no package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name or Path(relative).stem, REPO_ROOT / relative)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def write_job(
     root: Path,
     job: Job,

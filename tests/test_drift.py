@@ -153,14 +153,9 @@ def test_run_sums_add_per_class() -> None:
 
 
 def _ceiling_module():
-    import importlib.util
-    from pathlib import Path
+    from conftest import load_script
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "monitor_ceiling.py"
-    spec = importlib.util.spec_from_file_location("monitor_ceiling", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/monitor_ceiling.py")
 
 
 def test_the_ceiling_benchmark_solves_the_real_clients_exactly(tmp_path) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import importlib.metadata as metadata
-import importlib.util
 import subprocess
 import sys
 import zipfile
@@ -14,16 +13,14 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from conftest import load_script
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def gw():
-    spec = importlib.util.spec_from_file_location("gpu_wheels", REPO / "scripts" / "gpu_wheels.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/gpu_wheels.py")
 
 
 def _dists(table: dict[str, tuple[str, list[str]]]):

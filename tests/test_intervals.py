@@ -315,14 +315,9 @@ def test_a_run_records_the_shipped_intervals_beside_each_estimate():
 
 
 def _benchmark():
-    import importlib.util
-    from pathlib import Path
+    from conftest import load_script
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "monitor_intervals.py"
-    spec = importlib.util.spec_from_file_location("monitor_intervals", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/monitor_intervals.py")
 
 
 def test_benchmark_prints_the_split_and_counts_the_test_rounds(tmp_path, capsys):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import statistics
 from pathlib import Path
@@ -14,16 +13,14 @@ import torch
 from fedbalance.jobs.config import configured_job, load_config
 from fedbalance.jobs.run import run_job
 from fedbalance.common.records import Job
+from conftest import load_script
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("monitor_shares", ROOT / "benchmarks" / "monitor_shares.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/monitor_shares.py")
 
 
 @pytest.fixture(scope="module")
@@ -91,9 +88,7 @@ def test_the_bias_solve_with_the_real_clients_residuals_recovers_a_ce_round(tmp_
     """benchmarks/monitor_bias.py on a live CE job: the round's clients retrained from G_t give the residuals under
     which ``recovered_counts`` reads the averaged bias change back as the true composition (sign, scale, momentum
     and weight decay of ``update_target`` checked on real training)."""
-    spec = importlib.util.spec_from_file_location("monitor_bias", ROOT / "benchmarks" / "monitor_bias.py")
-    bias = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bias)
+    bias = load_script("benchmarks/monitor_bias.py")
     from fedbalance.jobs.replay import load_trajectory, replay_setup
 
     job = configured_job(load_config(ROOT / "config" / "quick.yaml"), Job("losses", "mnist", "g10", "ce", 0))

@@ -19,6 +19,7 @@ from fedbalance.monitor.monitor import READING_VARIANTS, VARIANTS, Monitor, clas
 from fedbalance.monitor.readings import READINGS, round_weights, signed_mean_ratios
 from fedbalance.training.sgd import SGDConfig
 from fedbalance.data.partition import make_partition
+from conftest import load_script
 
 torch.set_num_threads(1)
 
@@ -228,22 +229,16 @@ def test_a_job_trains_with_the_readings_weights(tiny_job_data, name: str) -> Non
 def test_benchmark_pairs_each_reading_with_ratio_rel(tmp_path) -> None:
     """benchmarks/readings.py on synthetic job folders: the paired difference and its t interval by hand (t_{0.975,2}
     = 4.302653), CE's jobs standing for FedLoGe's and the Flower app's reading, a seed one side lacks left out."""
-    import importlib.util
-    from pathlib import Path
-
-    from conftest import write_job
+    from conftest import REPO_ROOT, write_job
     from fedbalance.common.records import Job
 
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("readings_bench", root / "benchmarks" / "readings.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("benchmarks/readings.py", "readings_bench")
     for seed, (climb, rel, ce) in enumerate([(0.80, 0.70, 0.60), (0.75, 0.70, 0.62), (0.90, 0.70, 0.58)]):
         write_job(tmp_path, Job("readings", "mnist", "g50", "ratio_climb", seed), acm=climb)
         write_job(tmp_path, Job("losses", "mnist", "g50", "ratio_rel", seed), acm=rel)
         write_job(tmp_path, Job("losses", "mnist", "g50", "ce", seed), acm=ce)
     write_job(tmp_path, Job("readings", "mnist", "g50", "ratio_redgrape", 0), acm=0.7)
-    rows = {(r["reading"], r["setting"], r["against"]): r for r in bench.compare(tmp_path, root / "config" / "mnist.yaml")}
+    rows = {(r["reading"], r["setting"], r["against"]): r for r in bench.compare(tmp_path, REPO_ROOT / "config" / "mnist.yaml")}
     assert {k[0] for k in rows} == set(READINGS) and {k[1] for k in rows} == {"g10", "g50", "g100"}
     c = rows[("climb", "g50", "ratio_rel")]
     d = [10.0, 5.0, 20.0]                     # points: 80 - 70, 75 - 70, 90 - 70
@@ -262,13 +257,10 @@ def test_benchmark_pairs_each_reading_with_ratio_rel(tmp_path) -> None:
 def test_fidelity_states_the_ce_reading_against_ratio_rel_as_the_set_gives_it() -> None:
     """docs/fidelity.md's FedLoGe sentence: CE's paired Ac.M difference to ratio_rel (and ratio) at each Γ of the
     readings family, as benchmarks/readings.py computes it from reference/mnist (seeds 0-2)."""
-    import importlib.util
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("readings_bench", root / "benchmarks" / "readings.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("benchmarks/readings.py", "readings_bench")
     rows = {(r["reading"], r["setting"], r["against"]): r
             for r in bench.compare(root / "reference" / "mnist", root / "config" / "mnist.yaml") if r["reading"] == "fedloge"}
     text = " ".join((root / "docs" / "fidelity.md").read_text().split())

@@ -79,6 +79,15 @@ def test_fl_step_count_by_hand(quick):
     assert ratio.shape == Shape("lenet5", 1, 28, 28, 10, 32, "sequential")
 
 
+def test_eval_samples_caps_the_forward_samples_of_each_evaluation(quick):
+    """``eval_samples``: each of the 3 evaluations reads at most that many test samples (mnist5k has 1,000)."""
+    cfg = small_study(quick, "fl", 1)
+    spec = configured_job(cfg, Job("small", "mnist", "only", "ce", 0))
+    assert job_work({**spec, "eval_samples": 250}).forward_samples == 3 * 250
+    assert job_work({**spec, "eval_samples": 5000}).forward_samples == 3 * 1000  # not above the split
+    assert job_work(spec).forward_samples == 3 * 1000
+
+
 def test_centralised_step_count_by_hand(quick):
     cfg = small_study(quick, "centralised", 10)
     w = job_work(configured_job(cfg, Job("small", "mnist", "only", "ratio", 0)))

@@ -661,3 +661,68 @@ def test_the_final_metrics_are_the_last_rounds_evaluation_not_a_second_one(tmp_p
     assert metrics["final"]["acc"] == last["acc"] and metrics["final"]["auc_hard"] == last["auc_hard"]
     state = fl.RoundState.fresh(torch.nn.Linear(1, 1), torch.nn.Linear(1, 1), 2)
     assert state.last_eval is None and "last_eval" not in state.to_dict()
+
+
+# --- eval_samples: a smoke run evaluates on a seeded, stratified part of the test split -----------------------------
+
+
+def test_the_evaluation_subset_keeps_each_class_in_proportion_and_is_fixed_by_the_seed() -> None:
+    """``evaluation_subset``: round(n × share) samples of each class (by hand), at least one of a class the split
+    holds, the same draw for a seed, another for another seed; None (the whole split) when unset or not below it."""
+    import numpy as np
+
+    from fedbalance.jobs.run import evaluation_subset
+
+    labels = np.array([0] * 50 + [1] * 30 + [2] * 20)
+    labels = labels[np.random.default_rng(3).permutation(100)]
+    idx = evaluation_subset(labels, 10, seed=0)
+    assert np.bincount(labels[idx], minlength=3).tolist() == [5, 3, 2]  # 10 × .5, .3, .2
+    assert idx.tolist() == sorted(set(idx.tolist()))  # sorted, no sample twice
+    assert (evaluation_subset(labels, 10, seed=0) == idx).all()
+    assert any((evaluation_subset(labels, 10, seed=s) != idx).any() for s in (1, 2))
+    assert evaluation_subset(labels, None, seed=0) is None and evaluation_subset(labels, 100, seed=0) is None
+    rare = np.array([0] * 99 + [1])
+    assert np.bincount(rare[evaluation_subset(rare, 10, seed=0)]).tolist() == [10, 1]  # round(9.9), max(1, round(.1))
+
+
+def test_a_job_with_eval_samples_evaluates_that_subset_and_draws_its_auxiliary_data_as_without(tmp_path: Path,
+                                                                                              monkeypatch) -> None:
+    """``eval_samples: 40``: every evaluation reads the test samples ``evaluation_subset`` picks (labels compared
+    sample by sample), the monitor's auxiliary data are those of the job without it, and 0 is refused by the schema
+    naming the key."""
+    import numpy as np
+    import torch
+
+    from fedbalance.data.datasets import load_dataset
+    from fedbalance.engine import fl
+    from fedbalance.jobs import run
+    from fedbalance.jobs.run import evaluation_subset, run_job
+
+    seen, aux = [], []
+    real_eval, real_aux = fl.evaluate, run.auxiliary_data
+
+    def counted(model, x, y, *args, **kwargs):
+        seen.append(y.cpu().clone())
+        return real_eval(model, x, y, *args, **kwargs)
+
+    def recorded(*args, **kwargs):
+        out = real_aux(*args, **kwargs)
+        aux.append(out[1].clone())
+        return out
+
+    monkeypatch.setattr(fl, "evaluate", counted)
+    monkeypatch.setattr(run, "evaluate", counted)
+    monkeypatch.setattr(run, "auxiliary_data", recorded)
+    spec = {**tiny_spec(), "eval_every": 1, "rounds": 2}
+    run_job(spec, tmp_path / "whole", device="cpu", progress=False)
+    run_job({**spec, "eval_samples": 40}, tmp_path / "part", device="cpu", progress=False)
+    ds = load_dataset(spec["source"], spec.get("data_dir", "data"), **spec.get("options", {}))
+    want = ds.y_test[torch.as_tensor(evaluation_subset(ds.y_test.numpy(), 40, spec["seed"]))]
+    assert [len(y) for y in seen] == [len(ds.y_test)] * 2 + [len(want)] * 2 and 40 <= len(want) <= 50
+    assert all(torch.equal(y, want) for y in seen[2:])
+    assert len(aux) == 2 and torch.equal(aux[0], aux[1])
+    bad = copy.deepcopy(load_config(QUICK))
+    bad["defaults"]["eval_samples"] = 0
+    with pytest.raises(ConfigError, match="eval_samples"):
+        validate(bad)
+    assert np.unique(want.numpy()).size == len(np.unique(ds.y_test.numpy()))

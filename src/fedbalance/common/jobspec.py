@@ -36,6 +36,7 @@ JOB_DEFAULTS: dict[str, Any] = {
     "minority_classes": [],  # no minority class
     "centralised_epochs": None,  # rounds x local_epochs
     "switch_round": None,  # no early acknowledgment
+    "eval_samples": None,  # evaluate on the whole test split (the paper)
     "save_trajectory": False,
     "path": "auto",  # vectorised on CUDA, sequential on the CPU (same numbers)
     "empirical": False,
@@ -136,6 +137,7 @@ class JobSpec:
     weight_decay: float
     aggregation: str
     eval_every: int
+    eval_samples: int | None
     local_epochs: int | None
     selection: str | None
     clients_per_round: int | None
@@ -180,6 +182,7 @@ class JobSpec:
             weight_decay=float(v("weight_decay")),
             aggregation=str(v("aggregation")),
             eval_every=int(v("eval_every")),
+            eval_samples=None if v("eval_samples") is None else int(v("eval_samples")),
             local_epochs=_optional(spec, "local_epochs", int),
             selection=_optional(spec, "selection", str),
             clients_per_round=_optional(spec, "clients_per_round", int),

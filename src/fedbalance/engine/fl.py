@@ -63,7 +63,7 @@ from fedbalance.data.partition import Partition
 from fedbalance.common.records import ROUND_COLUMNS, UNIFORM, cs_column, est_column, high_column, low_column
 from fedbalance.training.train import SGDConfig, average_stacked, train_copies
 
-TAG_INIT, TAG_SELECT, TAG_CLIENT, TAG_MONITOR, TAG_AUX, TAG_EPOCH = 1, 2, 3, 4, 5, 6
+TAG_INIT, TAG_SELECT, TAG_CLIENT, TAG_MONITOR, TAG_AUX, TAG_EPOCH, TAG_EVAL = 1, 2, 3, 4, 5, 6, 7
 
 class FLError(ValueError):
     """The job cannot run as specified (e.g. a missing balanced partition); the message names the key."""

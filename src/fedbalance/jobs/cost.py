@@ -185,7 +185,8 @@ def job_work(
 ) -> JobWork:
     """Count the SGD steps and forward samples of one job (its ``resolve_job`` spec; ``sizes``: its ``client_sizes``)
     from round ``start_round`` on (a branched job's first rounds are its source's: ``reuse.branches``);
-    ``test_samples``: the test split's size where it is known (default ``TEST_SAMPLES`` of the source)."""
+    ``test_samples``: the test split's size where it is known (default ``TEST_SAMPLES`` of the source); a job with
+    ``eval_samples`` evaluates on at most that many."""
     from fedbalance.engine.centralised import num_epochs
     from fedbalance.engine.fl import needs_monitor
 
@@ -194,6 +195,8 @@ def job_work(
     if test_samples is None and source not in TEST_SAMPLES:
         raise CostError(f"no test-set size known for source {source!r}; known: {sorted(TEST_SAMPLES)}")
     n_test = test_samples if test_samples is not None else TEST_SAMPLES[source]
+    if spec.eval_samples is not None:  # about eval_samples (a class's rounding adds at most one a class)
+        n_test = min(n_test, spec.eval_samples)
     shape = job_shape(spec, device_type)
     q, b = shape.classes, shape.batch_size
     sizes = sizes if sizes is not None else client_sizes(spec, q, samples_per_writer)

@@ -52,6 +52,7 @@ from fedbalance.data.datasets import Dataset, load_dataset
 from fedbalance.common.records import JOB_KEYS, cs_column
 from fedbalance.engine.fl import (
     TAG_AUX,
+    TAG_EVAL,
     TAG_INIT,
     JobData,
     RoundCallback,
@@ -172,6 +173,21 @@ def auxiliary_data(spec: Mapping[str, Any] | JobSpec, dataset: Dataset, partitio
     where = f"the {free.size} writers no client uses"
     idx = _draw_per_class(dataset.y_train.numpy(), candidates, q, k, rng, where, first)
     return dataset.x_train[idx], dataset.y_train[idx]
+
+
+def evaluation_subset(labels: np.ndarray, n: int | None, seed: int) -> np.ndarray | None:
+    """The test samples a job evaluates on when ``eval_samples`` is ``n``: None (the whole split) when ``n`` is None or
+    not below the split's size; else a draw seeded by the job seed (the same for every loss and setting of a seed) of
+    round(n × share) samples of each class, at least one of every class the split holds, as sorted indices."""
+    if n is None or n >= len(labels):
+        return None
+    rng = np.random.default_rng(derive_seed(seed, TAG_EVAL))
+    counts = np.bincount(labels)
+    picked = []
+    for c in np.flatnonzero(counts):
+        k = min(int(counts[c]), max(1, round(n * counts[c] / len(labels))))
+        picked.append(rng.choice(np.flatnonzero(labels == c), size=k, replace=False))
+    return np.sort(np.concatenate(picked))
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -421,13 +437,16 @@ def resolve_path(path: str, device: torch.device, vectorisable: bool = True) -> 
 def _job_data(
     spec: JobSpec, dataset: Dataset, parts: Mapping[str, Partition], dev: torch.device
 ) -> JobData:
-    """The job's tensors on ``dev``: train/test splits, the monitor's auxiliary data (empty without monitor)."""
+    """The job's tensors on ``dev``: train/test splits (the test split's ``evaluation_subset`` where ``eval_samples`` is
+    set), the monitor's auxiliary data (empty without monitor; drawn from the whole split)."""
     aux_x, aux_y = auxiliary_data(spec, dataset, parts) if needs_monitor(spec) else (dataset.x_test[:0], dataset.y_test[:0])
+    keep = evaluation_subset(dataset.y_test.numpy(), spec.eval_samples, spec.seed)
+    x_test, y_test = (dataset.x_test, dataset.y_test) if keep is None else (dataset.x_test[keep], dataset.y_test[keep])
     return JobData(
         dataset.x_train.to(dev),
         dataset.y_train.to(dev),
-        dataset.x_test.to(dev),
-        dataset.y_test.to(dev),
+        x_test.to(dev),
+        y_test.to(dev),
         aux_x.to(dev),
         aux_y.to(dev),
         dataset.num_classes,

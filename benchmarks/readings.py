@@ -6,7 +6,9 @@ whose loss equals a loss of the ``losses`` family, such as FedLoGe's and the Flo
 loss's jobs) against the ``losses`` family's ``ratio_rel`` and ``ratio`` at the same Γ and seeds (one seed fixes the
 partition, the clients, the initial model and the auxiliary data of every loss): per comparison the seeds both hold,
 the mean per-seed difference of the final Ac.M in points with its 95 % Student-t interval
-(``fedbalance.evidence.seedstats.paired_interval``) and whether the interval excludes 0.
+(``fedbalance.evidence.seedstats.paired_interval``) and whether the interval excludes 0. The claims judge these
+comparisons by the verdict rule (``fedbalance.presentation.claims``, claims R1, R2, …); this prints them against the
+paper reading too.
 
     PYTHONPATH=src python benchmarks/readings.py --root reference/mnist [--config config/mnist.yaml] [--markdown]
 

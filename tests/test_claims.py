@@ -356,3 +356,85 @@ def test_the_seeds_an_undecided_claim_needs_either_way() -> None:
     assert reading(1.0) == "10 (to hold)" and reading(-1.0) == "10 (to refute)"
     assert reading(1.0, looks=2) == f"{seeds_for_power(1.0, 1.0, 2)} (to hold)" and seeds_for_power(1.0, 1.0, 2) > 10
     assert reading(0.0).startswith("no effect to find")
+
+
+def test_readings_claims_by_hand() -> None:
+    """Claims R1, R2, …: CE (π = 1) against the released reading at every Γ of ``losses``, then each loss of the
+    ``readings`` family (sorted) against CE and, as equivalence within ±2.5 points, against ``ratio_rel``, paired by
+    seed with the ``losses`` family's jobs at the same Γ. Every verdict from the t-tests computed here."""
+    import pandas as pd
+
+    from fedbalance.presentation.claims import (
+        FAILS, HOLDS, INDISTINCT, NO, QUANTIFIED, READINGS_SENTENCE, TIE, YES, _Claims, _reading_claims, sentence_of,
+    )
+
+    acm = {("losses", "g10", "ce"): [50, 52, 54], ("losses", "g50", "ce"): [30, 31, 35],
+           ("losses", "g10", "ratio_rel"): [60, 61, 63], ("losses", "g50", "ratio_rel"): [40, 42, 44],
+           ("losses", "g10", "focal"): [1, 2, 3],  # read by no readings claim
+           ("readings", "g10", "ratio_climb"): [60.5, 62, 63], ("readings", "g50", "ratio_climb"): [41, 42.5, 44],
+           ("readings", "g10", "ratio_redgrape"): [57, 53, 62]}
+    final = pd.DataFrame([{"experiment": e, "dataset": "mnist", "setting": s, "loss": loss, "seed": seed,
+                           "acc_minority": v / 100} for (e, s, loss), vs in acm.items() for seed, v in enumerate(vs)])
+    out = _Claims(QUANTIFIED)
+    _reading_claims(out, final)
+    made = {c.number: c for c in out.out}
+    assert list(made) == ["R1", "R2", "R3", "R4", "R5"]
+    assert all(sentence_of(n) is READINGS_SENTENCE and not c.paper and c.of_reading for n, c in made.items())
+
+    def d(a: tuple, b: tuple) -> np.ndarray:
+        return np.array(acm[a], float) - np.array(acm[b], float)
+
+    def tost(x: np.ndarray) -> tuple[float, float]:
+        """(p_for, p_against) of equivalence within ±2.5 (claim 31's rule, computed here)."""
+        se = x.std(ddof=1) / np.sqrt(len(x))
+        lo, hi = stats.t.sf((x.mean() + 2.5) / se, 2), stats.t.cdf((x.mean() - 2.5) / se, 2)
+        out_lo, out_hi = stats.t.cdf((x.mean() + 2.5) / se, 2), stats.t.sf((x.mean() - 2.5) / se, 2)
+        return 2 * max(lo, hi), 4 * min(out_lo, out_hi)
+
+    # R1: CE - ratio_rel, -9.33 and -10 points: clear outside the margin at g10 and g50; all = 2 of 2, refuted by one
+    # clear against at p_against × 2 < .05
+    r1 = made["R1"]
+    for comp, g in zip(r1.comparisons, ("g10", "g50")):
+        x = d(("losses", g, "ce"), ("losses", g, "ratio_rel"))
+        assert comp.diff == pytest.approx(x.mean()) and comp.p_against == pytest.approx(tost(x)[1])
+        assert comp.outcome == NO and 2 * tost(x)[1] < 0.05
+    assert r1.verdict == FAILS and "mnist Γ=10: ce - ratio_rel" in r1.evidence
+    # R2: ratio_climb - CE, paired t-tests at both Γ clear for: holds
+    for comp, g in zip(made["R2"].comparisons, ("g10", "g50")):
+        t = stats.ttest_1samp(d(("readings", g, "ratio_climb"), ("losses", g, "ce")), 0.0)
+        assert (comp.outcome, comp.p) == (YES, pytest.approx(t.pvalue)) and t.pvalue < 0.05
+    assert made["R2"].verdict == HOLDS
+    # R3: ratio_climb - ratio_rel: 0.5, 1, 0 and 1, 0.5, 0: inside ±2.5 at p_for = 2 × .0101 = .0202 each: holds
+    for comp, g in zip(made["R3"].comparisons, ("g10", "g50")):
+        p_for = tost(d(("readings", g, "ratio_climb"), ("losses", g, "ratio_rel")))[0]
+        assert p_for == pytest.approx(0.0202, abs=2e-4) and comp.p_for == pytest.approx(p_for) and comp.outcome == YES
+    assert made["R3"].verdict == HOLDS
+    # R4, R5: ratio_redgrape ran at g10 alone: one comparison each, neither clear
+    x = d(("readings", "g10", "ratio_redgrape"), ("losses", "g10", "ce"))
+    assert stats.ttest_1samp(x, 0.0).pvalue > 0.05
+    assert [c.outcome for c in made["R4"].comparisons] == [TIE] and made["R4"].verdict == INDISTINCT
+    x = d(("readings", "g10", "ratio_redgrape"), ("losses", "g10", "ratio_rel"))
+    assert min(tost(x)) > 0.05 and [c.outcome for c in made["R5"].comparisons] == [TIE]
+    assert made["R5"].verdict == INDISTINCT and made["R5"].cells == (
+        ("readings", "mnist", "g10", "ratio_redgrape"), ("losses", "mnist", "g10", "ratio_rel"))
+
+
+def test_readings_claims_without_the_family() -> None:
+    """A set without ``readings`` jobs: R1 alone (CE against the released reading), on the ``losses`` cells; a set
+    without ``ratio_rel``: no readings claim; without CE: R1 left out, R3 keeps its number."""
+    import pandas as pd
+
+    from fedbalance.presentation.claims import QUANTIFIED, _Claims, _reading_claims
+
+    rows = [{"experiment": "losses", "dataset": "mnist", "setting": "g10", "loss": loss, "seed": s,
+             "acc_minority": 0.5 + 0.01 * s} for loss in ("ce", "ratio_rel") for s in range(3)]
+    out = _Claims(QUANTIFIED)
+    _reading_claims(out, pd.DataFrame(rows))
+    assert [c.number for c in out.out] == ["R1"] and len(out.out[0].comparisons) == 1
+    out = _Claims(QUANTIFIED)
+    _reading_claims(out, pd.DataFrame([r for r in rows if r["loss"] == "ce"]))
+    assert out.out == []
+    reading = [{**r, "experiment": "readings", "loss": "ratio_climb"} for r in rows if r["loss"] == "ce"]
+    out = _Claims(QUANTIFIED)
+    _reading_claims(out, pd.DataFrame([r for r in rows if r["loss"] == "ratio_rel"] + reading))
+    assert [(c.number, len(c.comparisons)) for c in out.out] == [("R3", 1)]

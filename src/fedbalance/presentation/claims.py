@@ -57,6 +57,7 @@ READS: tuple[Read, ...] = (
     Read("clients_cifar10", by="claims"), Read("clients_femnist", by="claims"),
     Read("batch_size", by="claims"), Read("local_epochs", by="claims"),
     Read("mismatch", by="claims"), Read("mismatch_fer2013", by="claims"),
+    Read("readings", by="claims"),
 )
 """The jobs the claims read beyond the tables' cells (``fedbalance.presentation.contract``)."""
 
@@ -179,6 +180,22 @@ BEYOND_SENTENCE = Sentence(331, "(not a claim of the paper: its sentence \"outpe
                            "and each newer baseline against CE, the project's check that it mitigates imbalance at "
                            "all)", ALL)
 """The sentence the beyond-the-paper claims (B1, B2, …) answer to."""
+READINGS_SENTENCE = Sentence(208, "(not a claim of the paper: its Ratio Loss L_RL as other researchers' code runs it, "
+                             "read against the authors' released code, whose numbers the paper published, and "
+                             "against CE, the loss it weights: docs/deviations.md, \"The Ratio Loss as other code "
+                             "reads it\")", ALL)
+"""The sentence the readings claims (R1, R2, …) answer to."""
+READINGS_FAMILY = "readings"
+"""The family that trains other code's readings of the Ratio Loss, at the ``losses`` family's partitions and seeds."""
+READINGS_BASE = "losses"
+"""The family whose ``ratio_rel`` and ``ce`` jobs the readings are paired with (one seed: one partition, one set of
+clients, one initial model, one auxiliary set for every loss)."""
+PI_ONE = "ce"
+"""The loss that a reading whose π is 1 for every class amounts to (FedLoGe's and the Flower app's: their Ratio Loss is
+built with its weights left at the default, ``fedbalance.monitor.readings``)."""
+READING_MARGIN = MFE_MARGIN
+"""The readings claims' margin of "performs like the released code", in points of Ac.M: claim 31's margin of
+"similar performance", fixed before any readings job ran (docs/design.md, "Claims: the readings")."""
 PREVIOUS_MOST = frozenset({*range(1, 16), 31})
 """The claims the rule used before read as "a majority of comparisons" (the others: every one)."""
 
@@ -457,11 +474,23 @@ class Claim:
         """A claim on the newer baselines (numbered B1, B2, …), beyond the paper's."""
         return self.number.startswith("B")
 
+    @property
+    def of_reading(self) -> bool:
+        """A claim on the Ratio Loss as other code reads it (numbered R1, R2, …), beyond the paper's."""
+        return self.number.startswith("R")
+
+    @property
+    def paper(self) -> bool:
+        """A claim of the paper (numbered 1, 1r, 16p, …)."""
+        return self.number[:1].isdigit()
+
 
 def sentence_of(number: str) -> Sentence:
     """The sentence claim ``number`` tests ('1r' and '16p' test 1's and 16's; 'B3' a beyond-the-paper sentence)."""
     if number.startswith("B"):
         return BEYOND_SENTENCE
+    if number.startswith("R"):
+        return READINGS_SENTENCE
     return PAPER[int(re.match(r"\d+", number).group(0))]
 
 
@@ -745,6 +774,7 @@ def claims(final: pd.DataFrame, rounds: pd.DataFrame, estimator: str = DEFAULT_E
     _sweep_claims(out, values, seeds, read, readings)
     if rule.selection_free:
         _beyond_claims(out, seeds["Beyond_paper"])
+        _reading_claims(out, final)
     made = out.out
     if sensitivity and rule.selection_free:
         made = _with_collapses(made, final, rounds, estimator, rule, looks)
@@ -998,6 +1028,54 @@ def _beyond_claims(out: _Claims, seeds: pd.DataFrame) -> None:
                         number=f"B{n}", empty=f"no Beyond_paper cell holds {mine} and {other}")
 
 
+def _reading_claims(out: _Claims, final: pd.DataFrame) -> None:
+    """Claims R1, R2, … on the Ratio Loss as other code reads it, final Ac.M paired by seed, at every cell each reads.
+    R1: CE, the reading of the implementations whose π is 1 (``PI_ONE``), performs like the released reading
+    (``ratio_rel``) within ±``READING_MARGIN`` points (``equivalent``) at every (dataset, Γ) of the ``losses`` family
+    that holds both. Then for each loss of the ``readings`` family (sorted by name): it has a better Ac.M than CE,
+    and it performs like the released reading, at every (dataset, Γ) it ran, against the ``losses`` family's jobs
+    there. A claim without a cell that holds both sides is left out; the others keep their numbers."""
+    acm = _seed_means(final, ["experiment", "dataset", "setting", "loss"], "acc_minority", 100.0)
+    def order(cells: set[tuple[str, str]]) -> list[tuple[str, str]]:
+        return sorted(cells, key=lambda k: (k[0], setting_value(k[1], "g") or 0, k[1]))
+
+    def label(d: str, s: str) -> str:
+        g = setting_value(s, "g")
+        return f"{d} Γ={g:g}" if g is not None else f"{d} {s}"
+
+    base = order({(d, s) for e, d, s, _ in acm if e == READINGS_BASE})
+    own = sorted({loss for e, _, _, loss in acm if e == READINGS_FAMILY})
+    n = 0
+
+    def add(text: str, mine: str, exp: str, other: str, cells: Sequence[tuple[str, str]], like: bool) -> None:
+        nonlocal n
+        comps, details, jobs = [], [], []
+        for d, s in cells:
+            a, b = acm.get((exp, d, s, mine)), acm.get((READINGS_BASE, d, s, other))
+            if a is None or b is None:
+                continue
+            comps.append(equivalent(a, b, READING_MARGIN) if like else paired_comparison(a, b))
+            details.append(Detail(f"{label(d, s)}: {mine} - {other}", comps[-1], "acm"))
+            jobs += [(exp, d, s, mine), (READINGS_BASE, d, s, other)]
+        n += 1
+        if not comps:  # nothing to judge: no row, as no Nr row without a ratio_rel job (the numbers stay)
+            return
+        head = (f"within ±{READING_MARGIN:g} points of {other} in {sum(abs(c.diff) < READING_MARGIN for c in comps)}"
+                if like else f"ahead of {other} in {sum(c.diff > 0 for c in comps)}")
+        out.add(text, comps, f"{head}/{len(comps)} cells by mean (on the seeds both hold)", details, cells=jobs,
+                number=f"R{n}")
+
+    add(f"CE, the Ratio Loss as FedLoGe and the Flower app run it (π = 1), performs like the released reading "
+        f"(within ±{READING_MARGIN:g} points of Ac.M) in {{cells}} of the {READINGS_BASE} family", PI_ONE,
+        READINGS_BASE, "ratio_rel", base, True)
+    for loss in own:
+        cells = order({(d, s) for e, d, s, x in acm if e == READINGS_FAMILY and x == loss})
+        add(f"{loss} has a better Ac.M than CE in {{cells}} of the {READINGS_FAMILY} family", loss, READINGS_FAMILY,
+            PI_ONE, cells, False)
+        add(f"{loss} performs like the released reading (within ±{READING_MARGIN:g} points of Ac.M) in {{cells}} of the "
+            f"{READINGS_FAMILY} family", loss, READINGS_FAMILY, "ratio_rel", cells, True)
+
+
 def collapsed_jobs(final: pd.DataFrame, rounds: pd.DataFrame) -> set[tuple[str, str, str, str, int]]:
     """The (experiment, dataset, setting, loss, seed) of every collapsed run: a round after the first (t >= 1) whose
     test accuracy falls below ``COLLAPSE`` after an earlier round reached it (the prose's collapses: a fall to chance,
@@ -1100,9 +1178,10 @@ def write_claims(final: pd.DataFrame, rounds: pd.DataFrame, path: str | Path, *,
     p.parent.mkdir(parents=True, exist_ok=True)
     made = claims(final, rounds, estimator, values, looks=looks)
     p.write_text(environment(templates).get_template("claims.md.j2").render(
-        claims=[c for c in made if not c.beyond], beyond=[c for c in made if c.beyond], estimator=estimator,
-        rule=RULE_TEXT, reading_name=READING_NAME, sentences=_sentences([c for c in made if not c.beyond]),
-        beyond_sentence=BEYOND_SENTENCE, looked=any(c.looks > 1 for c in made), margin=MFE_MARGIN,
+        claims=[c for c in made if c.paper], beyond=[c for c in made if c.beyond],
+        of_readings=[c for c in made if c.of_reading], estimator=estimator, rule=RULE_TEXT, reading_name=READING_NAME,
+        sentences=_sentences([c for c in made if c.paper]), beyond_sentence=BEYOND_SENTENCE,
+        readings_sentence=READINGS_SENTENCE, reading_margin=READING_MARGIN, looked=any(c.looks > 1 for c in made), margin=MFE_MARGIN,
         collapse=100 * COLLAPSE,
         sweep_estimators=sorted({TABLES[label].estimator for label, _, _ in SWEEPS if TABLES[label].estimator})))
     return p
@@ -1134,7 +1213,8 @@ def write_rule_changes(final: pd.DataFrame, rounds: pd.DataFrame, path: str | Pa
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(f"{changed} of {len(rows)} verdicts change ({new} of them claims the rule before did not judge: "
-                 "claim 16 on the configured estimator as a second row, the newer baselines).\n\n"
+                 "claim 16 on the configured estimator as a second row, the newer baselines, the Ratio Loss as other "
+                 "code reads it).\n\n"
                  + "\n".join(lines) + "\n")
     return p
 

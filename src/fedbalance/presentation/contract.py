@@ -21,8 +21,8 @@ from fedbalance.presentation.names import Read
 from fedbalance.presentation.tables import TABLES
 from fedbalance.common.records import parse_setting
 
-READ_ELSEWHERE: frozenset[str] = frozenset({"ratio_stability", "readings"})
-"""Families read outside the report's tables, figures and claims (benchmarks/ratio_stability.py, benchmarks/readings.py)."""
+READ_ELSEWHERE: frozenset[str] = frozenset({"ratio_stability"})
+"""Families read outside the report's tables, figures and claims (benchmarks/ratio_stability.py)."""
 
 
 def report_reads() -> list[Read]:

@@ -52,7 +52,7 @@ def tally_text(final: pd.DataFrame, rounds: pd.DataFrame, source: str, *, estima
     the project's own checks (``is_project_check``), which are not the paper's and not counted with them. A claim
     judged for both readings of the Ratio Loss (claim N and Nr) is one claim of two verdicts; the verdicts are
     counted."""
-    everything = [c for c in claims(final, rounds, estimator, looks=looks, sensitivity=False) if not c.beyond]
+    everything = [c for c in claims(final, rounds, estimator, looks=looks, sensitivity=False) if c.paper]
     judged = [c for c in everything if not is_project_check(c)]
     own = [c for c in everything if is_project_check(c)]
     counts = tally(c.verdict for c in judged)

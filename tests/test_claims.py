@@ -438,3 +438,29 @@ def test_readings_claims_without_the_family() -> None:
     out = _Claims(QUANTIFIED)
     _reading_claims(out, pd.DataFrame([r for r in rows if r["loss"] == "ratio_rel"] + reading))
     assert [(c.number, len(c.comparisons)) for c in out.out] == [("R3", 1)]
+
+
+def test_claims_page_lists_the_readings_claims_apart(tmp_path) -> None:
+    """claims.md: the readings claims in a section of their own after the paper's, and not in the paper's tally (which
+    counts the verdict table's rows); the README's headline leaves them out too."""
+    import re
+
+    from conftest import write_job
+
+    from fedbalance.common.records import Job
+    from fedbalance.jobs.aggregate import collect
+    from fedbalance.presentation.claims import write_claims
+    from fedbalance.presentation.headline import tally_text
+
+    for seed in range(3):
+        for exp, loss, acm in (("losses", "ce", 0.30), ("losses", "ratio_rel", 0.60), ("readings", "ratio_climb", 0.61)):
+            write_job(tmp_path / "res", Job(exp, "mnist", "g10", loss, seed), acm=acm + 0.01 * seed * (loss == "ce"))
+    final, rounds = collect(tmp_path / "res")
+    text = write_claims(final, rounds, tmp_path / "claims.md").read_text()
+    section = text.index("## Beyond the paper: the Ratio Loss as other code reads it")
+    rows = re.findall(r"^\| (R\d+) \|", text, re.M)
+    assert rows == ["R1", "R2", "R3"] and all(text.index(f"| {r} |") > section for r in rows)
+    paper_rows = re.findall(r"^\| (\d+[a-z]*) \|[^|]*\|[^|]*\|[^|]*\| \*\*", text[:section], re.M)
+    tally = text.splitlines()[2]
+    assert f"(of {len(paper_rows)} verdicts;" in tally and "R1" not in tally
+    assert "R1" not in tally_text(final, rounds, "the test's jobs") and "FedLoGe" not in tally_text(final, rounds, "x")

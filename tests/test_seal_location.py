@@ -298,3 +298,23 @@ def test_an_ignored_file_in_a_set_is_named_with_the_command_that_removes_it(tmp_
     command = message.split("rm -- ", 1)[1].split(" (")[0]
     subprocess.run(["rm", "--", *command.split()], check=True)
     assert seal.verify_committed(root) == []
+
+
+def test_a_folder_gone_while_it_is_looked_through_is_no_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder that vanishes between being listed and being opened (a process's folder in /proc when a script is
+    given RENDER=/, a temporary folder another process removes) holds no set: the search for sets below a folder
+    goes on past it, finds the set beside it, and a refusal is still the one-line SealError."""
+    (tmp_path / "a" / "set").mkdir(parents=True)
+    (tmp_path / "a" / "set" / seal.MARKER).write_text("{}")
+    (tmp_path / "gone" / "x").mkdir(parents=True)
+    real = os.scandir
+
+    def scandir(path: str | os.PathLike = ".") -> object:
+        if Path(path).name in ("gone", "x"):
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    assert seal.sets_below(tmp_path) == [tmp_path / "a" / "set"]
+    with pytest.raises(seal.SealError, match="RENDER .* holds the reference set"):
+        seal.refuse_inside(tmp_path, "RENDER")

@@ -90,10 +90,37 @@ def sets_below(path: str | Path, depth: int = BELOW) -> list[Path]:
     root = _resolved(path)
     if not root.is_dir():
         return []
-    found = []
-    for level in range(1, depth + 1):
-        found += [p.parent for p in root.glob("/".join(["*"] * level) + f"/{MARKER}") if p.is_file()]
+    found, level = [], [root]
+    for _ in range(depth):
+        level = [Path(e.path) for folder in level for e in _entries(folder) if _is_dir(e)]
+        found += [f for f in level if _is_file(f / MARKER)]
     return sorted(found)
+
+
+def _entries(folder: Path) -> list[os.DirEntry]:
+    """The entries of ``folder``; none when it cannot be listed, or is gone while it is listed (a process's folder in
+    /proc, a temporary folder another process removes): nothing of a set is there to find."""
+    try:
+        with os.scandir(folder) as it:
+            return list(it)
+    except OSError:
+        return []
+
+
+def _is_file(path: Path) -> bool:
+    """``path`` is a file, False when it cannot be told (a folder that cannot be read, such as /proc's)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    """``entry`` is a folder or a link to one (as a glob's ``*`` follows), False when it is gone meanwhile."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
 
 
 def refuse_inside(path: str | Path, what: str) -> None:
@@ -539,7 +566,8 @@ def verify_if_sealed(path: str | Path, what: str, *, accept_uncommitted: bool = 
     folder = Path(path)
     if sets_below(folder):  # the parent of sets (reference/): its caller names the sets below it
         return None
-    if folder.is_dir() and any(_a_sets_record(p) for p in folder.glob(f"**/{PROVENANCE}")):
+    if folder.is_dir() and any(_a_sets_record(Path(here) / PROVENANCE) for here, _, files in os.walk(folder)
+                               if PROVENANCE in files):  # os.walk: a folder gone meanwhile is skipped, links not followed
         raise SealError(f"{what} {path} holds reference jobs ({PROVENANCE}) but no {MARKER}: an unsealed reference "
                         f"set; restore its marker and manifest (git checkout), or seal it with `{COLLECT} --into "
                         f"{path} --adopt`" + interrupted(path))
@@ -648,21 +676,22 @@ def refuse_written(path: str | Path, what: str) -> None:
     real = _resolved(path)
     if real.exists() and not real.is_dir():
         raise SealError(f"{what} {path} is a file ({real}), not a folder: name a folder of its own")
-    refuse_inside(path, what)
     trees = dict(checkouts())
     existing = next((f for f in (real, *real.parents) if f.is_dir()), Path("/"))
     own = _repository(existing)
     if own is not None:
         trees.setdefault(own[0], own[1])
+    for tree in sorted(trees):  # first, before any folder is looked through: "/" or a home folder is no render
+        if _inside(tree, real):
+            raise SealError(f"{what} {path} ({real}) is or holds the repository's work tree {tree}: name a folder of "
+                            "its own (e.g. results_reference)")
+    refuse_inside(path, what)
     copy = PACKAGE.parents[2]
     if not trees and (copy / "workflow" / "Snakefile").is_file():  # a copy of the checkout without git
         if _inside(real, copy) or _inside(copy, real):
             raise SealError(f"{what} {path} ({real}) lies in the checkout {copy}, which has no git to tell its "
                             "tracked folders: name a folder outside it")
     for tree, common in sorted(trees.items()):
-        if _inside(tree, real):
-            raise SealError(f"{what} {path} ({real}) is or holds the repository's work tree {tree}: name a folder of "
-                            "its own (e.g. results_reference)")
         if _inside(real, common) or _inside(common, real):
             raise SealError(f"{what} {path} ({real}) is, holds or lies in the repository's git folder {common}")
         if not _inside(real, tree):

@@ -594,7 +594,7 @@ def refuse_links_into_sets(folder: str | Path, what: str) -> None:
         seen.add((info.st_dev, info.st_ino))
         for entry in entries:
             path = Path(entry.path)
-            if entry.name == MARKER and entry.is_file():
+            if entry.name == MARKER and _is_file(path):
                 raise SealError(f"{what} {folder} holds the reference set {_resolved(here)} (its {MARKER} at {path}): "
                                 "the workflow's outputs could be written into it; choose a results folder of its own")
             if entry.is_symlink():
@@ -607,7 +607,7 @@ def refuse_links_into_sets(folder: str | Path, what: str) -> None:
                     raise SealError(f"{what} {folder}: {path} is a link to {target}, in the reference set {root}: "
                                     "Snakemake would delete or write the set's files through it before any job runs; "
                                     "remove the link (a render copies a set, it never links to it)")
-            if depth + 1 < PLANNED_DEPTH and entry.is_dir():
+            if depth + 1 < PLANNED_DEPTH and _is_dir(entry):
                 pending.append((path, depth + 1))
 
 

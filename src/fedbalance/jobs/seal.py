@@ -676,22 +676,21 @@ def refuse_written(path: str | Path, what: str) -> None:
     real = _resolved(path)
     if real.exists() and not real.is_dir():
         raise SealError(f"{what} {path} is a file ({real}), not a folder: name a folder of its own")
+    refuse_inside(path, what)
     trees = dict(checkouts())
     existing = next((f for f in (real, *real.parents) if f.is_dir()), Path("/"))
     own = _repository(existing)
     if own is not None:
         trees.setdefault(own[0], own[1])
-    for tree in sorted(trees):  # first, before any folder is looked through: "/" or a home folder is no render
-        if _inside(tree, real):
-            raise SealError(f"{what} {path} ({real}) is or holds the repository's work tree {tree}: name a folder of "
-                            "its own (e.g. results_reference)")
-    refuse_inside(path, what)
     copy = PACKAGE.parents[2]
     if not trees and (copy / "workflow" / "Snakefile").is_file():  # a copy of the checkout without git
         if _inside(real, copy) or _inside(copy, real):
             raise SealError(f"{what} {path} ({real}) lies in the checkout {copy}, which has no git to tell its "
                             "tracked folders: name a folder outside it")
     for tree, common in sorted(trees.items()):
+        if _inside(tree, real):
+            raise SealError(f"{what} {path} ({real}) is or holds the repository's work tree {tree}: name a folder of "
+                            "its own (e.g. results_reference)")
         if _inside(real, common) or _inside(common, real):
             raise SealError(f"{what} {path} ({real}) is, holds or lies in the repository's git folder {common}")
         if not _inside(real, tree):

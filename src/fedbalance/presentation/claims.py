@@ -1036,6 +1036,7 @@ def _reading_claims(out: _Claims, final: pd.DataFrame) -> None:
     and it performs like the released reading, at every (dataset, Γ) it ran, against the ``losses`` family's jobs
     there. A claim without a cell that holds both sides is left out; the others keep their numbers."""
     acm = _seed_means(final, ["experiment", "dataset", "setting", "loss"], "acc_minority", 100.0)
+
     def order(cells: set[tuple[str, str]]) -> list[tuple[str, str]]:
         return sorted(cells, key=lambda k: (k[0], setting_value(k[1], "g") or 0, k[1]))
 
@@ -1181,8 +1182,8 @@ def write_claims(final: pd.DataFrame, rounds: pd.DataFrame, path: str | Path, *,
         claims=[c for c in made if c.paper], beyond=[c for c in made if c.beyond],
         of_readings=[c for c in made if c.of_reading], estimator=estimator, rule=RULE_TEXT, reading_name=READING_NAME,
         sentences=_sentences([c for c in made if c.paper]), beyond_sentence=BEYOND_SENTENCE,
-        readings_sentence=READINGS_SENTENCE, reading_margin=READING_MARGIN, looked=any(c.looks > 1 for c in made), margin=MFE_MARGIN,
-        collapse=100 * COLLAPSE,
+        readings_sentence=READINGS_SENTENCE, reading_margin=READING_MARGIN, looked=any(c.looks > 1 for c in made),
+        margin=MFE_MARGIN, collapse=100 * COLLAPSE,
         sweep_estimators=sorted({TABLES[label].estimator for label, _, _ in SWEEPS if TABLES[label].estimator})))
     return p
 

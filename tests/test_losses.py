@@ -619,3 +619,51 @@ def test_counts_losses_mask_and_vmap_per_client_counts(name: str) -> None:
     torch.testing.assert_close(batched, torch.stack([loss.forward_counts(zz[i], yy[i], cc[i]) for i in range(2)]))
     assert not torch.allclose(batched[0], batched[1])
 
+
+
+@pytest.mark.parametrize("name", list(ALL))
+def test_bad_targets_are_refused_naming_the_class(name: str) -> None:
+    """A class index outside [0, Q), a float or one-hot target, or rows that do not match: a ValueError saying which,
+    from every loss (MSE used to turn class 4 of 4 into a row of zeros and return a number)."""
+    loss = get_loss(name, 4, **ALL[name])
+    z = torch.randn(5, 4, generator=torch.Generator().manual_seed(11))
+    for bad, cls in ((torch.tensor([0, 1, 4, 2, 0]), 4), (torch.tensor([0, -1, 2, 2, 0]), -1)):
+        with pytest.raises(ValueError, match=rf"target holds class {cls}, outside \[0, 4\)"):
+            loss(z, bad)
+    with pytest.raises(ValueError, match="integer class indices, got dtype torch.float32"):
+        loss(z, torch.tensor([0.0, 1.0, 2.0, 3.0, 0.0]))
+    with pytest.raises(ValueError, match=r"target must be class indices \[N\] with N = 5"):
+        loss(z, F.one_hot(torch.tensor([0, 1, 2, 3, 0]), 4))
+    with pytest.raises(ValueError, match=r"N = 5 \(the logits' rows\), got a torch.int64 tensor of shape \[4\]"):
+        loss(z, torch.tensor([0, 1, 2, 3]))
+    with pytest.raises(ValueError, match=r"mask must be \[N\] = \[5\]"):
+        loss(z, torch.tensor([0, 1, 2, 3, 0]), torch.ones(4, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"logits must be a floating tensor \[N, Q\]"):
+        loss(z[0], torch.tensor([0]))
+    good = torch.tensor([0, 1, 2, 3, 0])
+    assert torch.equal(loss(z, good), loss(z, good.to(torch.int32)))
+
+
+def test_per_class_inputs_must_match_the_logits_columns() -> None:
+    """The Ratio Loss's pi, torch's class weights and the counts losses' counts are [Q] of the logits, not of a config."""
+    z, y = torch.randn(3, 5, generator=torch.Generator().manual_seed(12)), torch.tensor([0, 4, 2])
+    with pytest.raises(ValueError, match=r"weight must be one value a class, \[Q\] = \[5\]"):
+        ratio_loss(z, y, torch.ones(4))
+    with pytest.raises(ValueError, match=r"weight must be one value a class, \[Q\] = \[5\]"):
+        cross_entropy(z, y, weight=torch.ones(6))
+    for fn in (logit_adjusted_loss, balanced_softmax_loss, fedlc_loss, fedrs_loss):
+        with pytest.raises(ValueError, match=r"counts must be one value a class, \[Q\] = \[5\]"):
+            fn(z, y, torch.ones(4))
+    pi = torch.tensor([1.0, 2.0, 0.5, 1.5, 3.0])
+    expected = -(pi[y] * F.log_softmax(z, -1)[torch.arange(3), y]).mean()
+    torch.testing.assert_close(ratio_loss(z, y, pi), expected)
+
+
+def test_range_is_not_read_under_vmap() -> None:
+    """Under vmap only the shapes are checked (a value cannot be read there); the per-copy result is the loss's own."""
+    z = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(13), dtype=torch.float64)
+    y = torch.tensor([[0, 1, 2, 1], [2, 2, 0, 1]])
+    batched = torch.func.vmap(mse_loss)(z, y)
+    torch.testing.assert_close(batched, torch.stack([mse_loss(z[i], y[i]) for i in range(2)]))
+    with pytest.raises(ValueError, match=r"mask must be \[N\] = \[4\]"):
+        torch.func.vmap(lambda a, b, m: mse_loss(a, b, mask=m))(z, y, torch.ones(2, 3))

@@ -2,7 +2,8 @@
 logit adjustment, Balanced Softmax, FedLC and FedRS (docs/baselines.md).
 
 Each loss is a ``torch.nn.functional``-style function plus an ``nn.Module`` with torch-style
-``reduction`` ('mean' | 'sum' | 'none'). Inputs are logits [N, Q] and integer targets [N], and an
+``reduction`` ('mean' | 'sum' | 'none'). Inputs are logits [N, Q] and integer targets [N] (``check_inputs`` refuses
+others, and a class outside [0, Q), with a ValueError saying which), and an
 optional per-sample ``mask`` [N] (1 = real sample, 0 = padding; the vectorised path's padded
 batches): the reduction runs over the real samples only (a mean over none is 0) and padded samples
 enter no batch statistic (GHM-C's bins, MFE's class counts, the Ratio Loss's batch mean).
@@ -53,6 +54,49 @@ def _masked(per_sample: torch.Tensor, mask: torch.Tensor | None, reduction: str)
     return total if reduction == "sum" else total / m.sum().clamp_min(1.0)
 
 
+def check_inputs(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    per_class: dict[str, torch.Tensor | None] | None = None,
+) -> None:
+    """ValueError naming what is wrong with a loss's inputs, before anything is computed.
+
+    ``logits`` a floating [N, Q], ``target`` integer class indices [N] in [0, Q) (not one-hot, not probabilities),
+    ``mask`` [N], each of ``per_class`` (name -> tensor, e.g. the Ratio Loss's ``weight``) [Q]. Shapes and dtypes are
+    checked everywhere, under ``torch.func.vmap`` too (the shapes seen there are one client's); the targets' range on
+    the CPU outside vmap, where reading it costs no device sync (elsewhere a class index beyond Q still fails in
+    torch's ``gather``, but ``mse_loss`` cannot tell it from a row of zeros).
+    """
+    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point() or logits.dim() != 2:
+        raise ValueError(f"logits must be a floating tensor [N, Q], got {_describe(logits)}")
+    n, q = logits.shape
+    if not isinstance(target, torch.Tensor) or target.dim() != 1 or target.shape[0] != n:
+        raise ValueError(f"target must be class indices [N] with N = {n} (the logits' rows), got {_describe(target)}")
+    if target.is_floating_point() or target.is_complex() or target.dtype == torch.bool:
+        raise ValueError(f"target must hold integer class indices, got dtype {target.dtype} "
+                         "(one-hot or soft targets are not taken: pass the class index of each sample)")
+    if mask is not None and (not isinstance(mask, torch.Tensor) or tuple(mask.shape) != (n,)):
+        raise ValueError(f"mask must be [N] = [{n}] (1 = real sample), got {_describe(mask)}")
+    for name, value in (per_class or {}).items():
+        if value is not None and (not isinstance(value, torch.Tensor) or tuple(value.shape) != (q,)):
+            raise ValueError(f"{name} must be one value a class, [Q] = [{q}] (the logits' columns), got {_describe(value)}")
+    if target.device.type != "cpu" or n == 0:
+        return
+    try:
+        low, high = int(target.min()), int(target.max())
+    except RuntimeError:
+        return  # under vmap a value cannot be read: shapes only
+    if low < 0 or high >= q:
+        raise ValueError(f"target holds class {low if low < 0 else high}, outside [0, {q}) for logits of {q} classes")
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {list(value.shape)}"
+    return type(value).__name__
+
+
 def _one_hot(index: torch.Tensor, num: int, dtype: torch.dtype) -> torch.Tensor:
     """One-hot [N, num] of ``index`` [N] by comparison with arange (vmap-safe, unlike F.one_hot)."""
     return (index.unsqueeze(-1) == torch.arange(num, device=index.device)).to(dtype)
@@ -76,6 +120,7 @@ def cross_entropy(
     class weights (``F.cross_entropy(weight=...)``): sample i weighs w_{y_i} and 'mean' divides by
     the sum of the (real) samples' weights.
     """
+    check_inputs(logits, target, mask, {"weight": weight})
     per_sample = -_log_p_target(logits, target)
     if weight is None:
         return _masked(per_sample, mask, reduction)
@@ -100,6 +145,7 @@ def focal_loss(
     that gamma in (0, 1) has finite gradients at p_t = 1; gamma = 0 is exactly ``alpha * CE``.
     ``mask`` [N] (1 = real sample) reduces over the real samples only.
     """
+    check_inputs(logits, target, mask)
     log_pt = _log_p_target(logits, target)
     one_minus_pt = (-torch.expm1(log_pt)).clamp_min(torch.finfo(log_pt.dtype).tiny)
     return _masked(-alpha * one_minus_pt.pow(gamma) * log_pt, mask, reduction)
@@ -118,6 +164,7 @@ def ghm_gradient_norm(logits: torch.Tensor, target: torch.Tensor, g: str = "soft
     """
     if g not in GHM_G:
         raise ValueError(f"GHM-C g must be one of {GHM_G}, got {g!r}")
+    check_inputs(logits, target)
     z = logits.detach()
     if g == "softmax":
         return -torch.expm1(_log_p_target(z, target))
@@ -147,6 +194,7 @@ def ghmc_weights(
     ``g`` is ``ghm_gradient_norm``'s definition. With ``mask`` [N] (1 = real sample) the counts,
     N and the non-empty bins are taken over the real samples only. Detached weights.
     """
+    check_inputs(logits, target, mask)
     idx = ghm_bin_index(ghm_gradient_norm(logits, target, g), bins)
     m = torch.ones(idx.shape[-1], dtype=logits.dtype, device=logits.device) if mask is None else mask.to(logits.dtype)
     counts = (_one_hot(idx, bins, logits.dtype) * m.unsqueeze(-1)).sum(0)
@@ -198,6 +246,7 @@ def ratio_loss(
     """
     if weighting not in RATIO_WEIGHTING:
         raise ValueError(f"ratio weighting must be one of {RATIO_WEIGHTING}, got {weighting!r}")
+    check_inputs(logits, target, mask, {"weight": weight})
     pi = weight.to(logits.dtype).gather(-1, target.long())
     m = torch.ones_like(pi) if mask is None else mask.to(pi.dtype)
     if weighting == "batch_mean":
@@ -220,6 +269,7 @@ def mse_loss(
 
     ``mask`` [N] (1 = real sample) reduces over the real samples only.
     """
+    check_inputs(logits, target, mask)
     return _masked(_squared_errors(logits, target), mask, reduction)
 
 
@@ -242,6 +292,7 @@ def mfe_loss(
     q = logits.shape[-1]
     if num_classes is not None and num_classes != q:
         raise ValueError(f"num_classes={num_classes} but logits have {q} classes")
+    check_inputs(logits, target, mask)
     onehot = _one_hot(target.long(), q, logits.dtype)
     if mask is None:
         counts = onehot.sum(0)
@@ -338,6 +389,7 @@ class GHMCLoss(Loss):
             return ghmc_loss(logits, target, self.bins, self.reduction, self.g, mask)
         if mask is not None:
             raise ValueError("GHMCLoss with momentum > 0 does not take a mask (use momentum 0)")
+        check_inputs(logits, target)
         idx = ghm_bin_index(ghm_gradient_norm(logits, target, self.g), self.bins)
         counts = _one_hot(idx, self.bins, logits.dtype).sum(0)
         with torch.no_grad():
@@ -528,6 +580,7 @@ def logit_adjusted_loss(
     (``log_prior`` with the floor ``min_count``); tau = 1 is the paper's default and makes this
     Balanced Softmax. A uniform prior gives exactly CE. ``mask`` [N] keeps the real samples only.
     """
+    check_inputs(logits, target, mask, {"counts": counts})
     adjusted = logits + tau * log_prior(counts.to(logits.dtype), min_count)
     return _masked(-_log_p_target(adjusted, target), mask, reduction)
 
@@ -546,6 +599,7 @@ def balanced_softmax_loss(
     counts n (floored at ``min_count``), computed as z_y + log n_y - logsumexp_j(z_j + log n_j).
     It equals ``logit_adjusted_loss`` with tau = 1 (tests/test_losses.py checks it).
     """
+    check_inputs(logits, target, mask, {"counts": counts})
     log_n = torch.nan_to_num(counts.to(logits.dtype), nan=0.0, posinf=0.0, neginf=0.0).clamp_min(min_count).log()
     shifted = logits + log_n
     log_p = shifted.gather(-1, target.long().unsqueeze(-1)).squeeze(-1) - torch.logsumexp(shifted, dim=-1)
@@ -569,6 +623,7 @@ def fedlc_loss(
     ``min_count`` = 1e-8 as the public reference implementations do (FL-bench, fluke), i.e. a margin
     of 100 tau. The denominator runs over all classes, as in those implementations.
     """
+    check_inputs(logits, target, mask, {"counts": counts})
     n = torch.nan_to_num(counts.to(logits.dtype), nan=0.0, posinf=0.0, neginf=0.0).clamp_min(min_count)
     return _masked(-_log_p_target(logits - tau * n.pow(-0.25), target), mask, reduction)
 
@@ -605,6 +660,7 @@ def fedrs_loss(
     vectors w_k (logit w_k . h); we scale the logit z_k = w_k . h + b_k, i.e. the bias too (our
     classifiers have one); without a bias the two are identical.
     """
+    check_inputs(logits, target, mask, {"counts": counts})
     s = fedrs_scale(counts.to(logits.dtype), alpha, scaling)
     return _masked(-_log_p_target(logits * s, target), mask, reduction)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -303,3 +304,23 @@ def test_writer_scheme_string_ids(femnist):
     assert all(np.array_equal(a, b) for a, b in zip(p.clients, q.clients))
     assert "f1000_x" in unused_writers(p, names).tolist()
     assert p == Partition.from_json(json.loads(json.dumps(p.to_json())))
+
+
+@pytest.mark.parametrize("seed", [None, -1, 1.5, True, "0"])
+@pytest.mark.parametrize("scheme", ["monitor", "imbalance", "mismatch"])
+def test_a_seed_that_does_not_fix_the_draw_is_refused(scheme: str, seed: object) -> None:
+    """None would draw fresh entropy (a partition no one can rebuild); the others are numpy's TypeError or ValueError
+    without the word seed. Every scheme says which input is wrong."""
+    labels = np.repeat(np.arange(10), 600)
+    extra = {"classes_per_client": 5, "majority_samples": 20} if scheme == "mismatch" else (
+        {"majority_samples": 20} if scheme == "imbalance" else {"samples_per_class": 5})
+    with pytest.raises(PartitionError, match=rf"seed must be a non-negative integer .*got {re.escape(repr(seed))}"):
+        make_partition(scheme, labels, num_classes=10, seed=seed, **extra)
+    first = make_partition(scheme, labels, num_classes=10, seed=np.int64(3), **extra)
+    assert first == make_partition(scheme, labels, num_classes=10, seed=3, **extra)
+
+
+def test_an_unknown_partition_parameter_is_named() -> None:
+    labels = np.repeat(np.arange(10), 600)
+    with pytest.raises(PartitionError, match=r"scheme 'imbalance' takes no parameter 'classes_per_clent'.*'min_classes'"):
+        make_partition("imbalance", labels, num_classes=10, seed=0, classes_per_clent=3)

@@ -15,6 +15,7 @@ Imbalance measures (paper, "Monitoring Scheme"): local imbalance
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 from dataclasses import dataclass, field
@@ -217,6 +218,14 @@ def _check_minority(minority_classes: Iterable[int], num_classes: int) -> tuple[
     return minority
 
 
+def _rng(seed: Any) -> np.random.Generator:
+    """``np.random.default_rng(seed)`` for a seed that fixes the draw: a non-negative integer (None, which would draw
+    fresh entropy, a float, a bool or a negative number: PartitionError naming the seed)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise PartitionError(f"seed must be a non-negative integer (it fixes the partition), got {seed!r}")
+    return np.random.default_rng(int(seed))
+
+
 def _check_gamma(gamma: float) -> float:
     if not (math.isfinite(gamma) and gamma >= 1):
         raise PartitionError(f"gamma must be a finite number >= 1, got {gamma}")
@@ -288,7 +297,7 @@ def monitor_partition(
     y = _as_labels(labels, num_classes)
     num_clients = _positive_int("num_clients", num_clients)
     samples_per_class = _positive_int("samples_per_class", samples_per_class)
-    rng = np.random.default_rng(seed)
+    rng = _rng(seed)
     holders = _monitor_holders(num_clients, num_classes, rng)
     per_class = np.full(num_classes, samples_per_class, dtype=np.int64)
     params = dict(num_classes=num_classes, num_clients=num_clients, samples_per_class=samples_per_class, seed=seed)
@@ -400,7 +409,7 @@ def _imbalance(
 ) -> tuple[tuple[np.ndarray, ...], tuple[int, ...]]:
     y = _as_labels(labels, num_classes)
     minority = _check_minority(minority_classes, num_classes)
-    rng = np.random.default_rng(seed)
+    rng = _rng(seed)
     k, per_class = _imbalance_plan(num_classes, num_clients, min_classes, max_classes, majority_samples, gamma,
                                    minority, balanced_samples, rng)
     knob = "balanced_samples" if gamma == 1 and balanced_samples is not None else "majority_samples"
@@ -546,7 +555,7 @@ def writer_partition(
             f"needs {wanted} writers ({num_clients} clients x {writers_per_client}), "
             f"{free.size} available ({ids.size} in data, {ids.size - free.size} excluded)"
         )
-    rng = np.random.default_rng(seed)
+    rng = _rng(seed)
     owner_of_writer = np.full(ids.size, -1, dtype=np.int64)
     owner_of_writer[rng.permutation(free)[:wanted]] = np.repeat(np.arange(num_clients), writers_per_client)
     owner = owner_of_writer[np.searchsorted(ids, w)]
@@ -593,7 +602,7 @@ def class_demand(scheme: str, *, num_classes: int, seed: int, **params: Any) -> 
     from the scheme's own draws before any sample is chosen: no labels needed (the shipped configs are checked
     against the real datasets' class counts with it, ``fedbalance.data.structures``). The writers scheme takes whole
     writers, not counts: PartitionError."""
-    rng = np.random.default_rng(seed)
+    rng = _rng(seed)
     if scheme == "monitor":
         holders = _monitor_holders(_positive_int("num_clients", params["num_clients"]), num_classes, rng)
         return holders.sum(axis=0) * _positive_int("samples_per_class", params["samples_per_class"])
@@ -620,6 +629,11 @@ def make_partition(scheme: str, labels: Any, writers: Any = None, **params: Any)
     """Build a partition by scheme name; ``writers`` is used (and required) only by "writers"."""
     if scheme not in SCHEMES:
         raise ValueError(f"unknown partition scheme {scheme!r}; choose from {sorted(SCHEMES)}")
+    takes = [p for p in inspect.signature(SCHEMES[scheme]).parameters if p not in ("labels", "writers")]
+    unknown = sorted(set(params) - set(takes))
+    if unknown:
+        raise PartitionError(f"partition scheme {scheme!r} takes no parameter {', '.join(map(repr, unknown))}; "
+                             f"it takes {takes}")
     if scheme == "writers":
         if writers is None:
             raise PartitionError("scheme 'writers' needs the writer id of every sample")

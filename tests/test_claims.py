@@ -363,6 +363,7 @@ def test_readings_claims_by_hand() -> None:
     ``readings`` family (sorted) against CE and, as equivalence within ±2.5 points, against ``ratio_rel``, paired by
     seed with the ``losses`` family's jobs at the same Γ. Every verdict from the t-tests computed here."""
     import pandas as pd
+    from test_tables import unmarked
 
     from fedbalance.presentation.claims import (
         FAILS, HOLDS, INDISTINCT, NO, QUANTIFIED, READINGS_SENTENCE, TIE, YES, _Claims, _reading_claims, sentence_of,
@@ -409,6 +410,19 @@ def test_readings_claims_by_hand() -> None:
         p_for = tost(d(("readings", g, "ratio_climb"), ("losses", g, "ratio_rel")))[0]
         assert p_for == pytest.approx(0.0202, abs=2e-4) and comp.p_for == pytest.approx(p_for) and comp.outcome == YES
     assert made["R3"].verdict == HOLDS
+
+    def shown(p: float) -> str:
+        return "<.001" if p < 0.001 else f"{p:.3f}".lstrip("0")
+
+    # an equivalence prints the p its rule reads (not the t-test's against 0): R1 leans against, × 2 for "all" of 2;
+    # R3 leans for, × 1
+    x = d(("losses", "g10", "ce"), ("losses", "g10", "ratio_rel"))
+    assert f"p {shown(stats.ttest_1samp(x, 0.0).pvalue)}" not in unmarked(r1.evidence)
+    assert (f"(3 seeds, p outside ±2.5 {shown(tost(x)[1])}, adjusted {shown(min(1.0, 2 * tost(x)[1]))})"
+            in unmarked(r1.evidence))
+    x = d(("readings", "g10", "ratio_climb"), ("losses", "g10", "ratio_rel"))
+    assert f"p {shown(stats.ttest_1samp(x, 0.0).pvalue)}" not in unmarked(made["R3"].evidence)
+    assert f"(3 seeds, p within ±2.5 {shown(tost(x)[0])})" in unmarked(made["R3"].evidence)
     # R4, R5: ratio_redgrape ran at g10 alone: one comparison each, neither clear
     x = d(("readings", "g10", "ratio_redgrape"), ("losses", "g10", "ce"))
     assert stats.ttest_1samp(x, 0.0).pvalue > 0.05

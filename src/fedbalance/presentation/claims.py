@@ -416,7 +416,9 @@ class Detail:
 def _detail(d: Detail, quantifier: str | None = None, n: int = 1, looks: int = 1) -> str:
     """'mnist B.: Ratio - ghmc +3.10 [+0.52, +5.68] (3 seeds, p .021, adjusted .042)' and the seeds' mark
     (``seedstats.seed_mark``); the adjusted p where the claim's rule multiplies it (its quantifier's factor of n
-    comparisons, the looks, a cell's rivals: the p compared with .05). A cell against every rival names the
+    comparisons, the looks, a cell's rivals: the p compared with .05). An equivalence prints the p its rule reads on
+    the side it leans to ('p within ±2.5 .020': p_within; 'p outside ±2.5 .041': p_outside), not the t-test's p
+    against 0, which tests another question. A cell against every rival names the
     bottleneck rival ('Ratio - ghmc (weakest of 4)')."""
     c, m = d.comparison, d.metric
     pair = d.label + (f" - {c.rival}" if c.rival else "")
@@ -435,9 +437,14 @@ def _detail(d: Detail, quantifier: str | None = None, n: int = 1, looks: int = 1
         return f"{label} {_shown(c.diff, m, c.scale)} ({seeds}){mark}"
     if c.low == c.high:
         return f"{label} {_shown(c.diff, m, c.scale)} on every seed ({seeds}){mark}"
-    adjusted = f", adjusted {_p(min(1.0, p_side * adjust))}" if adjust > 1 or own else ""
+    if c.margin:  # an equivalence: the p its rule reads, p_within or p_outside, not the t-test against 0
+        test = f"p {'within' if side_for else 'outside'} ±{c.margin:g} {_p(p_side)}"
+        adjusted = f", adjusted {_p(min(1.0, p_side * adjust))}" if adjust > 1 else ""
+    else:
+        test = f"p {_p(c.p)}"
+        adjusted = f", adjusted {_p(min(1.0, p_side * adjust))}" if adjust > 1 or own else ""
     return (f"{label} {_shown(c.diff, m, c.scale)} [{_shown(c.low, m, c.scale)}, {_shown(c.high, m, c.scale)}] "
-            f"({seeds}, p {_p(c.p)}{adjusted}){mark}")
+            f"({seeds}, {test}{adjusted}){mark}")
 
 
 @dataclass(frozen=True)

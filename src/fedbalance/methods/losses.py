@@ -162,9 +162,14 @@ def ghm_gradient_norm(logits: torch.Tensor, target: torch.Tensor, g: str = "soft
     logit. ``"sigmoid"``: g = 1 - sigmoid(z_y), as the authors' released GHMC computes it
     (``FEMNIST-4-Losses/models/Update.py``: ``|pred.sigmoid() - target|`` on the target class).
     """
+    check_inputs(logits, target)
+    return _ghm_gradient_norm(logits, target, g)
+
+
+def _ghm_gradient_norm(logits: torch.Tensor, target: torch.Tensor, g: str) -> torch.Tensor:
+    """``ghm_gradient_norm`` on inputs already checked."""
     if g not in GHM_G:
         raise ValueError(f"GHM-C g must be one of {GHM_G}, got {g!r}")
-    check_inputs(logits, target)
     z = logits.detach()
     if g == "softmax":
         return -torch.expm1(_log_p_target(z, target))
@@ -195,7 +200,7 @@ def ghmc_weights(
     N and the non-empty bins are taken over the real samples only. Detached weights.
     """
     check_inputs(logits, target, mask)
-    idx = ghm_bin_index(ghm_gradient_norm(logits, target, g), bins)
+    idx = ghm_bin_index(_ghm_gradient_norm(logits, target, g), bins)
     m = torch.ones(idx.shape[-1], dtype=logits.dtype, device=logits.device) if mask is None else mask.to(logits.dtype)
     counts = (_one_hot(idx, bins, logits.dtype) * m.unsqueeze(-1)).sum(0)
     nonempty = (counts > 0).to(logits.dtype).sum()
@@ -389,7 +394,6 @@ class GHMCLoss(Loss):
             return ghmc_loss(logits, target, self.bins, self.reduction, self.g, mask)
         if mask is not None:
             raise ValueError("GHMCLoss with momentum > 0 does not take a mask (use momentum 0)")
-        check_inputs(logits, target)
         idx = ghm_bin_index(ghm_gradient_norm(logits, target, self.g), self.bins)
         counts = _one_hot(idx, self.bins, logits.dtype).sum(0)
         with torch.no_grad():

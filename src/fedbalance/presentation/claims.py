@@ -437,12 +437,9 @@ def _detail(d: Detail, quantifier: str | None = None, n: int = 1, looks: int = 1
         return f"{label} {_shown(c.diff, m, c.scale)} ({seeds}){mark}"
     if c.low == c.high:
         return f"{label} {_shown(c.diff, m, c.scale)} on every seed ({seeds}){mark}"
-    if c.margin:  # an equivalence: the p its rule reads, p_within or p_outside, not the t-test against 0
-        test = f"p {'within' if side_for else 'outside'} ±{c.margin:g} {_p(p_side)}"
-        adjusted = f", adjusted {_p(min(1.0, p_side * adjust))}" if adjust > 1 else ""
-    else:
-        test = f"p {_p(c.p)}"
-        adjusted = f", adjusted {_p(min(1.0, p_side * adjust))}" if adjust > 1 or own else ""
+    # an equivalence prints the p its rule reads, p_within or p_outside, not the t-test against 0
+    test = f"p {'within' if side_for else 'outside'} ±{c.margin:g} {_p(p_side)}" if c.margin else f"p {_p(c.p)}"
+    adjusted = f", adjusted {_p(min(1.0, p_side * adjust))}" if adjust > 1 or (own and not c.margin) else ""
     return (f"{label} {_shown(c.diff, m, c.scale)} [{_shown(c.low, m, c.scale)}, {_shown(c.high, m, c.scale)}] "
             f"({seeds}, {test}{adjusted}){mark}")
 

@@ -294,10 +294,10 @@ def mfe_loss(
     real samples only, padded samples give 0, and a 'mean' over no class is 0.
     """
     _check_reduction(reduction)
+    check_inputs(logits, target, mask)
     q = logits.shape[-1]
     if num_classes is not None and num_classes != q:
         raise ValueError(f"num_classes={num_classes} but logits have {q} classes")
-    check_inputs(logits, target, mask)
     onehot = _one_hot(target.long(), q, logits.dtype)
     if mask is None:
         counts = onehot.sum(0)

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "reference" / "mnist"
 DOCS = REPO / "docs"
 SOURCE = "fedbalance reference docs"
-RENDERED = {"fidelity", "claims", "reproduction", "rule-change"}  # spliced from a render (tests/test_reference.py checks them)
+RENDERED = {"fidelity", "claims", "reproduction", "rule-change", "job-times"}  # spliced by refdocs (tests/test_reference.py)
 
 
 def block(page: Path, name: str) -> str:
@@ -409,3 +409,55 @@ def test_reference_readme_status_is_current() -> None:
     for (exp, setting, loss), seeds in held.items():
         assert f"| {exp} | mnist | {setting} | {loss} | {', '.join(map(str, sorted(seeds)))} |" in m.group(1)
     assert f"\n{sum(map(len, held.values()))} jobs, made by " in m.group(1)
+
+
+
+def test_job_times_recomputed() -> None:
+    """docs/performance.md's table of the set's wall times and the README's line: every row recomputed from the job
+    folders with json and ``statistics`` (quartiles by its inclusive method, numpy's linear interpolation), derived
+    jobs left out."""
+    import statistics
+
+    minutes: dict[tuple[str, str], list[float]] = {}
+    for p in sorted(REFERENCE.glob("*/*/*/*/seed*/provenance.json")):
+        record = json.loads(p.read_text())
+        if "derived_from" in record:
+            continue
+        metrics = json.loads((p.parent / "metrics.json").read_text())
+        device = record.get("runtime", {}).get("device") or metrics["device"]
+        minutes.setdefault((device, p.parent.relative_to(REFERENCE).parts[0]), []).append(metrics["wall_time_s"] / 60)
+    text = block(DOCS / "performance.md", "job-times")
+    devices = {d for d, _ in minutes}
+    for key in [*minutes, *((d, None) for d in devices)]:
+        values = minutes[key] if key[1] else [v for (d, _), vs in minutes.items() if d == key[0] for v in vs]
+        q1, med, q3 = statistics.quantiles(values, n=4, method="inclusive")
+        assert statistics.median(values) == pytest.approx(med)
+        family = f"`{key[1]}`" if key[1] else "**all**"
+        row = f"| {key[0]} | {family} | {len(values)} | {med:.1f} | {q1:.1f}–{q3:.1f} | {max(values):.1f} |"
+        assert row in text, row
+    assert text.count("\n| ") == len(minutes) + len(devices) + 1  # the head, one row a family and device, one "all"
+    cpu = [v for (d, _), vs in minutes.items() if d == "cpu" for v in vs]
+    readme = " ".join(block(REPO / "README.md", "job-times").split())
+    assert (f"the {len(cpu)} trained CPU jobs of reference/mnist took a median of {statistics.median(cpu):.0f} "
+            f"minutes each") in readme
+
+
+def test_job_times_by_hand() -> None:
+    """Six jobs: four CPU jobs of 1, 2, 3 and 4 minutes (one branched), one derived (left out), one CUDA job of half a
+    minute; the CPU median 2.5, quartiles 1.75 and 3.25 by hand."""
+    jobs = pd.DataFrame([("losses", "cpu", 60, False, False), ("losses", "cpu", 240, False, False),
+                         ("early", "cpu", 120, False, True), ("early", "cpu", 180, False, False),
+                         ("t_ra", "cpu", 999, True, False), ("losses", "cuda (NVIDIA H200)", 30, False, False)],
+                        columns=["experiment", "device", "wall_time_s", "derived", "branched"]).assign(threads=1, cores=2)
+    c = prose.job_time_context(jobs)
+    assert (c["derived"], c["branched"], c["without"], c["threads"], c["cores"]) == (1, 1, 0, [1], [2])
+    assert c["cpu"] == {"jobs": 4, "median": 2.5, "q1": 1.75, "q3": 3.25, "max": 4.0}
+    assert [g["device"] for g in c["groups"]] == ["cpu", "cuda (NVIDIA H200)"]
+    rows = {r["experiment"]: r for r in c["groups"][0]["rows"]}
+    assert rows["losses"]["median"] == 2.5 and rows["early"]["median"] == 2.5 and "t_ra" not in rows
+    assert c["groups"][1]["all"] == {"jobs": 1, "median": 0.5, "q1": 0.5, "q3": 0.5, "max": 0.5}
+    text = prose.render("job_times.md.j2", c)
+    assert "| cpu | **all** | 4 | 2.5 | 1.8–3.2 | 4.0 |" in text  # 1.75 and 3.25 rounded half to even
+    assert "The 1 derived job (`derived_from`" in text and "The 1 branched job (`branched_from`) counts whole" in text
+    readme = " ".join(prose.render("job_times_readme.md.j2", c).split())
+    assert "the 4 trained CPU jobs of reference/mnist took a median of 2 minutes each (quartiles 2–3, longest 4" in readme

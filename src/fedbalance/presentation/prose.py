@@ -780,6 +780,32 @@ def auc_context() -> dict[str, Any]:
             "implied": {"hits": hits, "n": n}}
 
 
+def wall_minutes(minutes: np.ndarray) -> dict[str, Any]:
+    """Jobs, median, quartiles (linear interpolation) and max of wall times given in minutes."""
+    q1, med, q3 = (float(v) for v in np.percentile(minutes, [25, 50, 75]))
+    return {"jobs": len(minutes), "median": med, "q1": q1, "q3": q3, "max": float(minutes.max())}
+
+
+def job_time_context(jobs: pd.DataFrame) -> dict[str, Any]:
+    """The wall times (minutes) of a set's trained jobs per family and over all, the CPU jobs apart from each other
+    device's (CPU first, families in the order of their first job), with the CPU jobs' torch threads and host cores.
+    ``jobs``: one row a job (``refdocs.job_times_frame``): experiment, device, wall_time_s, derived, branched, threads,
+    cores. A derived job (its source's wall time) is left out; a branched job counts whole, the rounds it shares with
+    its source included."""
+    trained = jobs[~jobs.derived.astype(bool)]
+    f = trained.dropna(subset=["wall_time_s"]).assign(minutes=lambda d: d.wall_time_s.astype(float) / 60)
+    cpu = trained[trained.device == "cpu"]
+    groups = [{"device": device, "all": wall_minutes(on.minutes.to_numpy(float)),
+               "rows": [{"experiment": e, **wall_minutes(g.minutes.to_numpy(float))}
+                        for e, g in on.groupby("experiment", sort=False)]}
+              for device, on in f.groupby("device", sort=False)]
+    groups.sort(key=lambda g: g["device"] != "cpu")
+    return {"groups": groups, "cpu": next((g["all"] for g in groups if g["device"] == "cpu"), None),
+            "derived": int(jobs.derived.astype(bool).sum()), "branched": int(trained.branched.astype(bool).sum()),
+            "without": len(trained) - len(f), "threads": sorted(set(cpu.threads), key=str),
+            "cores": sorted(set(cpu.cores), key=str)}
+
+
 TEMPLATES = {
     "seeds": ("fidelity.md", "seeds.md.j2"),
     "collapses": ("ratio-stability.md", "collapses.md.j2"),

@@ -4,20 +4,25 @@ README (on top of ``presentation``: it reads a render's claims and the prose blo
 A render (``snakemake ... --config reference_dir=reference/mnist results_dir=results_reference``) writes
 ``tables/Fidelity.md``, ``tables/Reproduction.md`` and ``claims.md``; ``docs`` puts them, the before/after table of the
 claims' rule and every generated prose block (``presentation.prose``) between their marks in docs/fidelity.md and
-docs/claims-mnist.md (``<!-- name: fedbalance reference docs -->`` ... ``<!-- /name -->``), and the status table
-(``refset.status_text``) into reference/README.md; ``--check`` only compares.
+docs/claims-mnist.md (``<!-- name: fedbalance reference docs -->`` ... ``<!-- /name -->``), the wall times of the set's
+jobs (``job_times_frame``) into docs/performance.md and the README, and the status table (``refset.status_text``) into
+reference/README.md; ``--check`` only compares.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import tempfile
 from pathlib import Path
 
+import pandas as pd
+
 from fedbalance.jobs.aggregate import read_frame, read_tidy
-from fedbalance.jobs.jobfolder import JobFolderError
+from fedbalance.jobs.jobfolder import METRICS, JobFolderError
 from fedbalance.presentation.headline import install_figures, tally_text
 from fedbalance.presentation.prose import blocks as prose_blocks
+from fedbalance.presentation.prose import job_time_context, render
 from fedbalance.jobs.provenance import PROVENANCE
 from fedbalance.common.records import Job
 from fedbalance.evidence.refset import STATUS_SOURCE, RefSetError, provenances, spliced, status_text
@@ -72,6 +77,19 @@ def rule_change_text(rendered: Path, reference: Path | None = None) -> str:
         return write_rule_changes(final, rounds, Path(tmp) / "rule.md", looks=looks).read_text()
 
 
+def job_times_frame(reference: Path) -> pd.DataFrame:
+    """One row a job of the set (its seal and folders checked, ``refset.provenances``): experiment, device,
+    wall_time_s (metrics.json), derived and branched (``derived_from``, ``branched_from`` in its record), and the
+    torch threads and host cores its record names."""
+    rows = []
+    for parts, record, device in provenances(reference):
+        metrics = json.loads(reference.joinpath(*parts, METRICS).read_text())
+        rows.append({"experiment": parts[0], "device": device or "unknown", "wall_time_s": metrics.get("wall_time_s"),
+                     "derived": "derived_from" in record, "branched": "branched_from" in record,
+                     "threads": (record.get("runtime") or {}).get("threads"), "cores": (record.get("host") or {}).get("cpus")})
+    return pd.DataFrame(rows, columns=["experiment", "device", "wall_time_s", "derived", "branched", "threads", "cores"])
+
+
 def docs_texts(rendered: Path, reference: Path, docs: Path) -> dict[Path, str]:
     """docs/fidelity.md and docs/claims-mnist.md with the render of ``reference`` (in ``rendered``) spliced in, every
     generated prose block (computed from ``reference``'s job folders) in its page, the claims' tally in the README's
@@ -96,6 +114,9 @@ def docs_texts(rendered: Path, reference: Path, docs: Path) -> dict[Path, str]:
     held = sum(1 for _ in provenances(reference))
     from fedbalance.evidence.looks import looks_path, read_looks
 
+    times = job_time_context(job_times_frame(reference))
+    blocks += [(docs / "performance.md", "job-times", render("job_times.md.j2", times)),
+               (docs.parent / "README.md", "job-times", render("job_times_readme.md.j2", times))]
     blocks.append((docs.parent / "README.md", "findings",
                    tally_text(final, rounds, f"the {held} jobs of {label}",
                               looks=read_looks(looks_path(reference)))))

@@ -790,8 +790,8 @@ def job_time_context(jobs: pd.DataFrame) -> dict[str, Any]:
     """The wall times (minutes) of a set's trained jobs per family and over all, the CPU jobs apart from each other
     device's (CPU first, families in the order of their first job), with the CPU jobs' torch threads and host cores.
     ``jobs``: one row a job (``refdocs.job_times_frame``): experiment, device, wall_time_s, derived, branched, threads,
-    cores. A derived job (its source's wall time) is left out; a branched job counts whole, the rounds it shares with
-    its source included."""
+    cores. A derived job (its source's wall time) is left out; a branched job counts whole (``run_job``: its wall time
+    holds its source's to the round it branched at)."""
     trained = jobs[~jobs.derived.astype(bool)]
     f = trained.dropna(subset=["wall_time_s"]).assign(minutes=lambda d: d.wall_time_s.astype(float) / 60)
     cpu = trained[trained.device == "cpu"]

@@ -22,6 +22,9 @@
 # next free slot, at most TRIES (default 2) times in a run. Given-up jobs: RUNS/.slots/failed. A slot with nothing
 # left to take waits while another slot's job runs (it may fail and come back, or free a job that waits), then ends.
 # JOBS (default unset: no limit): the most jobs this run starts (a try again is no new job, and is still made).
+# PLAN (default unset: the evidence order of this checkout's library): the steps `missing --plan` takes instead,
+# space-separated, e.g. PLAN=mismatch::0,1,2: the run ends when that step is done, where the worktree is moved to a
+# commit that knows the next one (reference/README.md); a PLAN that `missing` refuses is a bad argument.
 # SNAKEMAKE (default `python3 -m snakemake`) and FEDBALANCE (default `python3 -m fedbalance`) name the commands.
 # The slots write RUNS/.slots/events.log: "start|end|failed|gave-up TARGET SLOT rc=RC TIME", one line each, and
 # "missing-failed - SLOT" when `missing` failed (its stderr: missing.log; the slot asks again after RETRY_S, and
@@ -84,9 +87,10 @@ event() { echo "$1 $2 $3 rc=$4 $(date -u +%FT%TZ)" >>"$state/events.log"; }
 # The set's missing jobs as targets in RUNS, in the evidence order. The set is read as it is, committed or not
 # (FEDBALANCE_ACCEPT_UNCOMMITTED=1, said in missing.log): a collect not yet committed (collect_render.sh's render, say)
 # takes its jobs off the list at once, and no slot waits for the commit; no number of the set is read here.
+read -r -a plan <<<"${PLAN:-}"
 list_missing() {
   FEDBALANCE_ACCEPT_UNCOMMITTED=1 "${fedbalance[@]}" reference missing --config "$config" --reference "$reference" \
-    --targets "$runs"
+    --targets "$runs" ${plan[@]+--plan "${plan[@]}"}
 }
 
 # Under the queue's lock: the first missing job not finished in RUNS, running or given up (once JOBS jobs started, the

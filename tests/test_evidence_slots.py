@@ -68,6 +68,8 @@ if str(calls) in os.environ.get("MISSING_FAILS", "").split() or os.environ.get("
     sys.exit("the set is being collected into")
 args = sys.argv[1:]
 assert args[:2] == ["reference", "missing"] and "--targets" in args, args
+with open(os.environ["CALLS"] + ".missing-args", "a") as f:
+    f.write(" ".join(args[args.index("--targets") + 2:]) + "\n")
 runs = args[args.index("--targets") + 1]
 for name in os.environ["ORDER"].split():
     print(f"{runs}/{name}/metrics.json")
@@ -235,6 +237,24 @@ def test_jobs_caps_the_jobs_a_run_starts(tmp_path: Path) -> None:
     for bad in ("0", "many", "2.5"):
         proc = _run(tmp_path, "2", ["job0"], JOBS=bad)
         assert proc.returncode == 2 and f"JOBS={bad}" in proc.stderr
+
+
+def test_plan_is_the_steps_missing_is_asked_for(tmp_path: Path) -> None:
+    """PLAN='mismatch::0,1,2 readings::' reaches every `missing` call as `--plan` with those two steps; without PLAN
+    no call names a plan (the evidence order); a PLAN that `missing` refuses ends the run as a bad argument."""
+    proc = _run(tmp_path, "2", ["job0", "job1"], PLAN="mismatch::0,1,2 readings::")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    asked = (tmp_path / "calls.log.missing-args").read_text().splitlines()
+    assert asked and set(asked) == {"--plan mismatch::0,1,2 readings::"}
+    for f in tmp_path.glob("calls.log*"):
+        f.unlink()
+    assert _run(tmp_path, "2", ["job0"]).returncode == 0
+    assert set((tmp_path / "calls.log.missing-args").read_text().splitlines()) == {""}
+    for f in tmp_path.glob("calls.log*"):
+        f.unlink()
+    refused = _run(tmp_path, "2", ["job0"], PLAN="bogus", MISSING_FAILS="all")
+    assert refused.returncode == 2 and not [c for c in _calls(tmp_path) if c[0] == "start"]
+    assert (tmp_path / "calls.log.missing").read_text() == "1"  # asked once, refused, no slot started
 
 
 def test_a_job_whose_run_builds_another_running_job_waits_for_it(tmp_path: Path) -> None:

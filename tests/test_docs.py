@@ -461,3 +461,6 @@ def test_job_times_by_hand() -> None:
     assert "The 1 derived job (`derived_from`" in text and "The 1 branched job (`branched_from`) counts whole" in text
     readme = " ".join(prose.render("job_times_readme.md.j2", c).split())
     assert "the 4 trained CPU jobs of reference/mnist took a median of 2 minutes each (quartiles 2–3, longest 4" in readme
+    old = prose.job_time_context(jobs.assign(threads=None, cores=None))  # records that name neither
+    assert (old["threads"], old["cores"]) == ([], []) and old["cpu"] == c["cpu"]
+    assert "torch thread" not in prose.render("job_times.md.j2", old) + prose.render("job_times_readme.md.j2", old)

@@ -802,8 +802,8 @@ def job_time_context(jobs: pd.DataFrame) -> dict[str, Any]:
     groups.sort(key=lambda g: g["device"] != "cpu")
     return {"groups": groups, "cpu": next((g["all"] for g in groups if g["device"] == "cpu"), None),
             "derived": int(jobs.derived.astype(bool).sum()), "branched": int(trained.branched.astype(bool).sum()),
-            "without": len(trained) - len(f), "threads": sorted(set(cpu.threads), key=str),
-            "cores": sorted(set(cpu.cores), key=str)}
+            "without": len(trained) - len(f), "threads": sorted(set(cpu.threads.dropna().astype(int))),
+            "cores": sorted(set(cpu.cores.dropna().astype(int)))}
 
 
 TEMPLATES = {

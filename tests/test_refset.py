@@ -151,21 +151,27 @@ def test_collect_replaces_a_different_job_only_on_purpose(tmp_path: Path) -> Non
 
 
 def test_status_counts_seeds_commits_runners_and_minutes_per_device(tmp_path: Path) -> None:
-    jobs = [("losses/mnist/g50/ce/seed0", "a" * 40, "cpu", 600.0, None),
-            ("losses/mnist/g50/ce/seed3", "b" * 40, "cuda (H200)", 180.0, "snakemake"),
-            ("losses/mnist/g10/ce/seed1", "a" * 40, "cpu", 1200.0, None),
-            ("losses/mnist/g10/ce/seed0", "a" * 40, "cpu", 900.0, "snakemake")]
-    for job, commit, device, wall, runner in jobs:
+    jobs = [("losses/mnist/g50/ce/seed0", "a" * 40, "cpu", 600.0, None, {}),
+            ("losses/mnist/g50/ce/seed3", "b" * 40, "cuda (H200)", 180.0, "snakemake", {}),
+            ("losses/mnist/g10/ce/seed1", "a" * 40, "cpu", 1200.0, None, {}),
+            ("losses/mnist/g10/ce/seed0", "a" * 40, "cpu", 900.0, "snakemake", {}),
+            ("losses/mnist/g10/ce/seed2", "a" * 40, "cpu", 1500.0, None, {}),
+            # a derived job: its own 12 seconds are not a trained job's minutes, but it is one of the device's jobs
+            ("losses/mnist/g10/ce/seed3", "a" * 40, "cpu", 12.0, "snakemake",
+             {"derived_from": "losses/mnist/g10/ce/seed0"})]
+    for job, commit, device, wall, runner, more in jobs:
         record = {"commit": commit, "runtime": {"device": device}, "wall_s_job": wall, **({"runner": runner} if runner
-                                                                                         else {})}
+                                                                                         else {}), **more}
         _job(tmp_path, job, record=record)
     seal_set(tmp_path, MNIST)
     lines = refset.status_text(tmp_path).splitlines()
-    assert lines[2:4] == ["| losses | mnist | g10 | ce | 0, 1 |", "| losses | mnist | g50 | ce | 0, 3 |"]  # Γ order
-    # the counts in words and a table, no Python dict
-    assert lines[-6:] == ["4 jobs, made by scripts/reference_jobs.py (2 jobs), snakemake (2 jobs); at commits aaaaaaa "
-                          "(3 jobs), bbbbbbb (1 job).", "", "| device | jobs | minutes per job: least–most (median) |",
-                          "|---|---|---|", "| cpu | 3 | 10.0–20.0 (15.0) |", "| cuda (H200) | 1 | 3.0–3.0 (3.0) |"]
+    assert lines[2:4] == ["| losses | mnist | g10 | ce | 0, 1, 2, 3 |", "| losses | mnist | g50 | ce | 0, 3 |"]  # Γ order
+    # the counts in words and a table, no Python dict; cpu: trained 10, 15, 20, 25 minutes (median 17.5, the mean of
+    # the middle two), the derived job counted among the device's 5 jobs and not in their minutes
+    assert lines[-6:] == ["6 jobs, made by scripts/reference_jobs.py (3 jobs), snakemake (3 jobs); at commits aaaaaaa "
+                          "(5 jobs), bbbbbbb (1 job).", "",
+                          "| device | jobs | derived | minutes per trained job: least–most (median) |",
+                          "|---|---|---|---|", "| cpu | 5 | 1 | 10.0–25.0 (17.5) |", "| cuda (H200) | 1 | 0 | 3.0–3.0 (3.0) |"]
     r = _ref("status", "--reference", str(tmp_path))
     assert r.returncode == 0 and r.stdout == refset.status_text(tmp_path)
 

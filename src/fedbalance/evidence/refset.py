@@ -26,6 +26,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -762,12 +763,16 @@ def _gamma(setting: str) -> float:
 
 
 def status_text(reference: Path) -> str:
-    """Markdown: per (experiment, setting, loss) the seeds the set holds; then its commits, devices, the runners that
-    made its jobs (``provenance.runner``) and minutes a job per device (one pass over the provenance records)."""
+    """Markdown: per (experiment, setting, loss) the seeds the set holds; then its commits, the runners that made its
+    jobs (``provenance.runner``) and per device its jobs, the derived ones among them (``derived_from``: a few seconds
+    of their own, their source's training) and the minutes a trained job took (``wall_s_job``; one pass over the
+    provenance records)."""
     held: dict[tuple[str, str, str, str], list[int]] = {}
     commits: dict[str, int] = {}
     runners: dict[str, int] = {}
     minutes: dict[str, list[float]] = {}
+    on_device: dict[str, int] = {}
+    derived: dict[str, int] = {}
     job_paths = []
     for (exp, ds, setting, loss, seed), record, device in provenances(reference):
         job_paths.append(f"{exp}/{ds}/{setting}/{loss}/{seed}")
@@ -775,11 +780,13 @@ def status_text(reference: Path) -> str:
         commits[record["commit"][:7]] = commits.get(record["commit"][:7], 0) + 1
         runners[provenance.runner(record)] = runners.get(provenance.runner(record), 0) + 1
         minutes.setdefault(device, [])
+        on_device[device] = on_device.get(device, 0) + 1
+        derived[device] = derived.get(device, 0) + ("derived_from" in record)
         wall = record.get("wall_s_job")
         if wall is not None and (isinstance(wall, bool) or not isinstance(wall, (int, float)) or not math.isfinite(wall)):
             raise RefSetError(f"{reference.joinpath(exp, ds, setting, loss, seed, PROVENANCE)}: wall_s_job {wall!r} is "
                               "not a number of seconds")
-        if wall:
+        if wall and "derived_from" not in record:
             minutes[device].append(wall / 60)
     lines = ["| experiment | dataset | setting | loss | seeds |", "|---|---|---|---|---|"]
     for (exp, ds, setting, loss), seeds in sorted(held.items(), key=lambda kv: (kv[0][0], kv[0][1], _gamma(kv[0][2]),
@@ -787,10 +794,10 @@ def status_text(reference: Path) -> str:
         lines.append(f"| {exp} | {ds} | {setting} | {loss} | {', '.join(map(str, sorted(seeds)))} |")
     n = sum(len(v) for v in held.values())
     lines += ["", f"{n} jobs, made by {_counted(sorted(runners.items()))}; at commits {_counted(commits.items())}.", "",
-              "| device | jobs | minutes per job: least–most (median) |", "|---|---|---|"]
+              "| device | jobs | derived | minutes per trained job: least–most (median) |", "|---|---|---|---|"]
     for d, m in sorted(minutes.items()):
-        spread = f"{min(m):.1f}–{max(m):.1f} ({sorted(m)[len(m) // 2]:.1f})" if m else "–"
-        lines.append(f"| {d} | {len(m)} | {spread} |")
+        spread = f"{min(m):.1f}–{max(m):.1f} ({statistics.median(m):.1f})" if m else "–"
+        lines.append(f"| {d} | {on_device[d]} | {derived[d]} | {spread} |")
     lines += [f"changed after it was collected: {line}" for line in changed_after_collect(reference, job_paths)]
     return "\n".join(lines) + "\n"
 

@@ -183,6 +183,26 @@ def test_status_names_a_provenance_whose_wall_time_is_not_a_number(tmp_path: Pat
     _one_line(_ref("status", "--reference", str(root)), "wall_s_job 'twelve minutes' is not a number")
 
 
+def test_missing_counts_each_steps_jobs_in_all_so_that_the_held_ones_are_the_sets() -> None:
+    """On the shipped set and the evidence order (its last step, every other job): the steps' jobs in all less the
+    jobs to run are the jobs the set holds, counted here from its folders; no step is larger than the study's jobs of
+    its experiment and seeds (counted from ``config.jobs``, twins and all)."""
+    from fedbalance.jobs.config import jobs, load_config
+
+    ref = REPO / "reference" / "mnist"
+    planned: dict[str, int] = {}
+    steps = refset.missing(MNIST, ref, planned=planned)
+    held = len(list(ref.glob("*/mnist/*/*/seed*/provenance.json")))
+    assert held > 0 and list(planned) == [step for step, _ in steps]
+    assert sum(planned.values()) - sum(len(j) for _, j in steps) == held
+    every = jobs(load_config(MNIST))
+    for step, lacking in steps:
+        exp, globs, seeds = refset.plan_step(step)
+        if exp != "*":
+            assert len(lacking) <= planned[step] <= sum(
+                j.experiment == exp and (seeds is None or j.seed in seeds) and j.dataset == "mnist" for j in every), step
+
+
 def test_missing_lists_the_lacking_jobs_in_the_plans_order_as_jobs_or_targets(tmp_path: Path) -> None:
     """One batch per (experiment, setting) and list of seeds, seeds outermost, the held jobs left out, steps in the order
     given (the order scripts/reference_jobs.py ran them in); --targets prints each job's metrics.json under RUNS."""
@@ -196,7 +216,10 @@ def test_missing_lists_the_lacking_jobs_in_the_plans_order_as_jobs_or_targets(tm
     assert r.stdout.splitlines() == ["mfe/mnist/c4/mfe/seed0", "mfe/mnist/c4/mse/seed0", "mfe/mnist/c4/mse/seed1",
                                      "mfe/mnist/c5/mfe/seed0", "mfe/mnist/c5/mfe/seed1", "alpha/mnist/a0.5/ratio/seed2",
                                      "alpha/mnist/a2/ratio/seed2"]
-    assert r.stderr.strip() == "7 jobs to run: mfe:c5,c4:0,1 5, alpha:a0.5,a2:2 2"
+    # per step its jobs to run, of its jobs in all: mfe at c4 and c5, losses mfe and mse, seeds 0-1 = 8, of which the
+    # set holds c5 mse seeds 0-1 and c4 mfe seed 1 (its c5 mse seed 2 is outside the step); alpha's two settings, ratio
+    # alone, seed 2 = 2
+    assert r.stderr.strip() == "7 jobs to run: mfe:c5,c4:0,1 5 of 8, alpha:a0.5,a2:2 2 of 2"
     # a batch of two losses at seeds 0 and 1: seed 0's losses, then seed 1's
     r = _ref("missing", "--reference", str(ref), "--plan", "mfe:c3:0,1", "--targets", "RUNS")
     assert r.stdout.splitlines() == [f"RUNS/mfe/mnist/c3/{loss}/seed{s}/metrics.json" for s in (0, 1)
@@ -254,7 +277,8 @@ def test_missing_follows_the_evidence_plan_and_lists_every_lacking_job_once(tmp_
                           "mfe/mnist/c2/mfe/seed0", "mfe/mnist/c2/mse/seed0"]
     lacking = missing_jobs(load_config(QUICK), tmp_path / "ref")
     assert sorted(listed) == sorted(j.path for j in lacking) and len(set(listed)) == len(listed)
-    assert r.stderr.startswith(f"{len(lacking)} jobs to run: early::0,1,2 2, t_ra::0,1,2 1, mfe::0,1,2 2, ")
+    # an empty set: each step's jobs to run are all of its jobs
+    assert r.stderr.startswith(f"{len(lacking)} jobs to run: early::0,1,2 2 of 2, t_ra::0,1,2 1 of 1, mfe::0,1,2 2 of 2, ")
     piped = subprocess.run(f"{sys.executable} -m fedbalance reference missing --config {QUICK} --reference "
                            f"{tmp_path / 'ref'} | head -n 2", shell=True, capture_output=True, text=True,
                            env={**os.environ, "PYTHONPATH": str(REPO / "src")}, cwd=REPO)

@@ -70,6 +70,13 @@ def reference_jobs(cfg: Mapping[str, Any], root: str | Path) -> tuple[list[Job],
     return held, copied
 
 
+def study_jobs(cfg: Mapping[str, Any]) -> list[Job]:
+    """Every job of the study once, in the config's order, a twin replaced by the job trained in its place (at the
+    twin's place when that comes first): what ``missing_jobs`` lists for a set that holds nothing."""
+    tw = twins(cfg)
+    return list(dict.fromkeys(tw.get(j, j) for j in jobs(cfg)))
+
+
 def missing_jobs(cfg: Mapping[str, Any], root: str | Path) -> list[Job]:
     """The jobs to train so that ``root`` renders every job of the study, in the config's order: each job the set
     neither holds nor copies (``reference_jobs``), a twin replaced by the job trained in its place (at the twin's

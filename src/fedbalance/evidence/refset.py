@@ -903,15 +903,32 @@ def _batches(jobs: Sequence[Job]) -> list[list[Job]]:
     return out
 
 
-def missing(config: Path, reference: Path, plan: Sequence[str] | None = None,
-            dataset: str = "mnist") -> list[tuple[str, list[Job]]]:
+def _by_step(plan: Sequence[str], steps: Sequence[tuple[str, list[str], list[int] | None]], matched: Sequence[bool],
+             jobs: Sequence[Job]) -> list[tuple[str, list[Job]]]:
+    """``jobs`` shared out over the plan's steps (``plan_step``; a step whose experiment the config lacks left out),
+    each job to the first step that names it, in the plan's then the jobs' order."""
+    taken: set[Job] = set()
+    out = []
+    for step, (exp, globs, seeds), ok in zip(plan, steps, matched):
+        if not ok:
+            continue
+        mine = [j for j in jobs if fnmatch.fnmatchcase(j.experiment, exp) and (seeds is None or j.seed in seeds)
+                and j not in taken and any(fnmatch.fnmatchcase(j.setting, g) for g in globs)]
+        taken.update(mine)
+        out.append((step, mine))
+    return out
+
+
+def missing(config: Path, reference: Path, plan: Sequence[str] | None = None, dataset: str = "mnist",
+            planned: dict[str, int] | None = None) -> list[tuple[str, list[Job]]]:
     """Per step of ``plan`` (default ``EVIDENCE_PLAN``): the jobs of ``config`` that ``reference`` lacks
     (``fedbalance.evidence.reference.missing_jobs``: a twin replaced by the job trained in its place), each once, in the plan's
     then the config's order, in ``_batches``. A step of an experiment the config lacks is refused, or skipped in the
-    default plan."""
+    default plan. ``planned``, when given, is filled with each step's jobs in all, held or not
+    (``reference.study_jobs``, shared out the same way)."""
     from fedbalance.jobs.config import jobs as config_jobs
     from fedbalance.jobs.config import load_config
-    from fedbalance.evidence.reference import missing_jobs
+    from fedbalance.evidence.reference import missing_jobs, study_jobs
 
     if not config.is_file():
         raise RefSetError(f"--config {config}: not a file")
@@ -932,16 +949,10 @@ def missing(config: Path, reference: Path, plan: Sequence[str] | None = None,
     for (exp, _, _), ok in zip(steps, matched):
         if not ok and not default:
             raise RefSetError(f"--plan: {config} has no experiment {exp!r} (it has {', '.join(sorted(known))})")
-    taken: set[Job] = set()
-    out = []
-    for step, (exp, globs, seeds), ok in zip(plan, steps, matched):
-        if not ok:
-            continue
-        jobs = [j for j in todo if fnmatch.fnmatchcase(j.experiment, exp) and (seeds is None or j.seed in seeds)
-                and j not in taken and any(fnmatch.fnmatchcase(j.setting, g) for g in globs)]
-        taken.update(jobs)
-        out.append((step, [j for batch in _batches(jobs) for j in batch]))
-    return out
+    if planned is not None:
+        every = [j for j in study_jobs(cfg) if j.dataset == dataset]
+        planned.update((step, len(mine)) for step, mine in _by_step(plan, steps, matched, every))
+    return [(step, [j for batch in _batches(mine) for j in batch]) for step, mine in _by_step(plan, steps, matched, todo)]
 
 
 def next_step(steps: Sequence[tuple[str, list[Job]]],

@@ -190,16 +190,16 @@ def test_missing_counts_each_steps_jobs_in_all_so_that_the_held_ones_are_the_set
     from fedbalance.jobs.config import jobs, load_config
 
     ref = REPO / "reference" / "mnist"
-    planned: dict[str, int] = {}
+    planned: list[int] = []
     steps = refset.missing(MNIST, ref, planned=planned)
     held = len(list(ref.glob("*/mnist/*/*/seed*/provenance.json")))
-    assert held > 0 and list(planned) == [step for step, _ in steps]
-    assert sum(planned.values()) - sum(len(j) for _, j in steps) == held
+    assert held > 0 and len(planned) == len(steps)
+    assert sum(planned) - sum(len(j) for _, j in steps) == held
     every = jobs(load_config(MNIST))
-    for step, lacking in steps:
+    for (step, lacking), n in zip(steps, planned):
         exp, globs, seeds = refset.plan_step(step)
         if exp != "*":
-            assert len(lacking) <= planned[step] <= sum(
+            assert len(lacking) <= n <= sum(
                 j.experiment == exp and (seeds is None or j.seed in seeds) and j.dataset == "mnist" for j in every), step
 
 
@@ -220,6 +220,9 @@ def test_missing_lists_the_lacking_jobs_in_the_plans_order_as_jobs_or_targets(tm
     # set holds c5 mse seeds 0-1 and c4 mfe seed 1 (its c5 mse seed 2 is outside the step); alpha's two settings, ratio
     # alone, seed 2 = 2
     assert r.stderr.strip() == "7 jobs to run: mfe:c5,c4:0,1 5 of 8, alpha:a0.5,a2:2 2 of 2"
+    # a step named twice: its jobs go to the first, none to the second
+    r = _ref("missing", "--reference", str(ref), "--plan", "mfe:c5,c4:0,1", "mfe:c5,c4:0,1")
+    assert r.returncode == 0 and r.stderr.strip() == "5 jobs to run: mfe:c5,c4:0,1 5 of 8, mfe:c5,c4:0,1 0 of 0"
     # a batch of two losses at seeds 0 and 1: seed 0's losses, then seed 1's
     r = _ref("missing", "--reference", str(ref), "--plan", "mfe:c3:0,1", "--targets", "RUNS")
     assert r.stdout.splitlines() == [f"RUNS/mfe/mnist/c3/{loss}/seed{s}/metrics.json" for s in (0, 1)

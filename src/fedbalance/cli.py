@@ -700,10 +700,10 @@ def cmd_reference_missing(args: argparse.Namespace) -> int:
     from fedbalance.evidence.refset import missing, next_step, set_config, target
 
     config = args.config if args.config is not None else set_config(args.reference)
-    planned: dict[str, int] = {}
+    planned: list[int] = []
     steps = missing(config, args.reference, args.plan, args.dataset, planned)
     print(f"{sum(len(j) for _, j in steps)} jobs to run: "
-          + ", ".join(f"{step} {len(j)} of {planned[step]}" for step, j in steps), file=sys.stderr)
+          + ", ".join(f"{step} {len(j)} of {n}" for (step, j), n in zip(steps, planned)), file=sys.stderr)
     runs = args.targets
     finished = None if runs is None else (lambda job: Path(target(runs, job)).is_file())
     if finished is not None:

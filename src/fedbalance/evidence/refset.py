@@ -920,12 +920,12 @@ def _by_step(plan: Sequence[str], steps: Sequence[tuple[str, list[str], list[int
 
 
 def missing(config: Path, reference: Path, plan: Sequence[str] | None = None, dataset: str = "mnist",
-            planned: dict[str, int] | None = None) -> list[tuple[str, list[Job]]]:
+            planned: list[int] | None = None) -> list[tuple[str, list[Job]]]:
     """Per step of ``plan`` (default ``EVIDENCE_PLAN``): the jobs of ``config`` that ``reference`` lacks
     (``fedbalance.evidence.reference.missing_jobs``: a twin replaced by the job trained in its place), each once, in the plan's
     then the config's order, in ``_batches``. A step of an experiment the config lacks is refused, or skipped in the
-    default plan. ``planned``, when given, is filled with each step's jobs in all, held or not
-    (``reference.study_jobs``, shared out the same way)."""
+    default plan. ``planned``, when given, gets each returned step's number of jobs in all, held or not, in the same
+    order (``reference.study_jobs``, shared out the same way)."""
     from fedbalance.jobs.config import jobs as config_jobs
     from fedbalance.jobs.config import load_config
     from fedbalance.evidence.reference import missing_jobs, study_jobs
@@ -951,7 +951,7 @@ def missing(config: Path, reference: Path, plan: Sequence[str] | None = None, da
             raise RefSetError(f"--plan: {config} has no experiment {exp!r} (it has {', '.join(sorted(known))})")
     if planned is not None:
         every = [j for j in study_jobs(cfg) if j.dataset == dataset]
-        planned.update((step, len(mine)) for step, mine in _by_step(plan, steps, matched, every))
+        planned.extend(len(mine) for _, mine in _by_step(plan, steps, matched, every))
     return [(step, [j for batch in _batches(mine) for j in batch]) for step, mine in _by_step(plan, steps, matched, todo)]
 
 

@@ -332,7 +332,8 @@ def _reference_parser(sub: Any) -> None:
     st.set_defaults(func=cmd_reference_status)
     mi = rsub.add_parser("missing", help="the jobs the set lacks, in the evidence order (job paths, or targets)",
                          description="The jobs of the study the set lacks (twins: the job trained in their place), in "
-                         "the evidence issue's order, one a line; on stderr a count per step: its jobs to run, of its jobs in all.")
+                         "the evidence issue's order, one a line; on stderr a count per step: its jobs to run, of "
+                         "its jobs in all.")
     mi.add_argument("--reference", type=read_path, default=Path("reference/mnist"), help="the reference set")
     mi.add_argument("--config", type=read_path, default=None,
                     help="the study config (default: the set's marker's, else config/mnist.yaml)")
@@ -696,7 +697,8 @@ def cmd_reference_status(args: argparse.Namespace) -> int:
 
 
 def cmd_reference_missing(args: argparse.Namespace) -> int:
-    """``fedbalance reference missing``: the jobs one a line (or their targets); on stderr per step its jobs to run, of its jobs in all."""
+    """``fedbalance reference missing``: the jobs one a line (or their targets); on stderr per step its jobs to run,
+    of its jobs in all."""
     from fedbalance.evidence.refset import missing, next_step, set_config, target
 
     config = args.config if args.config is not None else set_config(args.reference)

@@ -448,7 +448,8 @@ def test_job_times_by_hand() -> None:
     jobs = pd.DataFrame([("losses", "cpu", 60, False, False), ("losses", "cpu", 240, False, False),
                          ("early", "cpu", 120, False, True), ("early", "cpu", 180, False, False),
                          ("t_ra", "cpu", 999, True, False), ("losses", "cuda (NVIDIA H200)", 30, False, False)],
-                        columns=["experiment", "device", "wall_time_s", "derived", "branched"]).assign(threads=1, cores=2)
+                        columns=["experiment", "device", "wall_time_s", "derived", "branched"]).assign(
+        threads=1, cores=2, process_wall_s=None, process_cpu_s=None)
     c = prose.job_time_context(jobs)
     assert (c["derived"], c["branched"], c["without"], c["threads"], c["cores"]) == (1, 1, 0, [1], [2])
     assert c["cpu"] == {"jobs": 4, "median": 2.5, "q1": 1.75, "q3": 3.25, "max": 4.0}
@@ -464,3 +465,23 @@ def test_job_times_by_hand() -> None:
     old = prose.job_time_context(jobs.assign(threads=None, cores=None))  # records that name neither
     assert (old["threads"], old["cores"]) == ([], []) and old["cpu"] == c["cpu"]
     assert "torch thread" not in prose.render("job_times.md.j2", old) + prose.render("job_times_readme.md.j2", old)
+    assert c["core_share"] is None and "is not recorded" in readme
+
+
+def test_job_times_core_share_by_hand() -> None:
+    """Three CPU jobs record their process's seconds: 600 CPU s over 1,000 wall s on one thread (60 %), 1,800 over
+    1,000 on two threads (90 %), 300 over 1,000 on one (30 %): median 60 %; a fourth, older, records none, a derived
+    one and a CUDA one are not read."""
+    jobs = pd.DataFrame([("losses", "cpu", 1000, False, 1, 1000, 600), ("losses", "cpu", 1000, False, 2, 1000, 1800),
+                         ("early", "cpu", 1000, False, 1, 1000, 300), ("early", "cpu", 900, False, 1, None, None),
+                         ("t_ra", "cpu", 9, True, 1, 9, 1), ("losses", "cuda (NVIDIA H200)", 30, False, 1, 30, 30)],
+                        columns=["experiment", "device", "wall_time_s", "derived", "threads", "process_wall_s",
+                                 "process_cpu_s"]).assign(branched=False, cores=2)
+    c = prose.job_time_context(jobs)
+    assert c["core_share"] == {"jobs": 3, "median": pytest.approx(60.0)}
+    text = " ".join(prose.render("job_times.md.j2", c).split())
+    assert ("3 of them record the CPU seconds their process used (`cpu_s_this_process`): a median of 60 % of their "
+            "wall time on each torch thread") in text and "the others, recorded before it" in text
+    readme = " ".join(prose.render("job_times_readme.md.j2", c).split())
+    assert "the 3 that record their CPU seconds had a median of 60 % of a core a thread" in readme
+    assert "not recorded" not in readme

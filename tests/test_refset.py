@@ -758,6 +758,29 @@ def test_a_record_says_how_its_job_was_made(tmp_path: Path) -> None:
     assert not provenance.in_a_set(record) and provenance.in_a_set({**record, "collected": "now"})
 
 
+def test_a_record_says_how_much_cpu_its_process_had_and_the_machines_load(tmp_path: Path) -> None:
+    """``cpu_s_this_process`` is the process's CPU seconds (read here a second way, ``time.process_time``), so that CPU
+    seconds beside wall seconds say what else shared the machine; ``load_average`` is Linux's /proc/loadavg."""
+    def burn(seconds: float) -> None:
+        end = time.process_time() + seconds
+        while time.process_time() < end:
+            pass
+
+    before, clock = provenance.cpu_seconds(), time.process_time()
+    burn(0.6)
+    after, clock_after = provenance.cpu_seconds(), time.process_time()
+    assert after - before == pytest.approx(clock_after - clock, abs=0.15) and after - before >= 0.45
+    metrics = json.loads((write_job(tmp_path, Job.from_path("losses/mnist/g10/ce/seed0")) / "metrics.json").read_text())
+    how = {"runner": "snakemake", "runner_version": "9", "rule": "train", "wildcards": {}}
+    loads = [Path("/proc/loadavg").read_text().split()[:3]]
+    record = provenance.job_record(metrics, how=how, code=tmp_path, started=time.time() - 1.0,
+                                   env={provenance.COMMIT_ENV: "abc1234"})
+    loads.append(Path("/proc/loadavg").read_text().split()[:3])
+    assert clock_after - 0.15 <= record["cpu_s_this_process"] <= time.process_time() + 0.15
+    assert record["load_average"] in [[float(x) for x in load] for load in loads]
+    assert json.loads(provenance.text(record))["cpu_s_this_process"] == record["cpu_s_this_process"]
+
+
 def test_a_full_disk_during_a_collect_names_recover_as_the_next_step(tmp_path: Path, monkeypatch) -> None:
     """The disk fills while the new set is written: the line says to free space, then `collect --recover` (the
     interrupted collect's journal is there), then collect again; the set is as it was and --recover undoes the rest."""

@@ -7,8 +7,11 @@ commit of another clone) and ``checkout_dirty`` (tracked files changed: True;
 unknown: None), ``command`` (the Snakemake invocation, the results folder written ``RUNS`` and the checkout
 ``REPO``), ``rule`` and ``wildcards``, ``config`` (the config file, relative to the checkout), ``host`` (machine,
 cpus, python), ``started``, ``runtime`` (device, threads, deterministic kernels, versions and training path, from
-metrics.json), ``wall_s_this_process`` (this rule's own seconds), ``wall_s_job`` (the training's: metrics.json's
-``wall_time_s``, a derived job's own seconds, None for a copy) and ``finished``; a derived job adds
+metrics.json), ``wall_s_this_process`` (this rule's own seconds), ``cpu_s_this_process`` (the CPU seconds its process
+used, user and system, all its threads: beside the wall seconds and the threads, how much of a core the job had, i.e.
+what else shared the machine) and ``load_average`` (the machine's 1-, 5- and 15-minute load averages when it ended),
+``wall_s_job`` (the training's: metrics.json's ``wall_time_s``, a derived job's own seconds, None for a copy) and
+``finished``; a derived job adds
 ``derived_from``, a branched one ``branched_from``, a twin ``reused_from`` (job paths) and a copy from a reference set
 ``copied_from`` with that job's record (``reference_provenance``).
 
@@ -181,6 +184,25 @@ def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return platform.processor() or "unknown"
 
 
+def cpu_seconds() -> float | None:
+    """The CPU seconds this process has used, user and system, all its threads (``resource.getrusage``); None where
+    the platform has no ``resource`` module (Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return round(usage.ru_utime + usage.ru_stime, 1)
+
+
+def load_average() -> list[float] | None:
+    """The machine's 1-, 5- and 15-minute load averages (``os.getloadavg``), None where the platform has none."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
 def runtime_of(metrics: Mapping[str, Any]) -> dict[str, Any]:
     """What decides the numbers besides the spec: device, torch threads, kernels, versions, path (from metrics.json)."""
     out = {k: metrics.get(k) for k in ("device", "threads", "deterministic", "versions", "path")}
@@ -234,6 +256,8 @@ def job_record(metrics: Mapping[str, Any], *, how: Mapping[str, Any], code: str 
         **dict(extra or {}),
         "runtime": runtime_of(metrics),
         "wall_s_this_process": wall,
+        "cpu_s_this_process": cpu_seconds(),
+        "load_average": load_average(),
         "wall_s_job": job_wall,
         "finished": now(),
     }

@@ -790,8 +790,10 @@ def job_time_context(jobs: pd.DataFrame) -> dict[str, Any]:
     """The wall times (minutes) of a set's trained jobs per family and over all, the CPU jobs apart from each other
     device's (CPU first, families in the order of their first job), with the CPU jobs' torch threads and host cores.
     ``jobs``: one row a job (``refdocs.job_times_frame``): experiment, device, wall_time_s, derived, branched, threads,
-    cores. A derived job (its source's wall time) is left out; a branched job counts whole (``run_job``: its wall time
-    holds its source's to the round it branched at)."""
+    cores, process_wall_s, process_cpu_s. A derived job (its source's wall time) is left out; a branched job counts
+    whole (``run_job``: its wall time holds its source's to the round it branched at). ``core_share``: over the CPU
+    jobs whose record has its process's CPU seconds, the median of CPU seconds / (wall seconds x torch threads), in
+    per cent: 100 when each thread had a core all the time, less when other work shared the cores."""
     trained = jobs[~jobs.derived.astype(bool)]
     f = trained.dropna(subset=["wall_time_s"]).assign(minutes=lambda d: d.wall_time_s.astype(float) / 60)
     cpu = trained[trained.device == "cpu"]
@@ -800,7 +802,12 @@ def job_time_context(jobs: pd.DataFrame) -> dict[str, Any]:
                         for e, g in on.groupby("experiment", sort=False)]}
               for device, on in f.groupby("device", sort=False)]
     groups.sort(key=lambda g: g["device"] != "cpu")
-    return {"groups": groups, "cpu": next((g["all"] for g in groups if g["device"] == "cpu"), None),
+    timed = cpu.dropna(subset=["process_wall_s", "process_cpu_s"])
+    timed = timed[timed.process_wall_s.astype(float) > 0]
+    shares = (100 * timed.process_cpu_s.astype(float)
+              / (timed.process_wall_s.astype(float) * timed.threads.fillna(1).astype(float).clip(lower=1)))
+    core_share = {"jobs": len(shares), "median": float(shares.median())} if len(shares) else None
+    return {"groups": groups, "core_share": core_share, "cpu": next((g["all"] for g in groups if g["device"] == "cpu"), None),
             "derived": int(jobs.derived.astype(bool).sum()), "branched": int(trained.branched.astype(bool).sum()),
             "without": len(trained) - len(f), "threads": sorted(set(cpu.threads.dropna().astype(int))),
             "cores": sorted(set(cpu.cores.dropna().astype(int)))}

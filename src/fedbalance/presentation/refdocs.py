@@ -77,17 +77,24 @@ def rule_change_text(rendered: Path, reference: Path | None = None) -> str:
         return write_rule_changes(final, rounds, Path(tmp) / "rule.md", looks=looks).read_text()
 
 
+JOB_TIME_COLUMNS = ["experiment", "device", "wall_time_s", "derived", "branched", "threads", "cores", "process_wall_s",
+                    "process_cpu_s"]
+"""The columns of ``job_times_frame`` (what ``prose.job_time_context`` reads)."""
+
+
 def job_times_frame(reference: Path) -> pd.DataFrame:
     """One row a job of the set (its seal and folders checked, ``refset.provenances``): experiment, device,
-    wall_time_s (metrics.json), derived and branched (``derived_from``, ``branched_from`` in its record), and the
-    torch threads and host cores its record names."""
+    wall_time_s (metrics.json), derived and branched (``derived_from``, ``branched_from`` in its record), the torch
+    threads and host cores its record names, and the seconds of the process that made it, wall and CPU
+    (``wall_s_this_process``, ``cpu_s_this_process``: None in a record older than the latter)."""
     rows = []
     for parts, record, device in provenances(reference):
         metrics = json.loads(reference.joinpath(*parts, METRICS).read_text())
         rows.append({"experiment": parts[0], "device": device or "unknown", "wall_time_s": metrics.get("wall_time_s"),
                      "derived": "derived_from" in record, "branched": "branched_from" in record,
-                     "threads": (record.get("runtime") or {}).get("threads"), "cores": (record.get("host") or {}).get("cpus")})
-    return pd.DataFrame(rows, columns=["experiment", "device", "wall_time_s", "derived", "branched", "threads", "cores"])
+                     "threads": (record.get("runtime") or {}).get("threads"), "cores": (record.get("host") or {}).get("cpus"),
+                     "process_wall_s": record.get("wall_s_this_process"), "process_cpu_s": record.get("cpu_s_this_process")})
+    return pd.DataFrame(rows, columns=JOB_TIME_COLUMNS)
 
 
 def docs_texts(rendered: Path, reference: Path, docs: Path) -> dict[Path, str]:

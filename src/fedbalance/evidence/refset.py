@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from fedbalance.jobs import provenance
 from fedbalance.jobs import seal
@@ -729,10 +729,22 @@ def _plan_jobs(plan: _Plan, runs: Path | None, jobs: list, replace: bool, reason
 # --- status --------------------------------------------------------------------------------------------------------
 
 
-def provenances(reference: Path) -> Iterator[tuple[tuple[str, ...], dict, str]]:
-    """Each job of the set: its folder's parts below ``reference``, its provenance record and its device (from the
-    record, else from an older job's metrics.json); the set's seal verified first (``fedbalance.jobs.seal``) and every job
-    folder checked (``jobfolder.check``)."""
+class SetJob(NamedTuple):
+    """One job of a set as ``provenances`` reads it."""
+
+    parts: tuple[str, ...]
+    """Its folder's parts below the set (experiment, dataset, setting, loss, seed<k>)."""
+    record: dict
+    """Its provenance.json."""
+    device: str
+    """Its device: the record's, else an older job's metrics.json's."""
+    metrics: dict
+    """Its metrics.json, as ``jobfolder.check`` read it."""
+
+
+def provenances(reference: Path) -> Iterator[SetJob]:
+    """Each job of the set (``SetJob``); the set's seal verified first (``fedbalance.jobs.seal``) and every job folder
+    checked (``jobfolder.check``)."""
     if not reference.is_dir():
         raise RefSetError(f"--reference {reference}: not a folder (name a reference set, e.g. reference/mnist)"
                           + seal.interrupted(reference))
@@ -752,7 +764,7 @@ def provenances(reference: Path) -> Iterator[tuple[tuple[str, ...], dict, str]]:
         except ProvenanceError as exc:
             raise RefSetError(str(exc)) from None
         device = (record.get("runtime") or {}).get("device") or metrics.get("device")
-        yield parts, record, device
+        yield SetJob(parts, record, device, metrics)
 
 
 def _gamma(setting: str) -> float:
@@ -774,7 +786,7 @@ def status_text(reference: Path) -> str:
     on_device: dict[str, int] = {}
     derived: dict[str, int] = {}
     job_paths = []
-    for (exp, ds, setting, loss, seed), record, device in provenances(reference):
+    for (exp, ds, setting, loss, seed), record, device, _ in provenances(reference):
         job_paths.append(f"{exp}/{ds}/{setting}/{loss}/{seed}")
         held.setdefault((exp, ds, setting, loss), []).append(int(seed[4:]))
         commits[record["commit"][:7]] = commits.get(record["commit"][:7], 0) + 1

@@ -11,7 +11,6 @@ reference/README.md; ``--check`` only compares.
 
 from __future__ import annotations
 
-import json
 import re
 import tempfile
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from fedbalance.jobs.aggregate import read_frame, read_tidy
-from fedbalance.jobs.jobfolder import METRICS, JobFolderError
+from fedbalance.jobs.jobfolder import JobFolderError
 from fedbalance.presentation.headline import install_figures, tally_text
 from fedbalance.presentation.prose import blocks as prose_blocks
 from fedbalance.presentation.prose import job_time_context, render
@@ -39,7 +38,7 @@ def provenance_counts(reference: Path, experiment: str | None = None) -> tuple[d
     """Jobs per commit (7 hex digits) and per device among the set's jobs (of ``experiment``, or all)."""
     commits: dict[str, int] = {}
     devices: dict[str, int] = {}
-    for parts, record, device in provenances(reference):
+    for parts, record, device, _ in provenances(reference):
         if experiment is not None and parts[0] != experiment:
             continue
         commits[record["commit"][:7]] = commits.get(record["commit"][:7], 0) + 1
@@ -88,8 +87,7 @@ def job_times_frame(reference: Path) -> pd.DataFrame:
     threads and host cores its record names, and the seconds of the process that made it, wall and CPU
     (``wall_s_this_process``, ``cpu_s_this_process``: None in a record older than the latter)."""
     rows = []
-    for parts, record, device in provenances(reference):
-        metrics = json.loads(reference.joinpath(*parts, METRICS).read_text())
+    for parts, record, device, metrics in provenances(reference):
         rows.append({"experiment": parts[0], "device": device or "unknown", "wall_time_s": metrics.get("wall_time_s"),
                      "derived": "derived_from" in record, "branched": "branched_from" in record,
                      "threads": (record.get("runtime") or {}).get("threads"), "cores": (record.get("host") or {}).get("cpus"),
@@ -141,7 +139,7 @@ def docs_texts(rendered: Path, reference: Path, docs: Path) -> dict[Path, str]:
 def check_render(rendered: Path, reference: Path, docs: Path, allow_fewer: bool) -> None:
     """The render to splice is one of ``reference`` (it holds every job of the set), and the set holds no fewer jobs
     than the docs were last rendered from (unless ``allow_fewer``); RefSetError otherwise."""
-    held = {"/".join(parts) for parts, _, _ in provenances(reference)}
+    held = {"/".join(job.parts) for job in provenances(reference)}
     if not held:
         raise RefSetError(f"--reference {reference} holds no job ({PROVENANCE} below it): name a reference set, e.g. "
                           "reference/mnist")

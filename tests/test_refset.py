@@ -183,6 +183,19 @@ def test_status_names_a_provenance_whose_wall_time_is_not_a_number(tmp_path: Pat
     _one_line(_ref("status", "--reference", str(root)), "wall_s_job 'twelve minutes' is not a number")
 
 
+@pytest.mark.parametrize("key, value", [("cpu_s_this_process", "7 s"), ("cpu_s_this_process", -1.0),
+                                        ("wall_s_this_process", True), ("wall_s_job", float("inf"))])
+def test_a_record_whose_seconds_are_not_seconds_is_named(tmp_path: Path, key: str, value) -> None:
+    """Every reader of a record (``provenance.read``) refuses seconds that are not a non-negative number, naming the
+    file and the key; null is a record without them."""
+    path = tmp_path / "provenance.json"
+    path.write_text(json.dumps({"commit": "a" * 40, key: value}))
+    with pytest.raises(provenance.ProvenanceError, match=rf"{re.escape(str(path))}: {key} .* is not a number of seconds"):
+        provenance.read(path)
+    path.write_text(json.dumps({"commit": "a" * 40, "wall_s_job": 0, key: None}))
+    assert provenance.read(path)[key] is None
+
+
 def test_missing_counts_each_steps_jobs_in_all_so_that_the_held_ones_are_the_sets() -> None:
     """On the shipped set and the evidence order (its last step, every other job): the steps' jobs in all less the
     jobs to run are the jobs the set holds, counted here from its folders; no step is larger than the study's jobs of

@@ -24,6 +24,7 @@ hold the same fields but ``runner``, ``rule`` and ``wildcards`` (their ``command
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import re
@@ -86,9 +87,13 @@ def trained(record: Mapping[str, Any]) -> bool:
     return "reused_from" not in record and "copied_from" not in record
 
 
+SECONDS = ("wall_s_this_process", "cpu_s_this_process", "wall_s_job")
+"""The keys of a record that hold seconds: each a non-negative number or null."""
+
+
 def read(path: str | Path) -> dict[str, Any]:
     """A provenance record (``PROVENANCE`` or ``PENDING``); ProvenanceError naming the file when it is not one (not JSON,
-    not an object, no ``commit`` string)."""
+    not an object, no ``commit`` string, seconds (``SECONDS``) that are not a non-negative number or null)."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -97,6 +102,11 @@ def read(path: str | Path) -> dict[str, Any]:
         why = (f"its commit is null: the run was in no git checkout and {COMMIT_ENV} was unset"
                if isinstance(data, dict) and "commit" in data and data["commit"] is None else "no 'commit'")
         raise ProvenanceError(f"{path}: not a provenance record ({why})")
+    for key in SECONDS:
+        value = data.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or value < 0):
+            raise ProvenanceError(f"{path}: {key} {value!r} is not a number of seconds")
     return data
 
 

@@ -172,6 +172,12 @@ def test_status_counts_seeds_commits_runners_and_minutes_per_device(tmp_path: Pa
                           "(5 jobs), bbbbbbb (1 job).", "",
                           "| device | jobs | derived | minutes per trained job: least–most (median) |",
                           "|---|---|---|---|", "| cpu | 5 | 1 | 10.0–25.0 (17.5) |", "| cuda (H200) | 1 | 0 | 3.0–3.0 (3.0) |"]
+    # how far the evidence order is: the six jobs are losses Γ = 10 and 50, which only the last step (every other
+    # job) names; every row's jobs in all are those in the set and those to run
+    rows = [line.split(" | ") for line in lines if line.startswith("| `")]
+    assert [row[0] for row in rows] == [f"| `{step}`" for step in refset.EVIDENCE_PLAN]
+    assert [int(row[2]) for row in rows] == [0] * (len(rows) - 1) + [6]
+    assert all(int(row[1]) == int(row[2]) + int(row[3].rstrip(" |")) for row in rows)
     r = _ref("status", "--reference", str(tmp_path))
     assert r.returncode == 0 and r.stdout == refset.status_text(tmp_path)
 
@@ -712,7 +718,8 @@ def test_a_moved_set_says_why_and_is_collected_into_with_its_config(tmp_path: Pa
     shutil.copytree(ref, moved)
     for where in (moved, old_style):
         _one_line(_ref("collect", str(runs), "--into", str(where)), "the set was moved or copied away")
-        assert _ref("status", "--reference", str(where)).returncode == 0  # reading needs no config
+        r = _ref("status", "--reference", str(where))  # reading needs no config: no evidence order without it
+        assert r.returncode == 0 and "| losses | mnist | g10 | ce | 0 |" in r.stdout and "How far" not in r.stdout
         _one_line(_ref("collect", str(runs), "--into", str(where), "--config", str(QUICK)),
                   "another protocol" if where == old_style else "not the study config")
         r = _ref("collect", str(runs), "--into", str(where), "--config", str(MNIST))

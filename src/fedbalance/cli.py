@@ -325,8 +325,9 @@ def _reference_parser(sub: Any) -> None:
     col.add_argument("--recover", action="store_true", help="finish or undo a collect into SET that was interrupted")
     col.set_defaults(func=cmd_reference_collect)
     st = rsub.add_parser("status", help="what the set holds (Markdown)",
-                         description="Per (experiment, setting, loss) the seeds the set holds; its commits, devices, "
-                         "runners and minutes a job.")
+                         description="Per (experiment, setting, loss) the seeds the set holds; how far the evidence "
+                         "order is (per step: jobs in all, in the set, to run); its commits, runners, and per device "
+                         "its jobs, the derived ones and the minutes a trained job took.")
     st.add_argument("--reference", required=True, type=read_path, help="the reference set")
     st.add_argument("--readme", type=written_path, default=None, help="write the table into this README's status block")
     st.set_defaults(func=cmd_reference_status)

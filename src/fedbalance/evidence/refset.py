@@ -774,7 +774,8 @@ def _gamma(setting: str) -> float:
 
 
 def status_text(reference: Path) -> str:
-    """Markdown: per (experiment, setting, loss) the seeds the set holds; then its commits, the runners that made its
+    """Markdown: per (experiment, setting, loss) the seeds the set holds; how far the evidence order is (``_progress``);
+    then its commits, the runners that made its
     jobs (``provenance.runner``) and per device its jobs, the derived ones among them (``derived_from``: a few seconds
     of their own, their source's training) and the minutes a trained job took (``wall_s_job``; one pass over the
     provenance records)."""
@@ -800,6 +801,7 @@ def status_text(reference: Path) -> str:
     for (exp, ds, setting, loss), seeds in sorted(held.items(), key=lambda kv: (kv[0][0], kv[0][1], _gamma(kv[0][2]),
                                                                                  kv[0][3])):
         lines.append(f"| {exp} | {ds} | {setting} | {loss} | {', '.join(map(str, sorted(seeds)))} |")
+    lines += _progress(reference, {ds for _, ds, _, _ in held})
     n = sum(len(v) for v in held.values())
     lines += ["", f"{n} jobs, made by {_counted(sorted(runners.items()))}; at commits {_counted(commits.items())}.", "",
               "| device | jobs | derived | minutes per trained job: least–most (median) |", "|---|---|---|---|"]
@@ -808,6 +810,23 @@ def status_text(reference: Path) -> str:
         lines.append(f"| {d} | {on_device[d]} | {derived[d]} | {spread} |")
     lines += [f"changed after it was collected: {line}" for line in changed_after_collect(reference, job_paths)]
     return "\n".join(lines) + "\n"
+
+
+def _progress(reference: Path, datasets: set[str]) -> list[str]:
+    """How far the evidence order is (``missing``): per step its jobs in all, those the set holds or renders, those to
+    run; for a set of one dataset whose study config (``set_config``) is found and reads, none otherwise (a set moved
+    away from its config is still read: reading needs no config)."""
+    planned: list[int] = []
+    try:
+        config = set_config(reference)
+        if len(datasets) != 1 or not config.is_file():
+            return []
+        steps = missing(config, reference, dataset=next(iter(datasets)), planned=planned)
+    except RefSetError:
+        return []
+    lines = ["", "How far the evidence order is (`fedbalance reference missing`: each job counted at its first step):", "",
+             "| step | jobs in all | in the set | to run |", "|---|---|---|---|"]
+    return lines + [f"| `{step}` | {n} | {n - len(lacking)} | {len(lacking)} |" for (step, lacking), n in zip(steps, planned)]
 
 
 def changed_after_collect(reference: Path, jobs: Sequence[str]) -> list[str]:

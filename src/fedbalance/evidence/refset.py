@@ -986,9 +986,9 @@ def next_step(steps: Sequence[tuple[str, list[Job]]],
               finished: Callable[[Job], bool] | None = None) -> list[tuple[str, list[Job]]]:
     """The first of ``missing``'s steps that holds a job not ``finished`` (e.g. its metrics.json present in the runs
     folder, not yet collected), alone, or none: a batch that never mixes the evidence order's steps."""
-    for step, jobs in steps:
-        if any(finished is None or not finished(job) for job in jobs):
-            return [(step, list(jobs))]
+    for step, of_step in steps:
+        if any(finished is None or not finished(job) for job in of_step):
+            return [(step, list(of_step))]
     return []
 
 

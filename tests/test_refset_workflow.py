@@ -118,6 +118,10 @@ def test_a_job_made_by_the_workflow_and_collected_equals_the_old_runners(made, t
         record["command"] and str(made["runs"]) not in record["command"]
     assert record["runtime"] == provenance.runtime_of(json.loads((new_set / MONITOR / "metrics.json").read_text()))
     assert record["wall_s_job"] == json.loads((new_set / MONITOR / "metrics.json").read_text())["wall_time_s"]
+    # the rule's process trained the job: it used CPU, no more than its cores over its wall time (5 s for the
+    # interpreter's start before the rule's clock), and the machine's three load averages are recorded
+    assert 0 < record["cpu_s_this_process"] <= record["wall_s_this_process"] * record["host"]["cpus"] + 5
+    assert len(record["load_average"]) == 3 and all(x >= 0 for x in record["load_average"])
     old_record = json.loads((old_set / MONITOR / "provenance.json").read_text())
     assert provenance.runner(old_record) == provenance.OLD_RUNNER
     monkeypatch.setenv(seal.ACCEPT_ENV, "1")  # a set in tmp_path, outside the checkout: read on purpose

@@ -775,10 +775,9 @@ def _gamma(setting: str) -> float:
 
 def status_text(reference: Path) -> str:
     """Markdown: per (experiment, setting, loss) the seeds the set holds; how far the evidence order is (``_progress``);
-    then its commits, the runners that made its
-    jobs (``provenance.runner``) and per device its jobs, the derived ones among them (``derived_from``: a few seconds
-    of their own, their source's training) and the minutes a trained job took (``wall_s_job``; one pass over the
-    provenance records)."""
+    then its commits, the runners that made its jobs (``provenance.runner``) and per device its jobs, the derived ones
+    among them (``derived_from``: a few seconds of their own, their source's training) and the minutes a trained job
+    took (``wall_s_job``; one pass over the provenance records)."""
     held: dict[tuple[str, str, str, str], list[int]] = {}
     commits: dict[str, int] = {}
     runners: dict[str, int] = {}

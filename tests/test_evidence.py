@@ -517,6 +517,36 @@ def test_an_impossible_job_is_refused_by_the_one_check(tmp_path: Path, case: str
     assert words in msg and str(folder) in msg and "\n" not in msg, msg
 
 
+def test_the_one_check_remembers_a_folder_by_its_bytes_and_its_place(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder that passed is not parsed again while its two files hold the same bytes (rounds.csv's cells are where
+    a check spends its time); a byte changed in either file, or the same files under another job's folder, is checked
+    anew; each call returns a dict of its own."""
+    folder = _job(tmp_path)
+    first = jobfolder.check(folder)
+    parsed: list[Path] = []
+    real = jobfolder._round_rows
+    monkeypatch.setattr(jobfolder, "_round_rows", lambda path, raw: parsed.append(path) or real(path, raw))
+    second = jobfolder.check(folder)
+    assert second == first and second is not first and parsed == []
+    second["final"]["acc"] = -1.0
+    assert jobfolder.check(folder / "metrics.json")["final"]["acc"] == first["final"]["acc"] and parsed == []
+    rows = _rows(folder / "rounds.csv")  # a digit of one cell of rounds.csv: checked again (and passes)
+    column = rows[0].index("train_loss")
+    cell = rows[5][column]
+    rows[5][column] = cell[:-1] + ("1" if cell[-1] != "1" else "2")
+    _write_rows(folder / "rounds.csv", rows)
+    assert jobfolder.check(folder) == first and parsed == [folder / "rounds.csv"]
+    _both(folder, "acc_minority", "-0.5")
+    with pytest.raises(JobFolderError, match="final.acc_minority is -0.5"):
+        jobfolder.check(folder)
+    moved = tmp_path / "res" / "losses/mnist/g10/ce/seed7"  # the same bytes, another job's place: refused
+    shutil.copytree(_job(tmp_path / "again"), moved)
+    jobfolder.check(tmp_path / "again" / "res" / "losses/mnist/g10/ce/seed0")
+    with pytest.raises(JobFolderError, match="a job folder copied or moved"):
+        jobfolder.check(moved)
+
+
 def test_impossible_values_are_refused_by_compare_adopt_and_the_tidy_frames(tmp_path: Path) -> None:
     """The issue's reads of final.acc_minority Infinity: compare printed 'inf (1)', collect --adopt sealed it; now each
     refuses, in one line and exit status 2 for the commands."""

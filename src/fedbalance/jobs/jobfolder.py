@@ -38,10 +38,13 @@ jobs all write and read folders through this module.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import math
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,6 +69,11 @@ TRAJECTORY = "trajectory.pt"
 LOCK = ".lock"
 FAILED = "failed.json"
 """A job stopped by a plug-in's broken contract: {"job", "reason", "time"} (``write_failed``); never beside metrics.json."""
+CHECKED_KEPT = 65536
+"""How many folders that passed ``check`` it remembers (a path and two digests each; the least recently read
+forgotten first)."""
+_CHECKED: OrderedDict[tuple[str, bytes, bytes], None] = OrderedDict()
+_CHECKED_LOCK = threading.Lock()
 BRANCH = re.compile(r"branch-r(\d{3,})\.pt")
 """A job's round state kept after a round for jobs that branch from it (``fedbalance.jobs.run``: ``keep_rounds``)."""
 
@@ -217,11 +225,23 @@ def strict_json(text: str) -> Any:
 NOT_FINITE = "a number that is not finite (a job writes such a value as null, or an empty cell): edited or corrupt"
 
 
-def _load_metrics(path: Path) -> dict[str, Any]:
+def _read_file(path: Path, unreadable: str) -> bytes | None:
+    """``path``'s bytes, or None when it is not a file; JobFolderError naming it (``unreadable``: what it is then
+    called) when it cannot be read."""
     if not path.is_file():
+        return None
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise JobFolderError(f"{path}: {unreadable}: {exc}") from exc
+
+
+def _load_metrics(path: Path, raw: bytes | None) -> dict[str, Any]:
+    """metrics.json's object from its bytes ``raw`` (None: the file is missing)."""
+    if raw is None:
         raise JobFolderError(f"{path}: missing (the job has not finished?)")
     try:
-        data = strict_json(path.read_text())
+        data = strict_json(raw.decode("utf-8"))
     except _NotFinite as exc:
         raise JobFolderError(f"{path}: holds {exc}, {NOT_FINITE}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -397,12 +417,12 @@ def _check_cell(cell: str, column: str, where: str, path: Path) -> None:
         _number(value, at, path, bounds)
 
 
-def _round_rows(path: Path) -> list[dict[str, str]]:
-    """rounds.csv's rows as text, read whole (the csv module, strict): every line ends with a line end and has the
-    header's number of cells (a torn or cut last line is refused), the ``round`` cells increasing integers, the columns
-    ``FINAL_FROM_LAST_ROUND`` present and each cell what its column holds (``ROUND_CELLS``)."""
+def _round_rows(path: Path, raw: bytes) -> list[dict[str, str]]:
+    """rounds.csv's rows as text from its bytes ``raw``, read whole (the csv module, strict): every line ends with a
+    line end and has the header's number of cells (a torn or cut last line is refused), the ``round`` cells increasing
+    integers, the columns ``FINAL_FROM_LAST_ROUND`` present and each cell what its column holds (``ROUND_CELLS``)."""
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = raw.decode("utf-8")
         if text and not text.endswith("\n"):
             raise JobFolderError(f"{path}: its last line has no line end: the file is torn or cut (a job writes whole "
                                  "lines)")
@@ -503,18 +523,32 @@ def check_recorded_twice(data: Mapping[str, Any], rows: Sequence[Mapping[str, st
 def check(folder: str | Path) -> dict[str, Any]:
     """A finished job folder's metrics.json, after checking the folder as a whole (module docstring): JobFolderError
     naming the file otherwise. The one check of a job's files: every read (``read_metrics``, ``read_rounds``,
-    ``round_records``) and ``collect`` call it."""
+    ``round_records``) and ``collect`` call it. A folder that passed is remembered by its path and the digests of the
+    two files' bytes (``CHECKED_KEPT`` folders): the same bytes there again are not checked twice (a render's docs read
+    each job several times), other bytes are checked anew; each call parses metrics.json into its own dict."""
     metrics_path = _file(folder, METRICS)
-    data = _load_metrics(metrics_path)
-    check_metrics(data, metrics_path)
     rounds_path = metrics_path.parent / ROUNDS
-    if not rounds_path.is_file():
+    metrics_raw = _read_file(metrics_path, "not valid JSON")
+    data = _load_metrics(metrics_path, metrics_raw)
+    rounds_raw = _read_file(rounds_path, "not a readable CSV")
+    key = None if rounds_raw is None else (str(metrics_path.absolute()), hashlib.blake2b(metrics_raw).digest(),
+                                           hashlib.blake2b(rounds_raw).digest())
+    with _CHECKED_LOCK:
+        if key in _CHECKED:
+            _CHECKED.move_to_end(key)
+            return data
+    check_metrics(data, metrics_path)
+    if rounds_raw is None:
         raise JobFolderError(f"{rounds_path}: missing (the job has not finished?)")
-    rows = _round_rows(rounds_path)
+    rows = _round_rows(rounds_path, rounds_raw)
     if len(rows) != data["rounds"]:
         raise JobFolderError(f"{rounds_path}: {len(rows)} rows, but {metrics_path.name} says the job ran {data['rounds']} "
                              "rounds: the file is truncated or not this job's")
     check_recorded_twice(data, rows, metrics_path)
+    with _CHECKED_LOCK:
+        _CHECKED[key] = None
+        while len(_CHECKED) > CHECKED_KEPT:
+            _CHECKED.popitem(last=False)
     return data
 
 

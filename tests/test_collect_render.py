@@ -68,6 +68,7 @@ def _documented_render() -> list[str]:
 
 
 def test_collect_then_the_documented_render_into_an_emptied_folder_then_docs_and_check(tmp_path: Path) -> None:
+    """The render is the documented one with --drop-metadata (Snakemake keeps no records of a folder emptied first)."""
     (tmp_path / "render").mkdir()
     (tmp_path / "render" / "stale.md").write_text("from an older set")
     proc = _run(tmp_path, str(tmp_path / "runs"))
@@ -79,7 +80,7 @@ def test_collect_then_the_documented_render_into_an_emptied_folder_then_docs_and
     assert expected_render[expected_render.index("--configfile") + 1] == "config/mnist.yaml"
     assert _calls(tmp_path) == [
         f"collect reference collect {runs} --into {ref} accept=-",
-        "render " + " ".join(expected_render) + " held= accept=1",
+        "render --drop-metadata " + " ".join(expected_render) + " held= accept=1",
         f"docs reference docs --rendered {render} --reference {ref} accept=1",
         f"check reference docs --check --rendered {render} --reference {ref} accept=1",
     ]

@@ -244,7 +244,7 @@ def _load_metrics(path: Path, raw: bytes | None) -> dict[str, Any]:
         data = strict_json(raw.decode("utf-8"))
     except _NotFinite as exc:
         raise JobFolderError(f"{path}: holds {exc}, {NOT_FINITE}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise JobFolderError(f"{path}: not valid JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise JobFolderError(f"{path}: the top level must be an object")
